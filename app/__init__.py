@@ -1,0 +1,1 @@
+"""The Scratchformer desktop debugger (PySide6 + pyqtgraph) and its command line."""
