@@ -1,0 +1,48 @@
+"""The bundled demo: a tiny model trained to reverse strings, shipped in ``resources/``.
+
+Reversal is chosen because its attention can be read at a glance: to write the answer's
+j-th character the model must look at the input's (n-1-j)-th character, so in the
+attention map of a head doing the work, the answer rows light up along an
+**anti-diagonal** (bottom-left block of the map, running from top-right to bottom-left).
+
+The file is found with ``importlib.resources`` so it works from an installed wheel too.
+How it was trained (one command, see the README)::
+
+    scratchformer train --task reverse --preset demo --steps 3000 -o resources/demo.safetensors
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from scratchformer.checkpoint import CheckpointError, load_checkpoint
+
+DEMO_CHECKPOINT = "demo.safetensors"
+
+DEMO_TASK = (
+    "String reversal. Input: lowercase letters a-z (2 to 16 of them), then '|'; the model "
+    "writes them in reverse order and ends with '.'. Example: 'transformer|remrofsnart.'. "
+    "In the answer part the attention of the reversing head runs along an anti-diagonal: "
+    "answer position j looks at input position n-1-j."
+)
+
+DEMO_PROMPT = "transformer|remrofsnart."
+"""A complete example: tracing one forward pass over it shows the anti-diagonal."""
+
+
+def demo_checkpoint_path():
+    """A ``Traversable`` for the bundled checkpoint (a real file in a normal install)."""
+    return resources.files("scratchformer.resources") / DEMO_CHECKPOINT
+
+
+def demo_model(device: str = "cpu"):
+    """Load the bundled demo model (eval mode). Raises CheckpointError if it is missing."""
+    ref = demo_checkpoint_path()
+    if not ref.is_file():
+        raise CheckpointError(
+            f"the bundled demo checkpoint {DEMO_CHECKPOINT!r} is missing from "
+            "scratchformer.resources; train it with: scratchformer train --task reverse "
+            "--preset demo -o resources/demo.safetensors"
+        )
+    with resources.as_file(ref) as path:
+        return load_checkpoint(path, device=device)
