@@ -1,0 +1,765 @@
+"""The trace file: one safetensors container holding a whole ``Trace``.
+
+Layout
+------
+A trace file is an ordinary `safetensors <https://github.com/huggingface/safetensors>`_
+file, so any safetensors reader can list and read its tensors, and opening one runs no
+code (there is no pickle anywhere):
+
+- every kept tensor value is a named entry; the name is the ``TensorRecord.value_key``;
+- the safetensors header's ``__metadata__`` (a string -> string map) carries::
+
+      "format":   "scratchformer-trace"     # marks the file as ours
+      "schema":   "1"                       # SCHEMA_VERSION of the manifest
+      "manifest": "{...}"                   # the JSON manifest (compact)
+
+  A manifest too big for the header (safetensors caps the header at ~100 MB) is stored as
+  a ``uint8`` entry named ``__scratchformer_manifest__`` instead, and ``"manifest"`` is
+  absent.
+
+The manifest
+------------
+``meta``, ``error``, then ``steps``, ``tensors`` and ``modules`` as small tables
+(``{"fields": [...], "rows": [[...], ...]}``: one list per record, field names once).
+Source locations are de-duplicated into ``sources`` and steps point at them by index.
+``graph`` is ``networkx.node_link_data(trace.graph, edges="edges")`` for readers outside
+Python's ``tracing`` (networkx 3.6 renamed the edge key, so the key is given explicitly);
+``tracing.load`` rebuilds ``Trace.graph`` from the steps instead.
+
+Reading
+-------
+``load`` reads the header only and validates every field and cross-reference against it,
+so opening takes the same time whatever the size of the tensors. ``Trace.values`` is then
+a read-only mapping that reads a tensor from disk the first time it is asked for (and
+keeps the last few in a small cache). Every problem raises one ``TraceFileError`` naming
+the file and the problem.
+
+Writing
+-------
+``save`` writes to a temporary name in the same directory, then renames it over the
+target, so an interrupted save never leaves a file that looks complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+
+from tracing.errors import TraceFileError
+from tracing.record import (
+    SCHEMA_VERSION,
+    ModuleInfo,
+    SourceLocation,
+    Step,
+    TensorRecord,
+    TensorStats,
+    Trace,
+)
+
+FORMAT_NAME = "scratchformer-trace"
+"""Value of the ``format`` metadata key: tells our files from other safetensors files."""
+
+MANIFEST_TENSOR = "__scratchformer_manifest__"
+"""Entry that holds the manifest when it is too big for the safetensors header."""
+
+RESERVED_PREFIX = "__scratchformer"
+
+MANIFEST_INLINE_LIMIT = 40_000_000
+"""Largest manifest (in characters) kept in the header; safetensors refuses headers over
+100 MB, and escaping the manifest as a JSON string can grow it by a half."""
+
+VALUE_CACHE_SIZE = 16
+"""How many tensors a loaded trace keeps in memory after reading them (least recent out)."""
+
+# safetensors dtype codes -> torch dtype names (as TensorRecord.dtype spells them)
+_ST_DTYPES = {
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U64": "uint64",
+    "U32": "uint32",
+    "U16": "uint16",
+    "U8": "uint8",
+    "BOOL": "bool",
+    "C64": "complex64",
+}
+
+_STEP_KINDS = ("module", "op")
+_STATS_FIELDS = tuple(f.name for f in fields(TensorStats))
+
+
+class _Invalid(Exception):
+    """A problem found while decoding; ``load`` turns it into one TraceFileError."""
+
+
+# --------------------------------------------------------------------------- save
+
+
+def save(trace: Trace, path: str | os.PathLike) -> Path:
+    """Write ``trace`` to ``path`` as one safetensors file and return the path.
+
+    The trace is checked first with the same rules ``load`` applies, so a file this writes
+    always opens. Raises ``TraceFileError`` when the trace is inconsistent or the file
+    cannot be written.
+    """
+    path = Path(path)
+    try:
+        manifest = encode_manifest(trace)
+        _validate(manifest, stored=None)
+    except _Invalid as e:
+        raise TraceFileError(f"cannot save trace to {path}: {e}") from None
+    text = json.dumps(manifest, separators=(",", ":"), ensure_ascii=False)
+    tensors = _tensors_to_store(trace, path)
+
+    metadata = {"format": FORMAT_NAME, "schema": str(SCHEMA_VERSION)}
+    if len(text) <= MANIFEST_INLINE_LIMIT:
+        metadata["manifest"] = text
+    else:
+        tensors[MANIFEST_TENSOR] = torch.frombuffer(
+            bytearray(text.encode("utf-8")), dtype=torch.uint8
+        )
+
+    directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        raise TraceFileError(f"cannot write {path}: the folder {directory} does not exist")
+    tmp = directory / f".{path.name}.{os.getpid()}.{threading.get_ident()}.partial"
+    try:
+        save_file(tensors, str(tmp), metadata=metadata)
+        os.replace(tmp, path)
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise TraceFileError(f"cannot write {path}: {e.strerror or e}") from None
+        if isinstance(e, SafetensorError):
+            raise TraceFileError(f"cannot write {path}: {e}") from None
+        raise
+    return path
+
+
+def _tensors_to_store(trace: Trace, path: Path) -> dict[str, torch.Tensor]:
+    """Every kept value as a dense, contiguous CPU tensor owning its own storage slot.
+
+    safetensors refuses non-contiguous tensors and tensors sharing memory; a copy is made
+    only for those (and for values living on another device).
+    """
+    out: dict[str, torch.Tensor] = {}
+    seen_storage: set[int] = set()
+    referenced = {r.value_key for r in trace.tensors if r.value_key is not None}
+    for key in list(trace.values.keys()):
+        if not isinstance(key, str) or key.startswith(RESERVED_PREFIX):
+            raise TraceFileError(f"cannot save trace to {path}: bad value key {key!r}")
+        value = trace.values[key]
+        if not isinstance(value, torch.Tensor):
+            raise TraceFileError(
+                f"cannot save trace to {path}: value {key!r} is a {type(value).__name__}, "
+                "not a tensor"
+            )
+        t = value.detach()
+        if t.layout != torch.strided:
+            t = t.to_dense()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        if not t.is_contiguous():
+            t = t.contiguous()
+        if t.numel():
+            ptr = t.untyped_storage().data_ptr()
+            if ptr in seen_storage:
+                t = t.clone()
+                ptr = t.untyped_storage().data_ptr()
+            seen_storage.add(ptr)
+        out[key] = t
+    missing = sorted(referenced - out.keys())
+    if missing:
+        raise TraceFileError(
+            f"cannot save trace to {path}: tensor records name values that the trace does "
+            f"not hold: {', '.join(missing[:5])}"
+        )
+    return out
+
+
+# --------------------------------------------------------------------------- encode
+
+
+def encode_manifest(trace: Trace) -> dict[str, Any]:
+    """The JSON-ready manifest of ``trace`` (everything but the tensor values)."""
+    sources: list[list[Any]] = []
+    source_index: dict[SourceLocation, int] = {}
+
+    def source_ref(src: SourceLocation | None) -> int | None:
+        if src is None:
+            return None
+        i = source_index.get(src)
+        if i is None:
+            i = source_index[src] = len(sources)
+            sources.append([src.file, src.line, src.text, src.function])
+        return i
+
+    step_fields = [f.name for f in fields(Step)]
+    step_rows = []
+    for s in trace.steps:
+        row = []
+        for name in step_fields:
+            v = getattr(s, name)
+            row.append(source_ref(v) if name == "source" else _plain(v))
+        step_rows.append(row)
+
+    tensor_fields = [f.name for f in fields(TensorRecord)]
+    tensor_rows = []
+    for r in trace.tensors:
+        row = []
+        for name in tensor_fields:
+            v = getattr(r, name)
+            if name == "stats":
+                row.append(None if v is None else [getattr(v, f) for f in _STATS_FIELDS])
+            else:
+                row.append(_plain(v))
+        tensor_rows.append(row)
+
+    module_fields = [f.name for f in fields(ModuleInfo)]
+    module_rows = [[_plain(getattr(m, n)) for n in module_fields] for m in trace.modules.values()]
+
+    return {
+        "format": FORMAT_NAME,
+        "schema": SCHEMA_VERSION,
+        "meta": _encode_value(trace.meta),
+        "error": trace.error,
+        "sources": sources,
+        "steps": {"fields": step_fields, "rows": step_rows},
+        "tensors": {"fields": tensor_fields, "rows": tensor_rows},
+        "modules": {"fields": module_fields, "rows": module_rows},
+        "stats_fields": list(_STATS_FIELDS),
+        "graph": _graph_data(trace),
+    }
+
+
+def _plain(v: Any) -> Any:
+    """Tuples (and tuples of tuples) as lists; everything else in records is JSON already."""
+    if isinstance(v, tuple):
+        return [_plain(x) for x in v]
+    return v
+
+
+def _encode_value(v: Any) -> Any:
+    """``meta`` to JSON, losslessly for tuples and non-string dict keys.
+
+    A tuple becomes ``{"__tuple__": [...]}`` and a dict with a non-string key
+    ``{"__items__": [[k, v], ...]}``, so ``load`` gives back an equal ``meta``. Anything
+    that is not JSON data (a dtype, a device) is stored as its ``str``.
+    """
+    if v is None or isinstance(v, (bool, str)):
+        return v
+    if isinstance(v, int):
+        return int(v)
+    if isinstance(v, float):
+        return float(v)
+    if isinstance(v, tuple):
+        return {"__tuple__": [_encode_value(x) for x in v]}
+    if isinstance(v, list):
+        return [_encode_value(x) for x in v]
+    if isinstance(v, Mapping):
+        if all(isinstance(k, str) for k in v) and not ({"__tuple__", "__items__"} & set(v)):
+            return {k: _encode_value(x) for k, x in v.items()}
+        return {"__items__": [[_encode_value(k), _encode_value(x)] for k, x in v.items()]}
+    if isinstance(v, torch.Tensor) and v.numel() == 1:
+        return v.item()
+    if hasattr(v, "item") and callable(v.item):  # numpy scalars
+        try:
+            return _encode_value(v.item())
+        except (TypeError, ValueError):
+            pass
+    return str(v)
+
+
+def _decode_value(v: Any) -> Any:
+    if isinstance(v, list):
+        return [_decode_value(x) for x in v]
+    if isinstance(v, dict):
+        if len(v) == 1 and "__tuple__" in v and isinstance(v["__tuple__"], list):
+            return tuple(_decode_value(x) for x in v["__tuple__"])
+        if len(v) == 1 and "__items__" in v and isinstance(v["__items__"], list):
+            return {_hashable(_decode_value(k)): _decode_value(x) for k, x in v["__items__"]}
+        return {k: _decode_value(x) for k, x in v.items()}
+    return v
+
+
+def _hashable(v: Any) -> Any:
+    return tuple(_hashable(x) for x in v) if isinstance(v, list) else v
+
+
+def _graph_data(trace: Trace) -> dict[str, Any] | None:
+    """``node_link_data`` of the trace graph, made JSON-safe (None if no graph module)."""
+    try:
+        import networkx as nx
+
+        graph = trace.graph
+    except ImportError:  # the graph module is optional for the file format
+        return None
+    return _jsonable(nx.node_link_data(graph, edges="edges"))
+
+
+def _jsonable(v: Any) -> Any:
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, (list, tuple, set, frozenset)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, Mapping):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if hasattr(v, "__dataclass_fields__"):
+        return {f: _jsonable(getattr(v, f)) for f in v.__dataclass_fields__}
+    return str(v)
+
+
+# --------------------------------------------------------------------------- load
+
+
+def load(path: str | os.PathLike) -> Trace:
+    """Open a trace file written by ``save``.
+
+    Reads and checks the header only: the manifest, every cross-reference in it, and the
+    shape and dtype of every stored tensor against its record. Tensor data stays on disk
+    until ``trace.values[key]`` is asked for. Raises ``TraceFileError`` naming the file and
+    the problem for anything wrong.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise TraceFileError(f"{path}: no such file")
+    if path.is_dir():
+        raise TraceFileError(f"{path}: is a folder, not a trace file")
+    try:
+        handle = safe_open(str(path), framework="pt")
+    except SafetensorError as e:
+        raise TraceFileError(f"{path}: {_describe_container_error(e)}") from None
+    except OSError as e:
+        raise TraceFileError(f"{path}: cannot read: {e.strerror or e}") from None
+
+    try:
+        header = handle.metadata() or {}
+        stored = _stored_specs(handle)
+        manifest = _read_manifest(header, handle, stored)
+        trace = _validate(manifest, stored)
+    except _Invalid as e:
+        raise TraceFileError(f"{path}: {e}") from None
+    except SafetensorError as e:
+        raise TraceFileError(f"{path}: {_describe_container_error(e)}") from None
+
+    value_keys = [k for k in stored if not k.startswith(RESERVED_PREFIX)]
+    trace.values = LazyValues(path, handle, value_keys)
+    return trace
+
+
+def _describe_container_error(e: Exception) -> str:
+    reason = str(e)
+    if "too small" in reason or "not fully covered" in reason:
+        return f"the file is truncated or not a safetensors file ({reason})"
+    if "invalid header length" in reason:
+        return f"the file is truncated or not a safetensors file ({reason})"
+    return f"not a safetensors file ({reason})"
+
+
+def _stored_specs(handle: Any) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Shape and dtype (torch name) of every entry, from the header alone."""
+    specs = {}
+    for key in handle.keys():  # noqa: SIM118 - a safe_open handle is not iterable
+        sl = handle.get_slice(key)
+        code = sl.get_dtype()
+        specs[key] = (tuple(sl.get_shape()), _ST_DTYPES.get(code, code.lower()))
+    return specs
+
+
+def _read_manifest(
+    header: dict[str, str], handle: Any, stored: dict[str, tuple[tuple[int, ...], str]]
+) -> dict[str, Any]:
+    if header.get("format") != FORMAT_NAME:
+        raise _Invalid(
+            "a safetensors file but not a Scratchformer trace (its metadata has no trace manifest)"
+        )
+    try:
+        schema = int(header.get("schema", ""))
+    except ValueError:
+        raise _Invalid(f"schema version {header.get('schema')!r} is not a number") from None
+    if schema > SCHEMA_VERSION:
+        raise _Invalid(
+            f"written with trace schema version {schema}, but this Scratchformer reads "
+            f"versions up to {SCHEMA_VERSION}; upgrade Scratchformer to open it"
+        )
+    if schema < 1:
+        raise _Invalid(f"schema version {schema} is not valid")
+
+    if "manifest" in header:
+        text = header["manifest"]
+    elif MANIFEST_TENSOR in stored:
+        text = bytes(handle.get_tensor(MANIFEST_TENSOR).numpy()).decode("utf-8", "replace")
+    else:
+        raise _Invalid("the trace manifest is missing from the file")
+    try:
+        manifest = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise _Invalid(f"the trace manifest is not valid JSON ({e})") from None
+    if not isinstance(manifest, dict):
+        raise _Invalid("the trace manifest is not a JSON object")
+    inner = manifest.get("schema", schema)
+    if not isinstance(inner, int) or inner > SCHEMA_VERSION or inner < 1:
+        raise _Invalid(f"the manifest's schema version {inner!r} is not one this reads")
+    return manifest
+
+
+# --------------------------------------------------------------------------- validate
+
+
+def _validate(
+    manifest: dict[str, Any], stored: dict[str, tuple[tuple[int, ...], str]] | None
+) -> Trace:
+    """Decode the manifest into a Trace, checking types and every cross-reference.
+
+    ``stored`` gives the shape and dtype of the file's entries (None when saving: then the
+    values are checked by ``_tensors_to_store`` instead).
+    """
+    sources = [_source(row, i) for i, row in enumerate(_list(manifest, "sources"))]
+    steps_table = _table(manifest, "steps")
+    tensors_table = _table(manifest, "tensors")
+    modules_table = _table(manifest, "modules")
+    meta = manifest.get("meta", {})
+    if not isinstance(meta, dict):
+        raise _Invalid("the manifest's meta is not a JSON object")
+    meta = _decode_value(meta)
+    error = manifest.get("error")
+    if error is not None and not isinstance(error, str):
+        raise _Invalid("the manifest's error is not text")
+
+    # ---- modules
+    modules: dict[str, ModuleInfo] = {}
+    for i, row in enumerate(modules_table):
+        where = f"module record {i}"
+        m = ModuleInfo(
+            path=_str(row, "path", where),
+            type=_str(row, "type", where),
+            parent=_opt(row, "parent", where, _is_str, "a module path"),
+            children=tuple(_list_of(row, "children", where, _is_str, "module paths")),
+            params=_int(row, "params", where, default=0),
+            params_total=_int(row, "params_total", where, default=0),
+            extra=_str(row, "extra", where, default=""),
+        )
+        if m.path in modules:
+            raise _Invalid(f"module {m.path!r} is listed twice")
+        modules[m.path] = m
+    for m in modules.values():
+        if m.parent is not None and m.parent not in modules:
+            raise _Invalid(f"module {m.path!r} names an unknown parent {m.parent!r}")
+        for c in m.children:
+            if c not in modules:
+                raise _Invalid(f"module {m.path!r} names an unknown child {c!r}")
+
+    n_tensors = len(tensors_table)
+    n_steps = len(steps_table)
+
+    # ---- tensors
+    tensors: list[TensorRecord] = []
+    stats_names = manifest.get("stats_fields", list(_STATS_FIELDS))
+    for i, row in enumerate(tensors_table):
+        where = f"tensor record {i}"
+        rec = TensorRecord(
+            id=_int(row, "id", where),
+            shape=tuple(_list_of(row, "shape", where, _is_size, "sizes")),
+            dtype=_str(row, "dtype", where),
+            device=_str(row, "device", where, default="cpu"),
+            dims=_opt_tuple(row, "dims", where, _is_str, "axis names"),
+            stats=_stats(row.get("stats"), stats_names, where),
+            value_key=_opt(row, "value_key", where, _is_str, "text"),
+            producer=_opt(row, "producer", where, _is_int, "a step index"),
+            role=_opt(row, "role", where, _is_str, "text"),
+        )
+        if rec.id != i:
+            raise _Invalid(f"{where} has id {rec.id}, expected {i}")
+        if rec.dims is not None and len(rec.dims) != len(rec.shape):
+            raise _Invalid(f"{where} has {len(rec.dims)} axis names for {len(rec.shape)} axes")
+        if rec.producer is not None and not 0 <= rec.producer < n_steps:
+            raise _Invalid(
+                f"{where}: producer step {rec.producer} is out of range "
+                f"(the trace has {n_steps} steps)"
+            )
+        if rec.value_key is not None and stored is not None:
+            _check_stored(rec, stored, meta, where)
+        tensors.append(rec)
+
+    # ---- steps
+    steps: list[Step] = []
+    for i, row in enumerate(steps_table):
+        where = f"step {i}"
+        src = row.get("source")
+        if src is not None:
+            if not _is_int(src) or not 0 <= src < len(sources):
+                raise _Invalid(f"{where}: source {src!r} is not an entry of the source table")
+            src = sources[src]
+        kind = _str(row, "kind", where)
+        if kind not in _STEP_KINDS:
+            raise _Invalid(f"{where}: kind {kind!r} is neither 'module' nor 'op'")
+        s = Step(
+            index=_int(row, "index", where),
+            kind=kind,  # type: ignore[arg-type]
+            module=_str(row, "module", where),
+            op=_str(row, "op", where),
+            source=src,
+            inputs=tuple(_list_of(row, "inputs", where, _is_int, "tensor ids", default=[])),
+            outputs=tuple(_list_of(row, "outputs", where, _is_int, "tensor ids", default=[])),
+            input_names=tuple(_list_of(row, "input_names", where, _is_str, "names", default=[])),
+            output_names=tuple(_list_of(row, "output_names", where, _is_str, "names", default=[])),
+            depth=_int(row, "depth", where, default=0),
+            parent=_opt(row, "parent", where, _is_int, "a step index"),
+            end=_opt(row, "end", where, _is_int, "a step index"),
+            call=_int(row, "call", where, default=0),
+            error=_opt(row, "error", where, _is_str, "text"),
+        )
+        if s.index != i:
+            raise _Invalid(f"{where} has index {s.index}, expected {i}")
+        for name, ids in (("input", s.inputs), ("output", s.outputs)):
+            for t in ids:
+                if not 0 <= t < n_tensors:
+                    raise _Invalid(
+                        f"{where}: {name} tensor id {t} is out of range "
+                        f"(the trace has {n_tensors} tensors)"
+                    )
+        for name, ref in (("parent", s.parent), ("end", s.end)):
+            if ref is not None and not 0 <= ref < n_steps:
+                raise _Invalid(
+                    f"{where}: {name} step {ref} is out of range (the trace has {n_steps} steps)"
+                )
+        if s.module not in modules:
+            raise _Invalid(f"{where}: module path {s.module!r} is not a module of the trace")
+        steps.append(s)
+
+    return Trace(steps=steps, modules=modules, tensors=tensors, meta=meta, error=error)
+
+
+def _check_stored(
+    rec: TensorRecord,
+    stored: dict[str, tuple[tuple[int, ...], str]],
+    meta: dict[str, Any],
+    where: str,
+) -> None:
+    key = rec.value_key
+    spec = stored.get(key)  # type: ignore[arg-type]
+    if spec is None or key.startswith(RESERVED_PREFIX):  # type: ignore[union-attr]
+        raise _Invalid(f"{where} names tensor {key!r}, which is not in the file")
+    shape, dtype = spec
+    if shape != rec.shape:
+        raise _Invalid(
+            f"tensor {key!r} is stored with shape {list(shape)} but its record ({where}) "
+            f"says {list(rec.shape)}"
+        )
+    allowed = {rec.dtype}
+    value_dtype = meta.get("value_dtype")
+    if isinstance(value_dtype, str) and _is_floating(rec.dtype):
+        allowed.add(value_dtype.removeprefix("torch."))  # a downcast copy (capture option)
+    if dtype not in allowed:
+        raise _Invalid(
+            f"tensor {key!r} is stored as {dtype} but its record ({where}) says {rec.dtype}"
+        )
+
+
+def _is_floating(dtype: str) -> bool:
+    return dtype.startswith(("float", "bfloat"))
+
+
+# ---- small typed readers: each raises _Invalid naming the record and the field
+
+
+def _table(manifest: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    """``{"fields": [...], "rows": [[...]]}`` -> one dict per row (unknown fields ignored)."""
+    table = manifest.get(name)
+    if not isinstance(table, dict):
+        raise _Invalid(f"the manifest has no {name} table")
+    names, rows = table.get("fields"), table.get("rows")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise _Invalid(f"the {name} table has no list of field names")
+    if not isinstance(rows, list):
+        raise _Invalid(f"the {name} table has no rows")
+    out = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, list) or len(row) != len(names):
+            raise _Invalid(f"row {i} of the {name} table does not have {len(names)} fields")
+        out.append(dict(zip(names, row)))
+    return out
+
+
+def _list(manifest: dict[str, Any], name: str) -> list[Any]:
+    v = manifest.get(name, [])
+    if not isinstance(v, list):
+        raise _Invalid(f"the manifest's {name} is not a list")
+    return v
+
+
+def _source(row: Any, i: int) -> SourceLocation:
+    if (
+        not isinstance(row, list)
+        or len(row) != 4
+        or not (_is_str(row[0]) and _is_int(row[1]) and _is_str(row[2]) and _is_str(row[3]))
+    ):
+        raise _Invalid(f"source entry {i} is not [file, line, text, function]")
+    return SourceLocation(file=row[0], line=row[1], text=row[2], function=row[3])
+
+
+def _stats(v: Any, names: Any, where: str) -> TensorStats | None:
+    if v is None:
+        return None
+    if not isinstance(v, list) or not isinstance(names, list) or len(v) != len(names):
+        raise _Invalid(f"{where}: stats are not a list of {len(_STATS_FIELDS)} numbers")
+    d = dict(zip(names, v))
+    try:
+        return TensorStats(
+            min=_num(d["min"]),
+            max=_num(d["max"]),
+            mean=_num(d["mean"]),
+            std=_num(d["std"]),
+            nan=_count(d["nan"]),
+            inf=_count(d["inf"]),
+        )
+    except (KeyError, TypeError):
+        raise _Invalid(f"{where}: stats are not valid numbers") from None
+
+
+def _num(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TypeError
+    return float(v)
+
+
+def _count(v: Any) -> int:
+    if not _is_int(v) or v < 0:
+        raise TypeError
+    return v
+
+
+_MISSING = object()
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_size(v: Any) -> bool:
+    return _is_int(v) and v >= 0
+
+
+def _is_str(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+def _get(row: dict[str, Any], name: str, where: str, default: Any) -> Any:
+    v = row.get(name, default)
+    if v is _MISSING:
+        raise _Invalid(f"{where} has no {name}")
+    return v
+
+
+def _int(row: dict[str, Any], name: str, where: str, default: Any = _MISSING) -> int:
+    v = _get(row, name, where, default)
+    if not _is_int(v):
+        raise _Invalid(f"{where}: {name} {v!r} is not a whole number")
+    return v
+
+
+def _str(row: dict[str, Any], name: str, where: str, default: Any = _MISSING) -> str:
+    v = _get(row, name, where, default)
+    if not isinstance(v, str):
+        raise _Invalid(f"{where}: {name} {v!r} is not text")
+    return v
+
+
+def _opt(row: dict[str, Any], name: str, where: str, ok: Any, what: str) -> Any:
+    v = row.get(name)
+    if v is not None and not ok(v):
+        raise _Invalid(f"{where}: {name} {v!r} is not {what}")
+    return v
+
+
+def _list_of(
+    row: dict[str, Any], name: str, where: str, ok: Any, what: str, default: Any = _MISSING
+) -> list[Any]:
+    v = _get(row, name, where, default)
+    if not isinstance(v, list) or not all(ok(x) for x in v):
+        raise _Invalid(f"{where}: {name} is not a list of {what}")
+    return v
+
+
+def _opt_tuple(row: dict[str, Any], name: str, where: str, ok: Any, what: str) -> Any:
+    if row.get(name) is None:
+        return None
+    return tuple(_list_of(row, name, where, ok, what))
+
+
+# --------------------------------------------------------------------------- lazy values
+
+
+class LazyValues(Mapping):
+    """Read-only ``value_key -> tensor`` mapping backed by an open safetensors file.
+
+    A tensor is read from disk the first time it is asked for; the last
+    ``VALUE_CACHE_SIZE`` tensors read stay in memory. The mapping holds the file open
+    (memory-mapped) until ``close()`` or until it is garbage-collected. Safe to use from
+    several threads.
+    """
+
+    def __init__(
+        self, path: Path, handle: Any, keys: list[str], cache_size: int = VALUE_CACHE_SIZE
+    ):
+        self.path = path
+        self._handle = handle
+        self._keys = keys
+        self._key_set = frozenset(keys)
+        self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        if key not in self._key_set:
+            raise KeyError(key)
+        with self._lock:
+            t = self._cache.get(key)
+            if t is not None:
+                self._cache.move_to_end(key)
+                return t
+            if self._handle is None:
+                raise TraceFileError(f"{self.path}: the trace file was closed")
+            try:
+                t = self._handle.get_tensor(key)
+            except (SafetensorError, OSError) as e:
+                raise TraceFileError(f"{self.path}: cannot read tensor {key!r}: {e}") from None
+            self._cache[key] = t
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+            return t
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._key_set
+
+    def close(self) -> None:
+        """Forget cached tensors and release the file."""
+        with self._lock:
+            self._cache.clear()
+            self._handle = None
+
+    def __repr__(self) -> str:
+        return f"LazyValues({str(self.path)!r}, {len(self)} tensors, {len(self._cache)} cached)"
