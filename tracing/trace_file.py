@@ -716,15 +716,13 @@ class LazyValues(Mapping):
     several threads.
     """
 
-    def __init__(
-        self, path: Path, handle: Any, keys: list[str], cache_size: int = VALUE_CACHE_SIZE
-    ):
+    def __init__(self, path: Path, handle: Any, keys: list[str], cache_size: int | None = None):
         self.path = path
         self._handle = handle
         self._keys = keys
         self._key_set = frozenset(keys)
         self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
-        self._cache_size = cache_size
+        self._cache_size = VALUE_CACHE_SIZE if cache_size is None else cache_size
         self._lock = threading.Lock()
 
     def __getitem__(self, key: str) -> torch.Tensor:
