@@ -1,0 +1,454 @@
+"""Breakpoints: conditions on steps and tensors, checked live or over a saved trace.
+
+A *condition* looks at one step and the tensors it produced and answers with a reason
+("3 Inf values in output") when it holds, or ``None`` when it does not:
+
+- :class:`NonFinite` — a NaN or an Inf appears in an output;
+- :class:`AbsAbove` — an output holds a value whose magnitude exceeds a threshold;
+- :class:`AttentionEntropyBelow` — a row of an attention map is sharper than a threshold
+  (entropy in nats; a row spread evenly over ``n`` keys has entropy ``ln n``);
+- :class:`ModuleIs` / :class:`OpIs` — a named module is entered, a named op runs.
+
+A list of conditions means *any of them*; ``a & b`` holds when both do (``ModuleIs
+("blocks.2") & NonFinite()``: a NaN inside block 2), ``a | b`` when either does.
+
+Two ways to use them:
+
+- **Live**: ``tracing.trace(model, x, break_on=[NonFinite()])`` stops the forward at the
+  first step that meets a condition and returns the trace up to that step, with
+  ``trace.meta["stopped_at"]`` saying where and why. The forward is not finished.
+- **Saved**: :func:`find_next` walks a recorded trace ("run to next breakpoint"), using
+  the kept values where there are some and the statistics where there are not.
+
+Order of events
+---------------
+A module step is recorded when the module is *entered*, but its outputs only exist when it
+*exits*, after every op inside. Conditions on names fire on entry; conditions on values
+fire where the value is produced: at the op itself, or at the module's exit. So the first
+Inf is found at the op that made it, not at the enclosing block that merely returned it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from tracing.record import Step, TensorRecord, Trace
+
+Event = Literal["enter", "exit"]
+"""``enter``: a module call begins (no outputs yet). ``exit``: outputs exist (an op that
+returned, or a module call that finished)."""
+
+
+# --------------------------------------------------------------------------- data seen
+
+
+@dataclass(frozen=True)
+class Output:
+    """One output of a step as a condition sees it: its record and, if known, its value."""
+
+    record: TensorRecord | None
+    value: torch.Tensor | None = None
+    name: str = "output"
+
+    @property
+    def is_attention(self) -> bool:
+        return self.record is not None and self.record.role == "attention"
+
+
+@dataclass(frozen=True)
+class BreakHit:
+    """Where and why a breakpoint fired."""
+
+    step: int  # index of the step in the trace
+    event: Event
+    reason: str
+    label: str = ""  # "blocks.2.ff · mul"
+    source: str = ""  # "model.py:42: x = x * 1e39"
+
+    def to_meta(self) -> dict[str, Any]:
+        """JSON-ready form stored as ``trace.meta["stopped_at"]``."""
+        return {
+            "step": self.step,
+            "event": self.event,
+            "reason": self.reason,
+            "label": self.label,
+            "source": self.source,
+        }
+
+
+class StopForward(Exception):  # noqa: N818 - a control-flow signal, not an error
+    """Raised from inside the traced forward to stop it at a breakpoint.
+
+    The tracer catches it, keeps everything recorded so far and returns the trace with
+    ``meta["stopped_at"]``; it never reaches the caller.
+    """
+
+    def __init__(self, hit: BreakHit):
+        super().__init__(f"breakpoint at step {hit.step}: {hit.reason}")
+        self.hit = hit
+
+
+# --------------------------------------------------------------------------- conditions
+
+
+class Condition:
+    """Base class. Override :meth:`on_enter` and/or :meth:`on_exit`."""
+
+    def on_enter(self, step: Step) -> str | None:
+        """A module call begins. Return a reason to break, or None."""
+        return None
+
+    def on_exit(self, step: Step, outputs: Sequence[Output]) -> str | None:
+        """A step's outputs exist. Return a reason to break, or None."""
+        return None
+
+    def check(self, step: Step, event: Event, outputs: Sequence[Output] = ()) -> str | None:
+        return self.on_enter(step) if event == "enter" else self.on_exit(step, outputs)
+
+    def __and__(self, other: Condition) -> Condition:
+        return AllOf((self, other))
+
+    def __or__(self, other: Condition) -> Condition:
+        return AnyOf((self, other))
+
+
+@dataclass(frozen=True)
+class AnyOf(Condition):
+    """Holds when any of its conditions does (a plain list of conditions means this)."""
+
+    conditions: tuple[Condition, ...]
+
+    def check(self, step, event, outputs=()):
+        for c in self.conditions:
+            reason = c.check(step, event, outputs)
+            if reason:
+                return reason
+        return None
+
+
+@dataclass(frozen=True)
+class AllOf(Condition):
+    """Holds when all of its conditions hold at the same event.
+
+    Name conditions (:class:`ModuleIs`, :class:`OpIs`) also hold at ``exit`` events here,
+    so ``ModuleIs("blocks.2", within=True) & NonFinite()`` means "a NaN inside block 2".
+    """
+
+    conditions: tuple[Condition, ...]
+
+    def check(self, step, event, outputs=()):
+        reasons = []
+        for c in self.conditions:
+            if isinstance(c, _NameCondition):
+                reason = c.matches(step)
+            else:
+                reason = c.check(step, event, outputs)
+            if not reason:
+                return None
+            reasons.append(reason)
+        return " and ".join(reasons)
+
+
+class _NameCondition(Condition):
+    def matches(self, step: Step) -> str | None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class ModuleIs(_NameCondition):
+    """Break when the module at ``path`` is entered (a module breakpoint).
+
+    With ``within=True`` any step inside that module's subtree matches too (useful
+    combined with a value condition: ``ModuleIs("blocks.2", within=True) & NonFinite()``).
+    """
+
+    path: str
+    within: bool = False
+
+    def matches(self, step: Step) -> str | None:
+        m = step.module
+        if m == self.path or (self.within and (self.path == "" or m.startswith(self.path + "."))):
+            return f"module {self.path or '<root>'}"
+        return None
+
+    def on_enter(self, step):
+        return self.matches(step) if step.kind == "module" else None
+
+    def on_exit(self, step, outputs):
+        # ops inside the module match only with within=True (entry covers the module)
+        if step.kind == "op" and self.within:
+            return self.matches(step)
+        return None
+
+
+@dataclass(frozen=True)
+class OpIs(_NameCondition):
+    """Break when an op named ``name`` runs (``"softmax"``, ``"matmul"``...).
+
+    Also matches a module step whose type is ``name`` (``OpIs("Linear")``), on entry.
+    ``module`` optionally restricts it to one module path.
+    """
+
+    name: str
+    module: str | None = None
+
+    def matches(self, step: Step) -> str | None:
+        if step.op != self.name:
+            return None
+        if self.module is not None and step.module != self.module:
+            return None
+        return f"op {self.name}"
+
+    def on_enter(self, step):
+        return self.matches(step) if step.kind == "module" else None
+
+    def on_exit(self, step, outputs):
+        return self.matches(step) if step.kind == "op" else None
+
+
+@dataclass(frozen=True)
+class NonFinite(Condition):
+    """Break when a NaN or an Inf appears in an output."""
+
+    def on_exit(self, step, outputs):
+        for o in outputs:
+            nan, inf = _nonfinite_counts(o)
+            if nan or inf:
+                parts = [f"{n} {what}" for n, what in ((nan, "NaN"), (inf, "Inf")) if n]
+                return f"{' and '.join(parts)} in {o.name}"
+        return None
+
+
+@dataclass(frozen=True)
+class AbsAbove(Condition):
+    """Break when an output holds a value with ``|x| > threshold`` (Inf counts)."""
+
+    threshold: float
+
+    def on_exit(self, step, outputs):
+        for o in outputs:
+            m = _abs_max(o)
+            if m is not None and m > self.threshold:
+                return f"|x| = {m:.4g} > {self.threshold:g} in {o.name}"
+        return None
+
+
+@dataclass(frozen=True)
+class AttentionEntropyBelow(Condition):
+    """Break when a row of an attention map has entropy below ``threshold`` (nats).
+
+    Applies to outputs whose record has role ``"attention"`` (shaped ``(..., T, T)``). The
+    first ``skip_rows`` query positions are ignored: under a causal mask the first query
+    sees one key only, so its entropy is always 0.
+    """
+
+    threshold: float
+    skip_rows: int = 1
+
+    def on_exit(self, step, outputs):
+        for o in outputs:
+            if not o.is_attention or o.value is None or o.value.dim() < 2:
+                continue
+            ent = attention_entropy(o.value)  # (..., T)
+            ent = ent[..., self.skip_rows :]
+            if ent.numel() == 0:
+                continue
+            low = float(ent.nan_to_num(nan=math.inf).min())
+            if low < self.threshold:
+                return f"attention row entropy {low:.4g} < {self.threshold:g}"
+        return None
+
+
+def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
+    """Entropy in nats of every row of an attention map: ``(..., Tq, Tk) -> (..., Tq)``.
+
+    ``0 log 0`` counts as 0, so masked (zero) keys do not contribute.
+    """
+    import torch
+
+    p = weights.detach().to(torch.float64)
+    logp = torch.where(p > 0, p.log(), torch.zeros_like(p))
+    return -(p * logp).sum(-1)
+
+
+def _as_float(value: torch.Tensor) -> torch.Tensor | None:
+    if not (value.is_floating_point() or value.is_complex()):
+        return None
+    return value.detach()
+
+
+def _nonfinite_counts(o: Output) -> tuple[int, int]:
+    import torch
+
+    if o.value is not None:
+        v = _as_float(o.value)
+        if v is None or v.numel() == 0:
+            return 0, 0
+        nan = int(torch.isnan(v).sum())
+        inf = int(torch.isinf(v).sum())
+        return nan, inf
+    if o.record is not None and o.record.stats is not None:
+        return o.record.stats.nan, o.record.stats.inf
+    return 0, 0
+
+
+def _abs_max(o: Output) -> float | None:
+    import torch
+
+    if o.value is not None:
+        v = _as_float(o.value)
+        if v is None or v.numel() == 0:
+            return None
+        v = v.abs()
+        if bool(torch.isinf(v).any()):
+            return math.inf
+        return float(v.nan_to_num(nan=0.0).max())
+    if o.record is not None and o.record.stats is not None:
+        s = o.record.stats
+        if s.inf:
+            return math.inf
+        vals = [abs(s.min), abs(s.max)]
+        vals = [x for x in vals if not math.isnan(x)]
+        return max(vals) if vals else None
+    return None
+
+
+def as_condition(conditions: Condition | Iterable[Condition]) -> Condition:
+    """A single condition from one condition or a list (any of them)."""
+    if isinstance(conditions, Condition):
+        return conditions
+    conds = tuple(conditions)
+    for c in conds:
+        if not isinstance(c, Condition):
+            raise TypeError(
+                f"break_on expects tracing.breakpoints conditions (NonFinite(), AbsAbove(1e4),"
+                f" ModuleIs('blocks.2')...), got {type(c).__name__}: {c!r}"
+            )
+    return conds[0] if len(conds) == 1 else AnyOf(conds)
+
+
+# --------------------------------------------------------------------------- saved traces
+
+
+def _outputs_of(trace: Trace, step: Step) -> list[Output]:
+    names = step.output_names if len(step.output_names) == len(step.outputs) else ()
+    outs = []
+    for k, tid in enumerate(step.outputs):
+        rec = trace.tensors[tid]
+        value = None
+        if rec.value_key is not None:
+            try:
+                value = trace.values[rec.value_key]
+            except KeyError:
+                value = None
+        outs.append(Output(rec, value, names[k] if names else f"output[{k}]"))
+    return outs
+
+
+def _events(trace: Trace) -> list[tuple[float, int, Event]]:
+    """Every (position, step index, event) in execution order."""
+    events: list[tuple[float, int, Event]] = []
+    for s in trace.steps:
+        if s.kind == "module":
+            events.append((float(s.index), s.index, "enter"))
+            end = s.end
+            if end is None:
+                end = max((t.index for t in trace.steps if t.parent == s.index), default=s.index)
+            events.append((end + 0.5, s.index, "exit"))
+        else:
+            events.append((float(s.index), s.index, "exit"))
+    events.sort()
+    return events
+
+
+def find_hit(
+    trace: Trace, start: float, conditions: Condition | Iterable[Condition]
+) -> BreakHit | None:
+    """The first breakpoint hit strictly after position ``start`` (see :func:`find_next`).
+
+    Positions: a step's entry is its index, a module call's exit is ``end + 0.5``. Use
+    ``start=-1`` to search from the beginning.
+    """
+    cond = as_condition(conditions)
+    for pos, index, event in _events(trace):
+        if pos <= start:
+            continue
+        step = trace.steps[index]
+        outputs = _outputs_of(trace, step) if event == "exit" else ()
+        reason = cond.check(step, event, outputs)
+        if reason:
+            return make_hit(step, event, reason)
+    return None
+
+
+def find_next(trace: Trace, start: int, conditions: Condition | Iterable[Condition]) -> int | None:
+    """Index of the next step after step ``start`` where a condition holds ("run to next
+    breakpoint"), or None. ``start=-1`` searches from the first step.
+
+    Value conditions use the kept values where the trace has them and the statistics
+    otherwise (``NonFinite``, ``AbsAbove``); ``AttentionEntropyBelow`` needs the attention
+    maps, which every capture level keeps.
+    """
+    hit = find_hit(trace, float(start), conditions)
+    return None if hit is None else hit.step
+
+
+def find_all(trace: Trace, conditions: Condition | Iterable[Condition]) -> list[BreakHit]:
+    """Every hit in the trace, in execution order (for a breakpoint list in the app)."""
+    cond = as_condition(conditions)
+    hits = []
+    for _pos, index, event in _events(trace):
+        step = trace.steps[index]
+        outputs = _outputs_of(trace, step) if event == "exit" else ()
+        reason = cond.check(step, event, outputs)
+        if reason:
+            hits.append(make_hit(step, event, reason))
+    return hits
+
+
+def make_hit(step: Step, event: Event, reason: str) -> BreakHit:
+    src = ""
+    if step.source is not None:
+        src = f"{step.source.file}:{step.source.line}: {step.source.text}"
+    return BreakHit(step.index, event, reason, step.label, src)
+
+
+# --------------------------------------------------------------------------- live
+
+
+class LiveBreaker:
+    """What the tracer calls during a forward to stop at the first breakpoint.
+
+    The tracer calls :meth:`enter` when it records a module step and :meth:`exit` when a
+    step's outputs exist, passing the live tensors. When a condition holds, these raise
+    :class:`StopForward`, which the tracer catches.
+    """
+
+    def __init__(self, conditions: Condition | Iterable[Condition]):
+        self.condition = as_condition(conditions)
+
+    def enter(self, step: Step) -> None:
+        reason = self.condition.check(step, "enter", ())
+        if reason:
+            raise StopForward(make_hit(step, "enter", reason))
+
+    def exit(
+        self,
+        step: Step,
+        records: Sequence[TensorRecord | None],
+        tensors: Sequence[torch.Tensor | None],
+    ) -> None:
+        names = step.output_names if len(step.output_names) == len(tensors) else ()
+        outputs = [
+            Output(rec, t, names[k] if names else f"output[{k}]")
+            for k, (rec, t) in enumerate(zip(records, tensors))
+        ]
+        reason = self.condition.check(step, "exit", outputs)
+        if reason:
+            raise StopForward(make_hit(step, "exit", reason))
