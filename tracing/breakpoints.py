@@ -82,7 +82,7 @@ class BreakHit:
         }
 
 
-class StopForward(Exception):  # noqa: N818 - a control-flow signal, not an error
+class StopForward(Exception):
     """Raised from inside the traced forward to stop it at a breakpoint.
 
     The tracer catches it, keeps everything recorded so far and returns the trace with
