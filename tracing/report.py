@@ -1,0 +1,755 @@
+"""Shape reports of a trace: per module and per step, as Markdown, CSV, JSON, HTML, GraphML.
+
+Computing a report is kept apart from formatting it (as torchinfo does): ``compute(trace)``
+gathers plain rows — path, type, op, source line, input and output shapes with their
+symbolic dims, dtype, parameters, stats — and each ``_render_<fmt>`` only lays those rows
+out. So every format shows the same facts, and a new format is one small function.
+
+>>> from tracing import report
+>>> print(report.render(trace, "md"))          # doctest: +SKIP
+>>> report.write(trace, "shapes.html")         # doctest: +SKIP   (format from the suffix)
+
+Source paths are shortened so a report does not depend on the machine that made it: a
+file under the current folder is shown relative to it, one inside an installed package
+from its ``site-packages`` folder on, anything else as it was recorded.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tracing.record import Step, TensorRecord, Trace
+
+FORMATS: tuple[str, ...] = ("md", "csv", "json", "html", "graphml")
+"""Report formats, by the name ``render`` and ``scratchformer report --format`` take."""
+
+SUFFIXES = {
+    ".md": "md",
+    ".markdown": "md",
+    ".csv": "csv",
+    ".json": "json",
+    ".html": "html",
+    ".htm": "html",
+    ".graphml": "graphml",
+}
+
+REPORT_SCHEMA = 1
+"""Version of the JSON report layout."""
+
+
+# --------------------------------------------------------------------------- the rows
+
+
+@dataclass(frozen=True)
+class TensorCell:
+    """One input or output of a step, as a report shows it."""
+
+    id: int
+    name: str  # "x", "output", "args[0]"... ("" when the tracer gave none)
+    shape: tuple[int, ...]
+    dims: tuple[str, ...] | None
+    dtype: str
+    role: str | None
+
+    @property
+    def text(self) -> str:
+        """``x: (B=1, T=3, C=4)``; with the dtype appended when it is not float32."""
+        shape = _shape_text(self.shape, self.dims)
+        dtype = "" if self.dtype == "float32" else f" {self.dtype}"
+        return f"{self.name}: {shape}{dtype}" if self.name else f"{shape}{dtype}"
+
+
+@dataclass(frozen=True)
+class StatsCell:
+    min: float | None = None
+    max: float | None = None
+    mean: float | None = None
+    std: float | None = None
+    nan: int | None = None
+    inf: int | None = None
+
+
+@dataclass(frozen=True)
+class StepRow:
+    """One step of the forward pass."""
+
+    index: int
+    kind: str  # "module" or "op"
+    depth: int
+    module: str  # dotted path, "" for the root
+    type: str  # the module's class name
+    op: str
+    source: str  # "file:line" ("" when unknown)
+    code: str  # the source line's text
+    inputs: tuple[TensorCell, ...]
+    outputs: tuple[TensorCell, ...]
+    dtype: str  # of the first output ("" when none)
+    params: int | None  # module steps: parameters of the module's subtree
+    stats: StatsCell  # of the first output
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ModuleRow:
+    """One module of the model (whether it ran or not); shapes from its first call."""
+
+    path: str
+    type: str
+    depth: int
+    calls: int
+    first_step: int | None
+    params: int  # owned directly
+    params_total: int  # whole subtree
+    source: str
+    code: str
+    inputs: tuple[TensorCell, ...]
+    outputs: tuple[TensorCell, ...]
+    dtype: str
+    stats: StatsCell
+    extra: str
+
+
+@dataclass
+class Report:
+    """Everything a report shows, computed once from a trace."""
+
+    title: str
+    summary: dict[str, Any]  # short facts shown at the top (model, capture, tokens...)
+    meta: dict[str, Any]  # the trace's full meta, JSON-safe
+    modules: list[ModuleRow] = field(default_factory=list)
+    steps: list[StepRow] = field(default_factory=list)
+    error: str | None = None
+
+
+# --------------------------------------------------------------------------- compute
+
+
+def compute(trace: Trace) -> Report:
+    """Gather the report rows of ``trace`` (no formatting here)."""
+    modules = trace.modules
+
+    def cells(ids: Sequence[int], names: Sequence[str]) -> tuple[TensorCell, ...]:
+        out = []
+        for i, tid in enumerate(ids):
+            r = trace.tensors[tid]
+            name = names[i] if i < len(names) else ""
+            out.append(TensorCell(tid, name, r.shape, r.dims, r.dtype, r.role))
+        return tuple(out)
+
+    steps: list[StepRow] = []
+    for s in trace.steps:
+        info = modules.get(s.module)
+        mtype = info.type if info else ""
+        outputs = cells(s.outputs, s.output_names)
+        first = trace.tensors[s.outputs[0]] if s.outputs else None
+        source, code = _source_text(s)
+        steps.append(
+            StepRow(
+                index=s.index,
+                kind=s.kind,
+                depth=s.depth,
+                module=s.module,
+                type=mtype,
+                op=s.op,
+                source=source,
+                code=code,
+                inputs=cells(s.inputs, s.input_names),
+                outputs=outputs,
+                dtype=first.dtype if first else "",
+                params=(info.params_total if info else None) if s.kind == "module" else None,
+                stats=_stats_cell(first),
+                error=s.error,
+            )
+        )
+
+    calls: dict[str, list[Step]] = {}
+    for s in trace.steps:
+        if s.kind == "module":
+            calls.setdefault(s.module, []).append(s)
+    module_rows = []
+    for m in modules.values():
+        ran = calls.get(m.path, [])
+        first_call = steps[ran[0].index] if ran else None
+        module_rows.append(
+            ModuleRow(
+                path=m.path,
+                type=m.type,
+                depth=m.depth,
+                calls=len(ran),
+                first_step=first_call.index if first_call else None,
+                params=m.params,
+                params_total=m.params_total,
+                source=first_call.source if first_call else "",
+                code=first_call.code if first_call else "",
+                inputs=first_call.inputs if first_call else (),
+                outputs=first_call.outputs if first_call else (),
+                dtype=first_call.dtype if first_call else "",
+                stats=first_call.stats if first_call else StatsCell(),
+                extra=m.extra,
+            )
+        )
+
+    meta = trace.meta
+    model = str(
+        meta.get("model_class")
+        or meta.get("model")
+        or (modules[""].type if "" in modules else "model")
+    )
+    tokens = meta.get("tokens")
+    n_tokens = _count_tokens(tokens)
+    summary: dict[str, Any] = {
+        "model": model,
+        "capture": meta.get("capture", ""),
+        "text": meta.get("text", ""),
+        "tokens": n_tokens,
+        "steps": len(trace.steps),
+        "module_steps": sum(1 for s in trace.steps if s.kind == "module"),
+        "op_steps": sum(1 for s in trace.steps if s.kind == "op"),
+        "modules": len(modules),
+        "tensors": len(trace.tensors),
+        "kept_values": len({r.value_key for r in trace.tensors if r.value_key is not None}),
+        "parameters": modules[""].params_total if "" in modules else None,
+        "torch": meta.get("torch_version", meta.get("torch", "")),
+    }
+    if trace.error:
+        summary["error"] = trace.error
+    return Report(
+        title=f"Trace report: {model}",
+        summary=summary,
+        meta=_jsonable(meta),
+        modules=module_rows,
+        steps=steps,
+        error=trace.error,
+    )
+
+
+def _count_tokens(tokens: Any) -> int | None:
+    if tokens is None:
+        return None
+    if isinstance(tokens, (list, tuple)):
+        if tokens and isinstance(tokens[0], (list, tuple)):
+            return sum(len(t) for t in tokens)
+        return len(tokens)
+    return None
+
+
+def _source_text(step: Step) -> tuple[str, str]:
+    src = step.source
+    if src is None:
+        return "", ""
+    return f"{short_path(src.file)}:{src.line}", src.text
+
+
+def short_path(file: str) -> str:
+    """A source path that does not depend on the machine (see the module docstring)."""
+    if not file or file.startswith("<"):
+        return file
+    norm = file.replace("\\", "/")
+    marker = "site-packages/"
+    if marker in norm:
+        return norm.rsplit(marker, 1)[1]
+    try:
+        rel = os.path.relpath(file)
+    except ValueError:  # another drive on Windows
+        return norm
+    if not rel.startswith(".."):
+        return rel.replace("\\", "/")
+    return norm
+
+
+def _stats_cell(r: TensorRecord | None) -> StatsCell:
+    if r is None or r.stats is None:
+        return StatsCell()
+    s = r.stats
+    return StatsCell(_finite(s.min), _finite(s.max), _finite(s.mean), _finite(s.std), s.nan, s.inf)
+
+
+def _finite(x: float) -> float | None:
+    return x if isinstance(x, (int, float)) and math.isfinite(x) else None
+
+
+def _shape_text(shape: tuple[int, ...], dims: tuple[str, ...] | None) -> str:
+    if dims and len(dims) == len(shape):
+        return "(" + ", ".join(f"{d}={s}" for d, s in zip(dims, shape)) + ")"
+    return "(" + ", ".join(str(s) for s in shape) + ")"
+
+
+def _jsonable(v: Any) -> Any:
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    return str(v)
+
+
+# --------------------------------------------------------------------------- render
+
+
+def render(trace: Trace | Report, fmt: str) -> str:
+    """The report of ``trace`` in format ``fmt`` (one of ``FORMATS``) as text."""
+    fmt = fmt.lower().lstrip(".")
+    fmt = SUFFIXES.get("." + fmt, fmt)
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown report format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if fmt == "graphml":
+        if isinstance(trace, Report):
+            raise ValueError("a GraphML report needs the trace itself, not a computed Report")
+        return _render_graphml(trace)
+    report = trace if isinstance(trace, Report) else compute(trace)
+    return {"md": _render_md, "csv": _render_csv, "json": _render_json, "html": _render_html}[fmt](
+        report
+    )
+
+
+def format_for(path: str | os.PathLike) -> str:
+    """The report format a file name asks for, from its suffix."""
+    suffix = Path(path).suffix.lower()
+    fmt = SUFFIXES.get(suffix)
+    if fmt is None:
+        raise ValueError(
+            f"cannot tell the report format from {str(path)!r}; use a suffix "
+            f"({', '.join(sorted(SUFFIXES))}) or give the format"
+        )
+    return fmt
+
+
+def write(trace: Trace | Report, path: str | os.PathLike, fmt: str | None = None) -> Path:
+    """Write the report to ``path``; the format comes from the suffix unless given."""
+    path = Path(path)
+    text = render(trace, fmt or format_for(path))
+    path.write_text(text, encoding="utf-8", newline="")
+    return path
+
+
+# ---- shared cell text
+
+
+def _num(x: float | int | None) -> str:
+    if x is None:
+        return ""
+    if isinstance(x, int):
+        return str(x)
+    return f"{x:.4g}"
+
+
+def _cells_text(cells: Sequence[TensorCell]) -> str:
+    return "; ".join(c.text for c in cells)
+
+
+def _params_text(n: int | None) -> str:
+    return "" if n is None else f"{n:,}"
+
+
+def _summary_lines(report: Report) -> list[tuple[str, str]]:
+    s = report.summary
+    lines = [("model", str(s["model"]))]
+    if s.get("capture"):
+        lines.append(("capture", str(s["capture"])))
+    if s.get("parameters") is not None:
+        lines.append(("parameters", f"{s['parameters']:,}"))
+    if s.get("tokens") is not None:
+        lines.append(("tokens", str(s["tokens"])))
+    if s.get("text"):
+        lines.append(("text", repr(s["text"])))
+    lines.append(
+        (
+            "steps",
+            f"{s['steps']} ({s['module_steps']} module calls, {s['op_steps']} ops)",
+        )
+    )
+    lines.append(("tensors", f"{s['tensors']} ({s['kept_values']} values kept)"))
+    if s.get("torch"):
+        lines.append(("torch", str(s["torch"])))
+    if s.get("error"):
+        lines.append(("error", str(s["error"])))
+    return lines
+
+
+# ---- Markdown
+
+
+def _md(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def _md_code(text: str) -> str:
+    if not text:
+        return ""
+    if "`" in text:
+        return _md(text)
+    return "`" + text.replace("|", "\\|").replace("\n", " ") + "`"
+
+
+def _md_table(header: Sequence[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(row) + " |" for row in rows]
+    return out
+
+
+def _render_md(report: Report) -> str:
+    lines = [f"# {_md(report.title)}", ""]
+    lines += [f"- **{k}**: {_md(v)}" for k, v in _summary_lines(report)]
+    lines += ["", "## Modules", ""]
+    rows = []
+    for m in report.modules:
+        indent = "&nbsp;&nbsp;" * m.depth
+        rows.append(
+            [
+                indent + _md_code(m.path or "<root>"),
+                _md(m.type),
+                str(m.calls),
+                _md(_cells_text(m.inputs)),
+                _md(_cells_text(m.outputs)),
+                _params_text(m.params_total),
+                _md(m.source),
+            ]
+        )
+    lines += _md_table(
+        ("module", "type", "calls", "input shapes", "output shapes", "params", "source"), rows
+    )
+    lines += ["", "## Steps", ""]
+    rows = []
+    for s in report.steps:
+        op = f"**{_md(s.op)}**" if s.kind == "module" else _md(s.op)
+        if s.error:
+            op += " ⚠"
+        rows.append(
+            [
+                str(s.index),
+                _md_code(s.module or "<root>"),
+                op,
+                _md(_cells_text(s.inputs)),
+                _md(_cells_text(s.outputs)),
+                _md(s.dtype),
+                _num(s.stats.min),
+                _num(s.stats.max),
+                _num(s.stats.mean),
+                _num(s.stats.std),
+                _nonfinite_text(s.stats),
+                _md(s.source),
+                _md_code(s.code),
+            ]
+        )
+    lines += _md_table(
+        (
+            "#",
+            "module",
+            "op",
+            "inputs",
+            "outputs",
+            "dtype",
+            "min",
+            "max",
+            "mean",
+            "std",
+            "nan/inf",
+            "source",
+            "code",
+        ),
+        rows,
+    )
+    if report.error:
+        lines += ["", f"**The forward pass raised:** {_md(report.error)}"]
+    return "\n".join(lines) + "\n"
+
+
+def _nonfinite_text(stats: StatsCell) -> str:
+    if stats.nan is None and stats.inf is None:
+        return ""
+    return f"{stats.nan or 0}/{stats.inf or 0}"
+
+
+# ---- CSV
+
+CSV_COLUMNS = (
+    "row",
+    "index",
+    "kind",
+    "depth",
+    "module",
+    "type",
+    "op",
+    "calls",
+    "inputs",
+    "outputs",
+    "dtype",
+    "params",
+    "params_total",
+    "min",
+    "max",
+    "mean",
+    "std",
+    "nan",
+    "inf",
+    "source",
+    "code",
+    "error",
+)
+"""One table for both views: ``row`` is ``module`` (one per module) or ``step``."""
+
+
+def _render_csv(report: Report) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+
+    def stats(st: StatsCell) -> list[str]:
+        return [
+            _csv_num(st.min),
+            _csv_num(st.max),
+            _csv_num(st.mean),
+            _csv_num(st.std),
+            "" if st.nan is None else str(st.nan),
+            "" if st.inf is None else str(st.inf),
+        ]
+
+    for m in report.modules:
+        w.writerow(
+            [
+                "module",
+                "" if m.first_step is None else m.first_step,
+                "module",
+                m.depth,
+                m.path,
+                m.type,
+                "",
+                m.calls,
+                _cells_text(m.inputs),
+                _cells_text(m.outputs),
+                m.dtype,
+                m.params,
+                m.params_total,
+                *stats(m.stats),
+                m.source,
+                m.code,
+                "",
+            ]
+        )
+    for s in report.steps:
+        w.writerow(
+            [
+                "step",
+                s.index,
+                s.kind,
+                s.depth,
+                s.module,
+                s.type,
+                s.op,
+                "",
+                _cells_text(s.inputs),
+                _cells_text(s.outputs),
+                s.dtype,
+                "",
+                "" if s.params is None else s.params,
+                *stats(s.stats),
+                s.source,
+                s.code,
+                s.error or "",
+            ]
+        )
+    return buf.getvalue()
+
+
+def _csv_num(x: float | None) -> str:
+    return "" if x is None else repr(float(x))
+
+
+# ---- JSON
+
+
+def _cell_json(c: TensorCell) -> dict[str, Any]:
+    return {
+        "id": c.id,
+        "name": c.name,
+        "shape": list(c.shape),
+        "dims": None if c.dims is None else list(c.dims),
+        "dtype": c.dtype,
+        "role": c.role,
+        "text": c.text,
+    }
+
+
+def _render_json(report: Report) -> str:
+    def row(r: StepRow | ModuleRow) -> dict[str, Any]:
+        d = asdict(r)
+        d["inputs"] = [_cell_json(c) for c in r.inputs]
+        d["outputs"] = [_cell_json(c) for c in r.outputs]
+        return d
+
+    doc = {
+        "format": "scratchformer-report",
+        "schema": REPORT_SCHEMA,
+        "title": report.title,
+        "summary": _jsonable(report.summary),
+        "meta": report.meta,
+        "error": report.error,
+        "modules": [row(m) for m in report.modules],
+        "steps": [row(s) for s in report.steps],
+    }
+    return json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+# ---- HTML
+
+_CSS = """
+body { font: 14px/1.4 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em;
+       color: #1d2330; background: #fbfbfd; }
+h1 { font-size: 1.5em; margin-bottom: .2em; } h2 { margin-top: 1.6em; font-size: 1.2em; }
+dl.summary { display: grid; grid-template-columns: max-content auto; gap: .2em 1em; }
+dl.summary dt { font-weight: 600; color: #555; } dl.summary dd { margin: 0; }
+table { border-collapse: collapse; font-size: 12.5px; width: 100%; }
+th, td { border-bottom: 1px solid #e3e5ec; padding: 3px 8px; text-align: left;
+         vertical-align: top; }
+th { position: sticky; top: 0; background: #eef0f6; }
+tr.module td { background: #f3f6ff; font-weight: 600; }
+tr.error td { background: #ffecec; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+code, .shape { font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; }
+.shape { white-space: nowrap; } .muted { color: #8a8f9c; }
+.bad { color: #c0392b; font-weight: 600; }
+.role { font-size: 11px; background: #ffe9b3; border-radius: 3px; padding: 0 4px; }
+.error-banner { background: #ffecec; border: 1px solid #e6a1a1; padding: .6em 1em; }
+"""
+
+
+def _h(text: Any) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _html_cells(cells: Sequence[TensorCell]) -> str:
+    parts = []
+    for c in cells:
+        role = f' <span class="role">{_h(c.role)}</span>' if c.role == "attention" else ""
+        parts.append(f'<span class="shape">{_h(c.text)}</span>{role}')
+    return "<br>".join(parts)
+
+
+def _render_html(report: Report) -> str:
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        f"<title>{_h(report.title)}</title>",
+        f"<style>{_CSS}</style>",
+        "</head>",
+        "<body>",
+        f"<h1>{_h(report.title)}</h1>",
+    ]
+    if report.error:
+        out.append(
+            f'<p class="error-banner">The forward pass raised: <code>{_h(report.error)}</code>'
+            " — the steps below end at the failing one.</p>"
+        )
+    out.append('<dl class="summary">')
+    out += [f"<dt>{_h(k)}</dt><dd>{_h(v)}</dd>" for k, v in _summary_lines(report)]
+    out.append("</dl>")
+
+    out += [
+        "<h2>Modules</h2>",
+        "<table>",
+        "<thead><tr><th>module</th><th>type</th><th>calls</th><th>input shapes</th>"
+        "<th>output shapes</th><th>params</th><th>own params</th><th>source</th></tr></thead>",
+        "<tbody>",
+    ]
+    for m in report.modules:
+        pad = f' style="padding-left:{0.5 + 1.2 * m.depth:.1f}em"'
+        muted = "" if m.calls else ' class="muted"'
+        out.append(
+            f"<tr{muted}><td{pad}><code>{_h(m.path or '<root>')}</code></td>"
+            f"<td>{_h(m.type)}</td><td class=num>{m.calls}</td>"
+            f"<td>{_html_cells(m.inputs)}</td><td>{_html_cells(m.outputs)}</td>"
+            f"<td class=num>{m.params_total:,}</td><td class=num>{m.params:,}</td>"
+            f'<td title="{_h(m.code)}"><code>{_h(m.source)}</code></td></tr>'
+        )
+    out += ["</tbody>", "</table>"]
+
+    out += [
+        "<h2>Steps</h2>",
+        "<table>",
+        "<thead><tr><th>#</th><th>module</th><th>op</th><th>inputs</th><th>outputs</th>"
+        "<th>dtype</th><th>min</th><th>max</th><th>mean</th><th>std</th><th>nan</th>"
+        "<th>inf</th><th>source</th><th>code</th></tr></thead>",
+        "<tbody>",
+    ]
+    for s in report.steps:
+        classes = [s.kind] + (["error"] if s.error else [])
+        pad = f' style="padding-left:{0.5 + 1.2 * s.depth:.1f}em"'
+        nan = _num(s.stats.nan)
+        inf = _num(s.stats.inf)
+        nan_html = f'<span class="bad">{nan}</span>' if s.stats.nan else nan
+        inf_html = f'<span class="bad">{inf}</span>' if s.stats.inf else inf
+        title = f' title="{_h(s.error)}"' if s.error else ""
+        out.append(
+            f'<tr class="{" ".join(classes)}"{title}><td class=num>{s.index}</td>'
+            f"<td><code>{_h(s.module or '<root>')}</code></td>"
+            f"<td{pad}>{_h(s.op)}</td>"
+            f"<td>{_html_cells(s.inputs)}</td><td>{_html_cells(s.outputs)}</td>"
+            f"<td>{_h(s.dtype)}</td>"
+            f"<td class=num>{_num(s.stats.min)}</td><td class=num>{_num(s.stats.max)}</td>"
+            f"<td class=num>{_num(s.stats.mean)}</td><td class=num>{_num(s.stats.std)}</td>"
+            f"<td class=num>{nan_html}</td><td class=num>{inf_html}</td>"
+            f"<td><code>{_h(s.source)}</code></td><td><code>{_h(s.code)}</code></td></tr>"
+        )
+    out += ["</tbody>", "</table>", "</body>", "</html>"]
+    return "\n".join(out) + "\n"
+
+
+# ---- GraphML
+
+
+def _render_graphml(trace: Trace) -> str:
+    """The trace graph as GraphML (tracing.graph's exporter when it has one)."""
+    try:
+        from tracing import graph as graph_module
+    except ImportError:
+        graph_module = None
+    exporter = getattr(graph_module, "to_graphml", None)
+    if exporter is not None:
+        result = exporter(trace)
+        if isinstance(result, bytes):
+            return result.decode("utf-8")
+        return str(result)
+    return _graphml_fallback(trace)
+
+
+def _graphml_fallback(trace: Trace) -> str:
+    """A node per step and producer -> consumer edges, built here from the steps."""
+    import networkx as nx
+
+    g = nx.DiGraph()
+    for s in trace.steps:
+        out = [trace.tensors[t] for t in s.outputs]
+        source, code = _source_text(s)
+        g.add_node(
+            s.index,
+            kind=s.kind,
+            module=s.module,
+            op=s.op,
+            depth=s.depth,
+            parent=-1 if s.parent is None else s.parent,
+            source=source,
+            code=code,
+            shapes="; ".join(r.shape_str() for r in out),
+            label=s.label,
+        )
+    for s in trace.steps:
+        for t in s.inputs:
+            producer = trace.tensors[t].producer
+            if producer is not None and producer != s.index and producer in g:
+                r = trace.tensors[t]
+                g.add_edge(producer, s.index, tensor=t, shape=r.shape_str())
+    return "\n".join(nx.generate_graphml(g)) + "\n"
