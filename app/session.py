@@ -1,0 +1,335 @@
+"""What the debugger does, without the windows: load a demo, trace a prompt, open a file, step.
+
+Everything here is plain Python so it can be tested without a display. The Qt layer
+(``app.main_window``) calls these functions and turns their errors into dialogs.
+
+Three ways a trace arrives:
+
+- :func:`demo_trace` traces the bundled demo model on ``DEMO_PROMPT``;
+- :func:`run_trace` traces any :class:`ModelSource` on any prompt, reporting progress and
+  honouring a cancel flag (the Qt worker in ``app.workers`` runs it off the GUI thread);
+- :func:`open_trace` reads a trace file.
+
+A forward pass that raises is not a failure of the debugger: the tracer hands back the
+partial trace, and :class:`TraceOutcome` carries it with ``status == "failed"`` so the window
+can show it stopped at the failing step. Cancelling is not an error either.
+
+The stepping rules of a debugger (step over, step out, run to the next NaN) are the
+functions at the end; they only read ``Trace.steps``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from tracing import Trace
+
+ProgressCallback = Callable[[int, int], None]
+"""``progress(done, total)``: module calls so far, modules in the model."""
+
+DEFAULT_CAPTURE = "values"
+PRESETS = ("demo", "nano", "gpt2-small")
+"""Presets offered in the new-trace dialog (built with random weights, seeded)."""
+
+
+class SessionError(Exception):
+    """A problem the user can fix; the message names it in plain words."""
+
+
+class Cancelled(Exception):
+    """Raised from inside the forward pass when the user pressed Cancel."""
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass
+class TraceOutcome:
+    """The result of tracing: a trace, and whether the forward pass completed."""
+
+    trace: Trace | None
+    status: Literal["complete", "failed", "cancelled"] = "complete"
+    message: str = ""  # for "failed": the error the forward raised
+
+    @property
+    def start_step(self) -> int:
+        """Where the window should open: the failing step for a failed trace, else 0."""
+        if self.trace is None or not self.trace.steps:
+            return 0
+        if self.status == "failed":
+            return failing_step(self.trace)
+        return 0
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Which model to trace: the bundled demo, a preset with random weights, a checkpoint."""
+
+    kind: Literal["demo", "preset", "checkpoint"] = "demo"
+    preset: str = "demo"
+    checkpoint: str = ""
+    seed: int = 0
+
+    def describe(self) -> str:
+        if self.kind == "checkpoint":
+            return Path(self.checkpoint).name
+        if self.kind == "preset":
+            return f"preset {self.preset} (random weights)"
+        return "bundled demo model"
+
+
+@dataclass
+class TraceRequest:
+    """Everything the new-trace dialog asks for."""
+
+    prompt: str
+    source: ModelSource = field(default_factory=ModelSource)
+    capture: str = DEFAULT_CAPTURE
+
+
+# --------------------------------------------------------------------------- models
+
+
+def build_model(source: ModelSource) -> tuple[torch.nn.Module, Any]:
+    """Return ``(model, tokenizer)`` for a source; raise SessionError naming the problem."""
+    import torch
+
+    import scratchformer
+
+    tokenizer = scratchformer.ByteTokenizer()
+    if source.kind == "demo":
+        model = scratchformer.demo_model()
+    elif source.kind == "preset":
+        try:
+            config = scratchformer.ModelConfig.preset(source.preset)
+        except (KeyError, ValueError) as e:
+            raise SessionError(f"Unknown preset {source.preset!r}: {e}") from e
+        torch.manual_seed(source.seed)
+        model = scratchformer.DecoderOnlyTransformer(config)
+    elif source.kind == "checkpoint":
+        path = Path(source.checkpoint)
+        if not source.checkpoint or not path.is_file():
+            raise SessionError(f"Checkpoint file not found: {source.checkpoint or '(none)'}")
+        try:
+            model = scratchformer.load_checkpoint(path)
+        except scratchformer.CheckpointError as e:
+            raise SessionError(f"Cannot load checkpoint {path.name}: {e}") from e
+        except Exception as e:  # a foreign file may fail anywhere inside the loader
+            raise SessionError(f"Cannot load checkpoint {path.name}: {e}") from e
+    else:  # pragma: no cover - the dataclass restricts it
+        raise SessionError(f"Unknown model source {source.kind!r}")
+    if isinstance(model, tuple):  # tolerate loaders returning (model, extra)
+        model = model[0]
+    model.eval()
+    return model, tokenizer
+
+
+def context_length(model: Any) -> int | None:
+    """The longest input the model accepts, read from its config; None when unknown."""
+    config = getattr(model, "config", None)
+    for name in ("max_seq_len", "context_length", "block_size", "n_positions", "max_len"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def encode_prompt(tokenizer: Any, prompt: str, model: Any) -> torch.Tensor:
+    """Token ids shaped ``(B=1, T)``; SessionError when empty or longer than the model takes."""
+    import torch
+
+    if not prompt:
+        raise SessionError("The prompt is empty: type at least one character.")
+    ids = tokenizer.encode(prompt)
+    ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+    if ids and isinstance(ids[0], list):  # already batched
+        ids = ids[0]
+    limit = context_length(model)
+    if limit is not None and len(ids) > limit:
+        raise SessionError(
+            f"The prompt is {len(ids)} tokens long but this model accepts at most {limit} "
+            f"(its context length). Shorten the prompt."
+        )
+    return torch.tensor([ids], dtype=torch.long)  # (B, T)
+
+
+def token_strings(tokenizer: Any, ids: list[int]) -> list[str]:
+    """One printable label per token, for heatmap axes."""
+    out = []
+    for i in ids:
+        try:
+            text = tokenizer.decode([i])
+        except Exception:
+            text = ""
+        out.append(text if text.isprintable() and text else f"<{i}>")
+    return out
+
+
+# --------------------------------------------------------------------------- tracing
+
+
+def run_trace(
+    request: TraceRequest,
+    progress: ProgressCallback | None = None,
+    cancel: threading.Event | None = None,
+) -> TraceOutcome:
+    """Build the model, encode the prompt and trace one forward pass.
+
+    Progress is counted by a global forward pre-hook of our own (module calls so far out of
+    the modules in the model); the same hook raises :class:`Cancelled` once ``cancel`` is
+    set, which stops the forward at the next module boundary. The hook is removed in
+    ``finally`` whatever happens.
+    """
+    import torch
+
+    import tracing
+
+    if request.capture not in tracing.CAPTURE_LEVELS:
+        raise SessionError(
+            f"Unknown capture level {request.capture!r}; choose one of "
+            + ", ".join(tracing.CAPTURE_LEVELS)
+        )
+    model, tokenizer = build_model(request.source)
+    ids = encode_prompt(tokenizer, request.prompt, model)  # (B, T)
+    total = sum(1 for _ in model.modules())
+    owned = {id(m) for m in model.modules()}
+    calls = 0
+
+    def pre_hook(module: torch.nn.Module, args: Any) -> None:
+        nonlocal calls
+        if id(module) not in owned:
+            return
+        if cancel is not None and cancel.is_set():
+            raise Cancelled()
+        calls += 1
+        if progress is not None:
+            progress(min(calls, total), total)
+
+    meta = {
+        "prompt": request.prompt,
+        "token_strings": token_strings(tokenizer, ids[0].tolist()),
+        "model_source": request.source.describe(),
+    }
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(pre_hook)
+    try:
+        trace = tracing.trace(model, ids, capture=request.capture, meta=meta)
+    except tracing.TraceError as e:
+        if _caused_by(e, Cancelled):
+            return TraceOutcome(e.trace, "cancelled", "Tracing was cancelled.")
+        return TraceOutcome(e.trace, "failed", str(e))
+    except Cancelled:
+        return TraceOutcome(None, "cancelled", "Tracing was cancelled.")
+    finally:
+        handle.remove()
+    if progress is not None:
+        progress(total, total)
+    return TraceOutcome(trace, "complete")
+
+
+def demo_trace(capture: str = DEFAULT_CAPTURE) -> TraceOutcome:
+    """Trace the bundled demo model on its default prompt (what ``scratchformer app`` shows)."""
+    import scratchformer
+
+    prompt = scratchformer.DEMO_PROMPT
+    return run_trace(TraceRequest(prompt=prompt, source=ModelSource("demo"), capture=capture))
+
+
+def open_trace(path: str | Path) -> Trace:
+    """Read a trace file; any problem becomes one SessionError naming the file and the cause."""
+    import tracing
+
+    path = Path(path)
+    if not path.exists():
+        raise SessionError(f"No such file: {path}")
+    if path.is_dir():
+        raise SessionError(f"{path} is a folder, not a trace file.")
+    try:
+        return tracing.load(path)
+    except tracing.TraceFileError as e:
+        raise SessionError(f"{path.name} is not a readable trace file: {e}") from e
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SessionError(f"{path.name} is not a readable trace file: {e}") from e
+
+
+def _caused_by(error: BaseException, kind: type[BaseException]) -> bool:
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kind):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+# --------------------------------------------------------------------------- stepping
+
+
+def clamp_step(trace: Trace, index: int) -> int:
+    return max(0, min(index, len(trace.steps) - 1))
+
+
+def step_over(trace: Trace, index: int) -> int:
+    """Skip the current module's internals: the step after ``step.end`` (ops: the next step)."""
+    step = trace.steps[index]
+    if step.kind == "module" and step.end is not None:
+        return clamp_step(trace, max(step.end, index) + 1)
+    return clamp_step(trace, index + 1)
+
+
+def step_out(trace: Trace, index: int) -> int:
+    """Leave the enclosing module: the step after its end (the last step at the top level)."""
+    parent = trace.steps[index].parent
+    if parent is None:
+        return len(trace.steps) - 1
+    end = trace.steps[parent].end
+    if end is None:  # a module that never finished (the forward raised inside it)
+        return len(trace.steps) - 1
+    return clamp_step(trace, end + 1)
+
+
+def step_has_nonfinite(trace: Trace, index: int) -> bool:
+    step = trace.steps[index]
+    for tid in (*step.inputs, *step.outputs):
+        stats = trace.tensors[tid].stats
+        if stats is not None and (stats.nan > 0 or stats.inf > 0):
+            return True
+    return False
+
+
+def next_nonfinite(trace: Trace, index: int) -> int | None:
+    """The first step after ``index`` whose input or output tensors hold NaN or Inf."""
+    for j in range(index + 1, len(trace.steps)):
+        if step_has_nonfinite(trace, j):
+            return j
+    return None
+
+
+def failing_step(trace: Trace) -> int:
+    """The innermost step that raised (the last one marked with an error), else the last."""
+    for step in reversed(trace.steps):
+        if step.error is not None:
+            return step.index
+    return max(0, len(trace.steps) - 1)
+
+
+def first_steps_by_module(trace: Trace) -> dict[str, int]:
+    """Module path -> index of its first call (modules that never ran are absent)."""
+    first: dict[str, int] = {}
+    for step in trace.steps:
+        if step.kind == "module" and step.module not in first:
+            first[step.module] = step.index
+    return first
+
+
+def status_text(trace: Trace, index: int) -> str:
+    """``step 37 / 412 · blocks.1.self_attn · matmul`` (1-based for people)."""
+    step = trace.steps[index]
+    return f"step {index + 1} / {len(trace.steps)} · {step.label}"
