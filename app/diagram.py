@@ -308,7 +308,7 @@ class DiagramLayout:
     # ---- placement
 
     def _box_size(self, node: Node) -> QSize:
-        fm, fb, fs = self._fm, self._fm_bold, self._fm_small
+        fb, fs = self._fm_bold, self._fm_small
         widths = [fb.horizontalAdvance(node.title), fs.horizontalAdvance(node.shape)]
         if node.subtitle:
             widths.append(fs.horizontalAdvance(node.subtitle))
