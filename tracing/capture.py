@@ -1,0 +1,740 @@
+"""Capture one forward pass of any ``nn.Module``: every module call and every tensor op.
+
+Two instruments work together:
+
+- **Module hooks.** A forward pre-hook and a forward hook (with kwargs) on every module in
+  ``named_modules()``. The pre-hook opens a *module step* (so its index comes before the
+  ops that ran inside it) and records the inputs by their parameter names (``q``, ``k``,
+  ``mask``); the hook closes it with the outputs (``output``, ``output[1]``,
+  ``output['logits']``).
+- **A TorchFunctionMode.** Every torch function and tensor method called while a module
+  runs (``matmul``, ``transpose``, ``view``, ``softmax``, the residual ``+`` as ``add``,
+  ``F.linear`` inside ``nn.Linear``) becomes an *op step*, attributed to the innermost
+  running module and to the user source line that called it. While the mode handles a
+  call it is popped from torch's mode stack, so a torch function implemented with other
+  torch functions is one step, not many.
+
+Tensor identity: the same tensor object passed along keeps one record (weak references,
+so a ``shapes`` trace keeps no activation alive); an in-place op bumps ``_version`` and so
+makes a new record. The record (``tracing.record``) is built once, at the end.
+
+>>> t = trace(model, tokens, capture="shapes")          # doctest: +SKIP
+>>> with Tracer(model, capture="stats") as tracer:      # doctest: +SKIP
+...     logits = model(tokens)
+>>> tracer.trace.steps[3].label                          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import inspect
+import json
+import time
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from tracing import dims as dims_mod
+from tracing.errors import TraceError
+from tracing.record import (
+    CAPTURE_LEVELS,
+    ModuleInfo,
+    SourceLocation,
+    Step,
+    TensorRecord,
+    Trace,
+)
+from tracing.source import caller_location, location_from_traceback, user_frame
+from tracing.stats import tensor_stats
+
+DEFAULT_VALUE_CAP = 64 * 2**20
+"""Bytes: a tensor larger than this (after any ``value_dtype`` downcast) keeps no copy."""
+
+_Tensor = torch.Tensor
+_Disable = torch._C.DisableTorchFunction
+
+# --------------------------------------------------------------------------- op names
+
+# Calls that never compute a tensor: skipped before any bookkeeping.
+_SKIP_NAMES = frozenset(
+    {
+        "size", "dim", "numel", "nelement", "ndimension", "item", "tolist", "stride",
+        "storage_offset", "data_ptr", "element_size", "is_contiguous", "is_floating_point",
+        "is_complex", "is_signed", "get_device", "untyped_storage", "storage",
+        "__len__", "__bool__", "__index__", "__int__", "__float__", "__format__",
+        "__repr__", "__str__", "__hash__", "__array__", "__reduce_ex__", "__deepcopy__",
+        "__iter__", "__contains__", "__dir__", "__getstate__", "__setstate__",
+        "has_names", "is_inference", "is_set_to", "_is_view", "__dlpack__",
+    }
+)  # fmt: skip
+# Properties whose value is a tensor but no computation (aliases of the same data).
+_SKIP_PROPERTIES = frozenset({"data", "grad", "_base", "_grad", "grad_fn"})
+
+_SKIP = "skip"
+_func_info: dict[Any, str] = {}  # func -> op name, or _SKIP
+
+
+def _op_name(func: Any) -> str:
+    """The op name a person expects: ``add`` for ``+``, ``getitem`` for ``x[i]``."""
+    name = getattr(func, "__name__", None) or type(func).__name__
+    if name == "__get__":  # a property such as ``.T`` or ``.shape``
+        owner = getattr(func, "__self__", None)
+        prop = getattr(owner, "__name__", "") or "get"
+        return _SKIP if prop in _SKIP_PROPERTIES or not prop else prop
+    if name in _SKIP_NAMES:
+        return _SKIP
+    if name.startswith("__") and name.endswith("__") and len(name) > 4:
+        core = name[2:-2]
+        if core.startswith("i") and core[1:] in _BINARY:
+            return _BINARY[core[1:]] + "_"  # x += y is add_
+        if core.startswith("r") and core[1:] in _BINARY:
+            return _BINARY[core[1:]]
+        return _BINARY.get(core, core)
+    return name
+
+
+_BINARY = {
+    "add": "add", "sub": "sub", "mul": "mul", "truediv": "div", "div": "div",
+    "floordiv": "floor_divide", "mod": "remainder", "pow": "pow", "matmul": "matmul",
+    "and": "bitwise_and", "or": "bitwise_or", "xor": "bitwise_xor", "lshift": "lshift",
+    "rshift": "rshift",
+}  # fmt: skip
+
+
+def _classify(func: Any) -> str:
+    try:
+        info = _func_info.get(func)
+    except TypeError:  # unhashable callable
+        return _op_name(func)
+    if info is None:
+        info = _op_name(func)
+        _func_info[func] = info
+    return info
+
+
+# --------------------------------------------------------------------------- names
+
+
+_positional_names: dict[type, tuple[tuple[str, ...], bool]] = {}
+
+
+def _forward_params(module: nn.Module) -> tuple[tuple[str, ...], bool]:
+    """Positional parameter names of ``module.forward`` (cached per class)."""
+    cls = type(module)
+    found = _positional_names.get(cls)
+    if found is None:
+        names: list[str] = []
+        varargs = False
+        try:
+            sig = inspect.signature(module.forward)
+        except (TypeError, ValueError):
+            sig = None
+        if sig is not None:
+            for p in sig.parameters.values():
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+                    names.append(p.name)
+                elif p.kind == p.VAR_POSITIONAL:
+                    varargs = True
+                    break
+        found = (tuple(names), varargs)
+        _positional_names[cls] = found
+    return found
+
+
+def _flatten(obj: Any, name: str, out: list, names: list, depth: int = 0) -> None:
+    """Collect the tensors in ``obj`` (nested tuples, lists, dicts) with readable names."""
+    if isinstance(obj, _Tensor):
+        out.append(obj)
+        names.append(name)
+    elif depth > 4:
+        return
+    elif isinstance(obj, (tuple, list)):
+        for i, item in enumerate(obj):
+            if isinstance(item, _Tensor):
+                out.append(item)
+                names.append(f"{name}[{i}]")
+            elif isinstance(item, (tuple, list, Mapping)):
+                _flatten(item, f"{name}[{i}]", out, names, depth + 1)
+    elif isinstance(obj, Mapping):
+        for key, item in obj.items():
+            _flatten(item, f"{name}[{key!r}]", out, names, depth + 1)
+
+
+# --------------------------------------------------------------------------- the mode
+
+
+class _OpMode(TorchFunctionMode):
+    """Records torch calls made while a traced module runs (popped while it records)."""
+
+    def __init__(self, tracer: Tracer):
+        super().__init__()
+        self.tracer = tracer
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if kwargs is None:
+            kwargs = {}
+        name = _classify(func)
+        tracer = self.tracer
+        if name is _SKIP or not tracer._stack or tracer._paused:
+            return func(*args, **kwargs)
+        return tracer._record_op(func, name, args, kwargs)
+
+
+# --------------------------------------------------------------------------- tracer
+
+
+class Tracer:
+    """Context manager that records every module call and tensor op of the model's forward.
+
+    >>> with Tracer(model, capture="stats") as tracer:   # doctest: +SKIP
+    ...     logits = model(tokens)
+    >>> tracer.trace                                      # doctest: +SKIP
+
+    While active, the model runs in eval mode (``train=True`` keeps training mode). On
+    exit, whatever happened, every hook handle is removed, the function mode is exited and
+    each module's ``training`` flag is restored. If the forward raised, the exception is
+    re-raised as :class:`tracing.TraceError` (``from`` the original) whose ``.trace`` holds
+    everything recorded up to the failing step.
+
+    Args:
+        model: any ``nn.Module``.
+        capture: ``"shapes"``, ``"stats"`` or ``"values"``.
+        dims: sizes for symbolic axis names, e.g. ``{"B": 1, "T": 12, "C": 64}``; missing
+            letters are read from ``model.config`` and the first input's shape.
+        value_cap: at ``"values"``, tensors larger than this many bytes keep no copy.
+        value_dtype: at ``"values"``, store floating copies in this dtype (e.g. float16).
+        train: trace in training mode (dropout active) instead of eval mode.
+        ops: also record tensor ops (not only module calls).
+        meta: extra entries for ``trace.meta`` (e.g. ``tokens``, ``text``).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        capture: str = "stats",
+        *,
+        dims: Mapping[str, int] | None = None,
+        value_cap: int = DEFAULT_VALUE_CAP,
+        value_dtype: torch.dtype | None = None,
+        train: bool = False,
+        ops: bool = True,
+        meta: Mapping[str, Any] | None = None,
+    ):
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"Tracer needs an nn.Module, got {type(model).__name__}")
+        if capture not in CAPTURE_LEVELS:
+            raise ValueError(f"capture must be one of {', '.join(CAPTURE_LEVELS)}; got {capture!r}")
+        if value_dtype is not None and not isinstance(value_dtype, torch.dtype):
+            raise TypeError(f"value_dtype must be a torch.dtype, got {value_dtype!r}")
+        self.model = model
+        self.capture = capture
+        self.dims = dict(dims) if dims else None
+        self.value_cap = int(value_cap)
+        self.value_dtype = value_dtype
+        self.train = train
+        self.ops = ops
+        self.extra_meta = dict(meta) if meta else {}
+        self.trace: Trace | None = None
+        self.output: Any = None  # the root module's last output, when it returned
+        self._active = False
+
+    # ---- lifecycle
+
+    def __enter__(self) -> Tracer:
+        if self._active:
+            raise RuntimeError("this Tracer is already active")
+        self._reset()
+        model = self.model
+        self._training = [(m, m.training) for m in model.modules()]
+        model.train(self.train)
+        self._handles = []
+        try:
+            for path, module in model.named_modules():
+                self._handles.append(
+                    module.register_forward_pre_hook(self._pre_hook_for(path), with_kwargs=True)
+                )
+                self._handles.append(
+                    module.register_forward_hook(self._post_hook_for(path), with_kwargs=True)
+                )
+            if self.ops:
+                self._mode = _OpMode(self)
+                self._mode.__enter__()
+        except BaseException:
+            self._cleanup()
+            raise
+        self._active = True
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self._cleanup()
+        self._active = False
+        error = None
+        failed_inside = exc is not None and (self._stack or self._failed_step is not None)
+        if failed_inside and isinstance(exc, Exception):
+            error = self._mark_failure(exc, tb)
+        self.trace = self._finish(error)
+        if error is not None:
+            raise TraceError(error, self.trace) from exc
+        return False
+
+    def _cleanup(self) -> None:
+        """Remove every hook, leave the function mode, restore every training flag."""
+        for handle in getattr(self, "_handles", ()):
+            handle.remove()
+        self._handles = []
+        mode = getattr(self, "_mode", None)
+        if mode is not None:
+            self._mode = None
+            with contextlib.suppress(Exception):  # the mode stack changed under us
+                mode.__exit__(None, None, None)
+        for module, flag in getattr(self, "_training", ()):
+            module.training = flag
+        self._training = []
+
+    def _reset(self) -> None:
+        # Raw, mutable records; frozen dataclasses are built once in _finish().
+        # step: [kind, module, op, source, inputs, outputs, in_names, out_names,
+        #        depth, parent, end, call, error]
+        self._steps: list[list] = []
+        # tensor: [shape, dtype, device, stats, value_key, producer, role, tensor_ref_for_dims]
+        self._tensors: list[list] = []
+        self._values: dict[str, torch.Tensor] = {}
+        self._ids: dict[int, tuple] = {}  # id(tensor) -> (weakref, version, record id)
+        self._param_ids: dict[int, int] = {}  # id(parameter) -> record id
+        self._param_names = {id(p): n for n, p in self.model.named_parameters()}
+        self._param_names.update({id(b): n for n, b in self.model.named_buffers()})
+        self._stack: list[int] = []  # open module steps, innermost last
+        self._stack_modules: list[nn.Module] = []
+        self._calls: dict[str, int] = {}
+        self._failed_step: int | None = None
+        self._first_input_shape: tuple[int, ...] | None = None
+        self._input_shapes: list[tuple[str, list[int]]] = []
+        self._paused = False
+        self._mode = None
+        self._skipped_values = 0
+        self._attention_owner: dict[int, int] = {}  # module step -> attention record id
+        self._attention_types: dict[str, bool] = {}
+
+    # ---- tensor records
+
+    def _tensor_id(self, t: torch.Tensor, producer: int | None, version: int | None = None) -> int:
+        """Record id of ``t``: the existing one if this exact tensor was seen unchanged."""
+        key = id(t)
+        pid = self._param_ids.get(key)
+        if pid is not None:
+            return pid
+        if version is None:
+            version = t._version
+        entry = self._ids.get(key)
+        if entry is not None and entry[1] == version and entry[0]() is t:
+            return entry[2]
+        if key in self._param_names:
+            return self._new_param(t)
+        rid = len(self._tensors)
+        stats = tensor_stats(t) if self._want_stats and version == t._version else None
+        self._tensors.append(
+            [tuple(t.shape), str(t.dtype)[6:], str(t.device), stats, None, producer, None]
+        )
+        with contextlib.suppress(TypeError):  # tensor subclasses without weakref support
+            self._ids[key] = (weakref.ref(t), version, rid)
+        if self._want_values and version == t._version:
+            self._keep_value(rid, t)
+        return rid
+
+    def _new_param(self, t: torch.Tensor) -> int:
+        rid = len(self._tensors)
+        self._tensors.append(
+            [tuple(t.shape), str(t.dtype)[6:], str(t.device), None, None, None, "param"]
+        )
+        self._param_ids[id(t)] = rid
+        return rid
+
+    def _keep_value(self, rid: int, t: torch.Tensor, force: bool = False) -> None:
+        rec = self._tensors[rid]
+        if rec[4] is not None:
+            return
+        dtype = t.dtype
+        if self.value_dtype is not None and t.is_floating_point():
+            dtype = self.value_dtype
+        nbytes = t.numel() * torch.empty((), dtype=dtype).element_size()
+        if nbytes > self.value_cap and not force:
+            self._skipped_values += 1
+            return
+        with torch.no_grad():
+            copy = t.detach().to(device="cpu", dtype=dtype, copy=True)
+        key = f"t{rid}"
+        self._values[key] = copy
+        rec[4] = key
+
+    def _mark_attention(self, rid: int, t: torch.Tensor) -> None:
+        rec = self._tensors[rid]
+        if rec[6] is None or rec[6] == "attention":
+            rec[6] = "attention"
+        self._keep_value(rid, t, force=True)
+
+    @property
+    def _want_stats(self) -> bool:
+        return self.capture != "shapes"
+
+    @property
+    def _want_values(self) -> bool:
+        return self.capture == "values"
+
+    # ---- module hooks
+
+    def _pre_hook_for(self, path: str):
+        def pre_hook(module: nn.Module, args: tuple, kwargs: dict):
+            with _Disable():
+                self._enter_module(path, module, args, kwargs)
+
+        return pre_hook
+
+    def _post_hook_for(self, path: str):
+        def post_hook(module: nn.Module, args: tuple, kwargs: dict, output: Any):
+            with _Disable():
+                self._exit_module(path, module, output)
+
+        return post_hook
+
+    def _enter_module(self, path: str, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        stack = self._stack
+        index = len(self._steps)
+        call = self._calls.get(path, 0)
+        self._calls[path] = call + 1
+        parent = stack[-1] if stack else None
+        source = caller_location(2)
+        step = [
+            "module", path, type(module).__name__, source, (), (), (), (),
+            len(stack), parent, None, call, None,
+        ]  # fmt: skip
+        self._steps.append(step)
+        stack.append(index)
+        self._stack_modules.append(module)
+
+        tensors: list = []
+        names: list = []
+        pos_names, _ = _forward_params(module)
+        for i, arg in enumerate(args):
+            name = pos_names[i] if i < len(pos_names) else f"args[{i}]"
+            _flatten(arg, name, tensors, names)
+        for key, arg in kwargs.items():
+            _flatten(arg, key, tensors, names)
+        is_root = parent is None
+        ids = []
+        for t in tensors:
+            rid = self._tensor_id(t, None)
+            if is_root and self._tensors[rid][5] is None and self._tensors[rid][6] is None:
+                self._tensors[rid][6] = "input"
+            ids.append(rid)
+        if is_root and self._first_input_shape is None:
+            for n, t in zip(names, tensors):
+                self._input_shapes.append((n, list(t.shape)))
+            if tensors:
+                self._first_input_shape = tuple(tensors[0].shape)
+        step[4] = tuple(ids)
+        step[6] = tuple(names)
+
+    def _exit_module(self, path: str, module: nn.Module, output: Any) -> None:
+        stack = self._stack
+        # pop to this module's step; anything above it exited by an exception (caught)
+        while stack:
+            index = stack.pop()
+            mod = self._stack_modules.pop()
+            if mod is module and self._steps[index][1] == path:
+                break
+            self._steps[index][12] = self._steps[index][12] or "raised (caught by the model)"
+            self._steps[index][10] = len(self._steps) - 1
+        else:  # pragma: no cover - a hook for a call we never saw start
+            return
+        step = self._steps[index]
+        tensors: list = []
+        names: list = []
+        _flatten(output, "output", tensors, names)
+        step[5] = tuple(self._tensor_id(t, index) for t in tensors)
+        step[7] = tuple(names)
+        step[10] = len(self._steps) - 1
+        if not stack:
+            self.output = output
+        # attention weights returned by an attention module: (output, weights)
+        if len(tensors) >= 2 and self._is_attention_module(path, module):
+            weights = tensors[1]
+            if weights.dim() == 4 and weights.shape[-1] == weights.shape[-2]:
+                rid = step[5][1]
+                self._mark_attention(rid, weights)
+                self._attention_owner[index] = rid
+
+    def _is_attention_module(self, path: str, module: nn.Module) -> bool:
+        name = type(module).__name__
+        known = self._attention_types.get(name)
+        if known is None:
+            known = "ScaledDotProduct" in name or name.endswith("DotProductAttention")
+            self._attention_types[name] = known
+        return known
+
+    # ---- op recording
+
+    def _record_op(self, func, name: str, args: tuple, kwargs: dict):
+        # tensors among the arguments, with their versions before the call
+        tensors: list = []
+        for a in args:
+            if isinstance(a, _Tensor):
+                tensors.append(a)
+            elif isinstance(a, (tuple, list)):
+                for b in a:
+                    if isinstance(b, _Tensor):
+                        tensors.append(b)
+        if kwargs:
+            for a in kwargs.values():
+                if isinstance(a, _Tensor):
+                    tensors.append(a)
+        versions = [t._version for t in tensors]
+        try:
+            result = func(*args, **kwargs)
+        except Exception as e:
+            index = self._add_op_step(name, tensors, versions, (), ())
+            self._steps[index][12] = f"{type(e).__name__}: {e}"
+            self._failed_step = index
+            raise
+        # tensors among the results
+        if isinstance(result, _Tensor):
+            outs = (result,)
+        elif isinstance(result, (tuple, list)):
+            outs = tuple(r for r in result if isinstance(r, _Tensor))
+            if not outs:
+                return result
+        elif result is None and tensors and tensors[0]._version != versions[0]:
+            outs = (tensors[0],)  # x[i] = v: in place, returns None
+        else:
+            return result
+        index = self._add_op_step(name, tensors, versions, outs, result)
+        if name == "softmax" or name == "_softmax":
+            self._maybe_attention_softmax(index, outs[0])
+        return result
+
+    def _add_op_step(self, name, tensors, versions, outs, result) -> int:
+        index = len(self._steps)
+        stack = self._stack
+        parent = stack[-1]
+        source = caller_location(3)
+        step = [
+            "op", self._steps[parent][1], name, source, (), (), (), (),
+            len(stack), parent, None, 0, None,
+        ]  # fmt: skip
+        self._steps.append(step)
+        ids = []
+        in_names = []
+        for i, (t, v) in enumerate(zip(tensors, versions)):
+            ids.append(self._tensor_id(t, None, v))
+            pname = self._param_names.get(id(t))
+            in_names.append(pname if pname is not None else ("self" if i == 0 else f"arg{i}"))
+        step[4] = tuple(ids)
+        step[6] = tuple(in_names)
+        if outs:
+            step[5] = tuple(self._tensor_id(t, index) for t in outs)
+            if len(outs) == 1 and isinstance(result, _Tensor):
+                step[7] = ("output",)
+            else:
+                step[7] = tuple(f"output[{i}]" for i in range(len(outs)))
+        return index
+
+    def _maybe_attention_softmax(self, index: int, out: torch.Tensor) -> None:
+        """A softmax producing (B, H, T, T) inside an attention module is an attention map."""
+        if out.dim() != 4:
+            return
+        parent = self._steps[index][9]
+        module = self._stack_modules[-1]
+        path = self._steps[parent][1]
+        tname = type(module).__name__.lower()
+        leaf = path.rsplit(".", 1)[-1].lower()
+        if "attention" in tname or "attn" in tname or "attn" in leaf or "attention" in leaf:
+            rid = self._steps[index][5][0]
+            self._mark_attention(rid, out)
+            self._attention_owner.setdefault(parent, rid)
+
+    # ---- failure
+
+    def _mark_failure(self, exc: BaseException, tb) -> str:
+        """Set ``error`` on the failing step and every enclosing module step; return msg."""
+        detail = f"{type(exc).__name__}: {exc}"
+        last = len(self._steps) - 1
+        failed = self._failed_step
+        if failed is None and self._stack:
+            failed = self._stack[-1]
+        for index in self._stack:
+            self._steps[index][12] = self._steps[index][12] or detail
+            self._steps[index][10] = last
+        if failed is None:  # pragma: no cover - nothing ran
+            return f"forward pass failed: {detail}"
+        step = self._steps[failed]
+        step[12] = step[12] or detail
+        source: SourceLocation | None = step[3]
+        if step[0] == "module":
+            source = location_from_traceback(tb) or source
+        where = f"{step[1] or '<root>'} · {step[2]}"
+        at = ""
+        if source is not None:
+            at = f" at {source.file}:{source.line}"
+            if source.text:
+                at += f" `{source.text}`"
+        self._stack.clear()
+        return f"forward pass failed in {where}{at}: {detail}"
+
+    # ---- building the record
+
+    def _finish(self, error: str | None) -> Trace:
+        model = self.model
+        config = getattr(model, "config", None)
+        sizes = dims_mod.resolve_sizes(self.dims, config, self._first_input_shape)
+        tensors = []
+        for rid, (shape, dtype, device, stats, key, producer, role) in enumerate(self._tensors):
+            if role == "attention" and len(shape) == 4:
+                dims = dims_mod.infer_dims(shape, sizes)
+                if dims is not None and dims[-1] == dims[-2] == "T":
+                    dims = ("B", "H", "T", "T") if dims[:2] == ("B", "H") else dims
+            else:
+                dims = dims_mod.infer_dims(shape, sizes)
+            tensors.append(
+                TensorRecord(
+                    id=rid,
+                    shape=shape,
+                    dtype=dtype,
+                    device=device,
+                    dims=dims,
+                    stats=stats,
+                    value_key=key,
+                    producer=producer,
+                    role=role,
+                )
+            )
+        steps = [
+            Step(
+                index=i,
+                kind=s[0],
+                module=s[1],
+                op=s[2],
+                source=s[3],
+                inputs=s[4],
+                outputs=s[5],
+                input_names=s[6],
+                output_names=s[7],
+                depth=s[8],
+                parent=s[9],
+                end=s[10],
+                call=s[11],
+                error=s[12],
+            )
+            for i, s in enumerate(self._steps)
+        ]
+        meta = {
+            "model_class": f"{type(model).__module__}.{type(model).__qualname__}",
+            "config": config_dict(config),
+            "capture": self.capture,
+            "torch_version": torch.__version__,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "dims": sizes,
+            "input_shapes": dict(self._input_shapes),
+            "training": self.train,
+            "capture_seconds": round(time.perf_counter() - self._t0, 6),
+        }
+        if self.capture == "values":
+            meta["value_cap"] = self.value_cap
+            meta["value_dtype"] = None if self.value_dtype is None else str(self.value_dtype)[6:]
+            meta["values_skipped"] = self._skipped_values
+        meta.update(self.extra_meta)
+        return Trace(
+            steps=steps,
+            modules=module_infos(model),
+            tensors=tensors,
+            meta=meta,
+            values=self._values,
+            error=error,
+        )
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def module_infos(model: nn.Module) -> dict[str, ModuleInfo]:
+    """A :class:`ModuleInfo` for every module in ``named_modules()``, in order."""
+    named = list(model.named_modules())
+    paths = {id(m): p for p, m in named}
+    infos = {}
+    for path, module in named:
+        children = []
+        for name, child in module.named_children():
+            child_path = f"{path}.{name}" if path else name
+            if paths.get(id(child)) == child_path:
+                children.append(child_path)
+        parent = None if not path else (path.rsplit(".", 1)[0] if "." in path else "")
+        try:
+            extra = module.extra_repr()
+        except Exception:  # pragma: no cover - a broken extra_repr is not our problem
+            extra = ""
+        infos[path] = ModuleInfo(
+            path=path,
+            type=type(module).__name__,
+            parent=parent,
+            children=tuple(children),
+            params=sum(p.numel() for p in module.parameters(recurse=False)),
+            params_total=sum(p.numel() for p in module.parameters()),
+            extra=extra,
+        )
+    return infos
+
+
+def config_dict(config: Any) -> dict | None:
+    """The model's config as a JSON-able dict (``to_dict()`` or a dataclass), else None."""
+    if config is None:
+        return None
+    raw = None
+    if hasattr(config, "to_dict"):
+        try:
+            raw = config.to_dict()
+        except Exception:
+            raw = None
+    elif dataclasses.is_dataclass(config) and not isinstance(config, type):
+        raw = dataclasses.asdict(config)
+    elif isinstance(config, Mapping):
+        raw = dict(config)
+    if raw is None:
+        return None
+    return json.loads(json.dumps(raw, default=str))
+
+
+def trace(
+    model: nn.Module,
+    *args: Any,
+    capture: str = "stats",
+    dims: Mapping[str, int] | None = None,
+    value_cap: int = DEFAULT_VALUE_CAP,
+    value_dtype: torch.dtype | None = None,
+    train: bool = False,
+    grad: bool = False,
+    ops: bool = True,
+    meta: Mapping[str, Any] | None = None,
+    **kwargs: Any,
+) -> Trace:
+    """Run ``model(*args, **kwargs)`` once and return everything it did as a :class:`Trace`.
+
+    Runs in eval mode and without autograd (``train=True`` / ``grad=True`` to change
+    that). If the forward raises, :class:`tracing.TraceError` is raised ``from`` the
+    original exception, with the partial trace as ``.trace``. See :class:`Tracer` for the
+    other arguments.
+    """
+    tracer = Tracer(
+        model, capture, dims=dims, value_cap=value_cap, value_dtype=value_dtype,
+        train=train, ops=ops, meta=meta,
+    )  # fmt: skip
+    with torch.set_grad_enabled(grad), tracer:
+        model(*args, **kwargs)
+    assert tracer.trace is not None
+    return tracer.trace
+
+
+__all__ = ["DEFAULT_VALUE_CAP", "Tracer", "module_infos", "trace", "user_frame"]

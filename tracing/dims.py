@@ -1,0 +1,175 @@
+"""Symbolic axis names for tensor shapes: ``(1, 4, 12, 12)`` -> ``("B", "H", "T", "T")``.
+
+The house letters are ``B`` batch, ``T`` time, ``C`` d_model, ``H`` heads, ``D`` d_head,
+``V`` vocab, ``F`` d_ff. Their sizes come from the caller (``dims=``), else from the
+model's config (our ``ModelConfig`` or a Hugging Face config), plus ``B`` and ``T`` from
+the first input's shape.
+
+Naming an axis is easy when its size matches one letter. When sizes coincide (``T == D``,
+``B == H``, ``F == V``...) a shape is matched against common layouts in priority order —
+``(B, H, T, D)`` before ``(B, T, H, D)``, ``(B, T, C)`` ... — and the first layout that fits
+wins. An axis no letter fits becomes ``"?"``; a shape with no named axis gets ``None``.
+Simple multiples that models use all the time are named too: ``3C`` (fused q, k, v),
+``B*T`` (a flattened batch of tokens).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+LETTERS = ("B", "T", "C", "H", "D", "V", "F")
+
+# Layouts tried in order when a shape is ambiguous; each letter must match its axis size.
+_LAYOUTS: dict[int, tuple[tuple[str, ...], ...]] = {
+    1: (("C",), ("F",), ("V",), ("3C",), ("T",), ("D",), ("B",), ("H",)),
+    2: (
+        ("B", "T"),
+        ("T", "C"),
+        ("B*T", "C"),
+        ("B*T", "V"),
+        ("B*T", "F"),
+        ("B*T", "3C"),
+        ("V", "C"),
+        ("C", "V"),
+        ("C", "F"),
+        ("F", "C"),
+        ("C", "3C"),
+        ("3C", "C"),
+        ("C", "C"),
+        ("T", "T"),
+        ("B", "C"),
+        ("B", "V"),
+        ("T", "D"),
+    ),
+    3: (
+        ("B", "T", "C"),
+        ("B", "T", "V"),
+        ("B", "T", "F"),
+        ("B", "T", "3C"),
+        ("B", "T", "T"),
+        ("T", "B", "C"),
+        ("H", "T", "D"),
+        ("H", "T", "T"),
+        ("B", "T", "D"),
+        ("B", "H", "T"),
+    ),
+    4: (
+        ("B", "H", "T", "D"),
+        ("B", "H", "T", "T"),
+        ("B", "T", "H", "D"),
+        ("B", "H", "D", "T"),
+        ("B", "?", "T", "T"),
+    ),
+}
+
+# A letter that fits by size but is implausible at that position (a size-1 axis in the
+# middle of a shape is a kept dimension, not a batch).
+_ONLY_FIRST = frozenset({"B"})
+
+
+def sizes_from_config(config: Any) -> dict[str, int]:
+    """Read C, H, D, V, F (and T as the context length) from a model config, if present.
+
+    Understands our ``ModelConfig`` (``vocab_size, d_model, n_heads, d_ff``) and Hugging
+    Face configs (``n_embd``/``hidden_size``, ``n_head``/``num_attention_heads``,
+    ``n_inner``/``intermediate_size``, where ``None`` means ``4 * C``). Also accepts a dict.
+    """
+    if config is None:
+        return {}
+
+    def get(*names: str) -> Any:
+        for name in names:
+            is_map = isinstance(config, Mapping)
+            value = config.get(name) if is_map else getattr(config, name, None)
+            if value is not None:
+                return value
+        return None
+
+    sizes: dict[str, int] = {}
+    C = get("d_model", "n_embd", "hidden_size", "dim", "embed_dim")
+    H = get("n_heads", "n_head", "num_attention_heads", "num_heads")
+    V = get("vocab_size")
+    F = get("d_ff", "n_inner", "intermediate_size", "ffn_dim")
+    if isinstance(C, int):
+        sizes["C"] = C
+        if F is None:
+            F = 4 * C
+    if isinstance(H, int) and H > 0:
+        sizes["H"] = H
+        if isinstance(C, int) and C % H == 0:
+            sizes["D"] = C // H
+    if isinstance(V, int):
+        sizes["V"] = V
+    if isinstance(F, int):
+        sizes["F"] = F
+    return sizes
+
+
+def _candidates(size: int, sizes: Mapping[str, int], position: int) -> list[str]:
+    out = []
+    for letter, value in sizes.items():
+        if value == size and (position == 0 or letter not in _ONLY_FIRST):
+            out.append(letter)
+    return out
+
+
+def _layout_fits(layout: tuple[str, ...], shape: tuple[int, ...], sizes: Mapping) -> bool:
+    for name, size in zip(layout, shape):
+        if name != "?" and _size_of(name, sizes) != size:
+            return False
+    return True
+
+
+def _size_of(name: str, sizes: Mapping[str, int]) -> int | None:
+    if name in sizes:
+        return sizes[name]
+    if name == "3C":
+        c = sizes.get("C")
+        return None if c is None else 3 * c
+    if name == "B*T":
+        b, t = sizes.get("B"), sizes.get("T")
+        return None if b is None or t is None else b * t
+    return None
+
+
+def infer_dims(shape: tuple[int, ...], sizes: Mapping[str, int]) -> tuple[str, ...] | None:
+    """Name each axis of ``shape`` with a letter, ``"?"`` for an axis none fits.
+
+    >>> infer_dims((2, 4, 16, 8), {"B": 2, "H": 4, "T": 16, "D": 8})
+    ('B', 'H', 'T', 'D')
+    >>> infer_dims((2, 16, 16), {"B": 2, "T": 16, "C": 32})
+    ('B', 'T', 'T')
+    """
+    if not sizes or not shape:
+        return None
+    per_axis = [_candidates(s, sizes, i) for i, s in enumerate(shape)]
+    if all(len(c) == 1 for c in per_axis):
+        return tuple(c[0] for c in per_axis)
+    for layout in _LAYOUTS.get(len(shape), ()):
+        if _layout_fits(layout, shape, sizes):
+            return layout
+    named = tuple(c[0] if len(c) == 1 else "?" for c in per_axis)
+    return None if all(n == "?" for n in named) else named
+
+
+def resolve_sizes(
+    given: Mapping[str, int] | None,
+    config: Any,
+    first_input_shape: tuple[int, ...] | None,
+) -> dict[str, int]:
+    """Sizes per letter: the caller's ``dims`` win, then the config, then the first input.
+
+    ``B`` and ``T`` come from the first input's shape (``(B, T)`` token ids or
+    ``(B, T, C)`` embeddings) unless given.
+    """
+    sizes = sizes_from_config(config)
+    if first_input_shape is not None and len(first_input_shape) >= 2:
+        sizes.setdefault("B", int(first_input_shape[0]))
+        sizes.setdefault("T", int(first_input_shape[1]))
+    if given:
+        for letter, value in given.items():
+            if not isinstance(value, int):
+                raise ValueError(f"dims[{letter!r}] must be an int size, got {value!r}")
+            sizes[letter] = value
+    return sizes
