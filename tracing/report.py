@@ -22,6 +22,7 @@ import io
 import json
 import math
 import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -712,18 +713,15 @@ def _render_html(report: Report) -> str:
 
 
 def _render_graphml(trace: Trace) -> str:
-    """The trace graph as GraphML (tracing.graph's exporter when it has one)."""
+    """The trace graph as GraphML, by ``tracing.graph.to_graphml`` when it is there."""
     try:
-        from tracing import graph as graph_module
+        from tracing.graph import to_graphml
     except ImportError:
-        graph_module = None
-    exporter = getattr(graph_module, "to_graphml", None)
-    if exporter is not None:
-        result = exporter(trace)
-        if isinstance(result, bytes):
-            return result.decode("utf-8")
-        return str(result)
-    return _graphml_fallback(trace)
+        return _graphml_fallback(trace)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.graphml"
+        to_graphml(trace, path)
+        return path.read_text(encoding="utf-8")
 
 
 def _graphml_fallback(trace: Trace) -> str:

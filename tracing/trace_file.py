@@ -121,10 +121,11 @@ def save(trace: Trace, path: str | os.PathLike) -> Path:
     """
     path = Path(path)
     try:
-        manifest = encode_manifest(trace)
+        manifest = encode_manifest(trace, graph=False)
         _validate(manifest, stored=None)
     except _Invalid as e:
         raise TraceFileError(f"cannot save trace to {path}: {e}") from None
+    manifest["graph"] = _graph_data(trace)  # built only once the steps are known to be sound
     text = json.dumps(manifest, separators=(",", ":"), ensure_ascii=False)
     tensors = _tensors_to_store(trace, path)
 
@@ -197,7 +198,7 @@ def _tensors_to_store(trace: Trace, path: Path) -> dict[str, torch.Tensor]:
 # --------------------------------------------------------------------------- encode
 
 
-def encode_manifest(trace: Trace) -> dict[str, Any]:
+def encode_manifest(trace: Trace, graph: bool = True) -> dict[str, Any]:
     """The JSON-ready manifest of ``trace`` (everything but the tensor values)."""
     sources: list[list[Any]] = []
     source_index: dict[SourceLocation, int] = {}
@@ -245,7 +246,7 @@ def encode_manifest(trace: Trace) -> dict[str, Any]:
         "tensors": {"fields": tensor_fields, "rows": tensor_rows},
         "modules": {"fields": module_fields, "rows": module_rows},
         "stats_fields": list(_STATS_FIELDS),
-        "graph": _graph_data(trace),
+        "graph": _graph_data(trace) if graph else None,
     }
 
 
