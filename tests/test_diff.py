@@ -171,7 +171,7 @@ def test_steps_on_one_side_only_are_reported_not_dropped():
     assert sorted(e.a_index for e in d if e.a_index is not None) == list(range(len(ta)))
     assert sorted(e.b_index for e in d if e.b_index is not None) == list(range(len(tb)))
     # the layers both have line up and, the extra one adding zero, agree
-    last = [e for e in d if e.module == "last" and e.kind == "module"][0]
+    last = next(e for e in d if e.module == "last" and e.kind == "module")
     assert last.status == "equal"
     assert d.first_divergence().status == "only_b"
     assert math.isinf(d.module_scores()["extra"])
