@@ -1,0 +1,576 @@
+"""The attention panel: one attention map large, and every layer x head as thumbnails.
+
+An attention map ``A`` of shape ``(T, T)`` (one batch element, one head) says how much
+each **query** position (a row) takes from each **key** position (a column); every row
+sums to 1, and with a causal mask everything right of the diagonal is 0. Rows and columns
+are labelled with the prompt's tokens, so a pattern (the diagonal of "look at myself", the
+first column of "look at the start", the anti-diagonal of the demo's string reversal) can
+be read off directly.
+
+- **Big view**: the map of the chosen layer and head (``trace.attention_maps()[path][b, h]``)
+  on a sequential colour map from 0.
+- **Grid**: every layer (rows) x head (columns) as a thumbnail, each normalised to its own
+  maximum so faint heads still show their shape. Clicking a thumbnail opens it in the big
+  view and emits ``stepRequested`` with the step that computed that layer's weights, so the
+  rest of the debugger jumps there too.
+
+Thumbnails are rendered once per trace (and per batch element) into ``QImage`` objects and
+painted by one widget, so a 12 x 12 grid costs one paint, not 144 plot items.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PySide6.QtCore import QEvent, QPoint, QRect, QSize, Qt, Signal
+from PySide6.QtGui import QFont, QImage, QMouseEvent, QPainter, QPalette, QPen
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QScrollArea,
+    QSizePolicy,
+    QSpinBox,
+    QSplitter,
+    QToolButton,
+    QToolTip,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.heatmap import PROBABILITY_CMAP, HeatmapView, _colormap
+from tracing.record import Trace
+
+THUMB_PIXELS = 48
+"""Thumbnails are pooled down to at most this many pixels per side before colouring."""
+
+
+# --------------------------------------------------------------------------- trace helpers
+
+
+def attention_maps(trace: Trace) -> dict[str, torch.Tensor]:
+    """``trace.attention_maps()``, in the order the layers ran; {} when there are none."""
+    try:
+        maps = trace.attention_maps()
+    except ModuleNotFoundError:  # an older tracing package without tracing.attention
+        maps = {}
+        for record in trace.tensors:
+            if record.role == "attention" and record.value_key is not None:
+                path = trace.steps[record.producer].module if record.producer is not None else ""
+                maps.setdefault(path, trace.values[record.value_key])
+    return dict(maps)
+
+
+def _inside(module: str, path: str) -> bool:
+    return module == path or module.startswith(path + ".")
+
+
+def attention_steps(trace: Trace, paths: list[str]) -> list[int | None]:
+    """For each attention path: the step that produced its weights (else its module call)."""
+    found: dict[str, int] = {}
+    for record in trace.tensors:
+        if record.role != "attention" or record.producer is None:
+            continue
+        module = trace.steps[record.producer].module
+        for path in paths:
+            if path not in found and (_inside(module, path) or _inside(path, module)):
+                found[path] = record.producer
+                break
+    result: list[int | None] = []
+    for path in paths:
+        if path in found:
+            result.append(found[path])
+        else:
+            calls = trace.module_steps(path)
+            result.append(calls[0].index if calls else None)
+    return result
+
+
+def layer_lookup(trace: Trace, paths: list[str]) -> dict[str, int]:
+    """Module path -> layer index, for every module path a step ran in.
+
+    A step belongs to a layer when it ran inside that layer's attention module, or in a
+    module that contains exactly one attention module (its decoder block, its
+    multi-head-attention wrapper).
+    """
+    lookup: dict[str, int] = {}
+    for module in {step.module for step in trace.steps}:
+        inside = [i for i, p in enumerate(paths) if _inside(module, p)]
+        if inside:
+            lookup[module] = max(inside, key=lambda i: len(paths[i]))
+            continue
+        containing = [i for i, p in enumerate(paths) if module and p.startswith(module + ".")]
+        if len(containing) == 1:
+            lookup[module] = containing[0]
+    return lookup
+
+
+def thumbnail_images(maps: list[torch.Tensor], batch: int = 0) -> list[list[QImage]]:
+    """One coloured ``QImage`` per (layer, head), each scaled to its own maximum."""
+    lut = _colormap(PROBABILITY_CMAP).getLookupTable(0.0, 1.0, 256, alpha=False)  # (256, 3)
+    images: list[list[QImage]] = []
+    for layer_map in maps:
+        a = layer_map[min(batch, layer_map.shape[0] - 1)].detach().float()  # (H, T, T)
+        a = torch.nan_to_num(a, nan=0.0, posinf=0.0, neginf=0.0)
+        if max(a.shape[-2:]) > THUMB_PIXELS:
+            a = F.adaptive_avg_pool2d(a.unsqueeze(1), THUMB_PIXELS).squeeze(1)
+        peak = a.flatten(1).amax(dim=1).clamp_min(1e-12)[:, None, None]
+        index = (a / peak * 255).round().clamp(0, 255).to(torch.uint8).numpy()
+        rgb = np.ascontiguousarray(lut[index])  # (H, t, t, 3) uint8
+        row = []
+        for head in range(rgb.shape[0]):
+            h, w = rgb.shape[1:3]
+            image = QImage(rgb[head].data, w, h, 3 * w, QImage.Format.Format_RGB888)
+            row.append(image.copy())  # own the pixels: the numpy buffer goes away
+        images.append(row)
+    return images
+
+
+# --------------------------------------------------------------------------- grid
+
+
+class AttentionGrid(QWidget):
+    """Every layer x head attention map as a clickable thumbnail (one widget, one paint)."""
+
+    cellClicked = Signal(int, int)
+    """(layer, head) of the thumbnail that was clicked."""
+
+    LABEL_WIDTH = 34
+    HEADER_HEIGHT = 18
+    GAP = 3
+    MIN_CELL, MAX_CELL = 18, 64
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self._images: list[list[QImage]] = []
+        self._names: list[str] = []
+        self._selected: tuple[int, int] | None = None
+        self._cell = 40
+        self.setMouseTracking(True)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+        small = self.font()
+        small.setPointSizeF(max(7.0, small.pointSizeF() - 1.5))
+        self._small = small
+
+    def set_images(self, images: list[list[QImage]], names: list[str]) -> None:
+        self._images, self._names = images, names
+        self._relayout()
+        self.update()
+
+    def set_selected(self, layer: int, head: int) -> None:
+        if self._selected != (layer, head):
+            self._selected = (layer, head)
+            self.update()
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(layers, heads) on show."""
+        heads = max((len(row) for row in self._images), default=0)
+        return len(self._images), heads
+
+    # ---- geometry
+
+    def _relayout(self) -> None:
+        layers, heads = self.shape
+        if heads:
+            free = self.width() - self.LABEL_WIDTH - self.GAP * heads
+            self._cell = max(self.MIN_CELL, min(self.MAX_CELL, free // heads))
+        height = self.HEADER_HEIGHT + layers * (self._cell + self.GAP) + self.GAP
+        self.setMinimumHeight(height)
+
+    def sizeHint(self) -> QSize:
+        layers, heads = self.shape
+        width = self.LABEL_WIDTH + heads * (40 + self.GAP)
+        return QSize(width, self.HEADER_HEIGHT + layers * (40 + self.GAP))
+
+    def cell_rect(self, layer: int, head: int) -> QRect:
+        """Where the thumbnail of (layer, head) is drawn, in widget pixels."""
+        step = self._cell + self.GAP
+        return QRect(
+            self.LABEL_WIDTH + head * step,
+            self.HEADER_HEIGHT + layer * step,
+            self._cell,
+            self._cell,
+        )
+
+    def cell_at(self, pos: QPoint) -> tuple[int, int] | None:
+        step = self._cell + self.GAP
+        x, y = pos.x() - self.LABEL_WIDTH, pos.y() - self.HEADER_HEIGHT
+        if x < 0 or y < 0:
+            return None
+        head, layer = x // step, y // step
+        if x % step >= self._cell or y % step >= self._cell:
+            return None  # in a gap
+        if layer < len(self._images) and head < len(self._images[layer]):
+            return int(layer), int(head)
+        return None
+
+    # ---- Qt overrides (camelCase, or Qt never calls them)
+
+    def resizeEvent(self, event) -> None:
+        self._relayout()
+        super().resizeEvent(event)
+
+    def paintEvent(self, event) -> None:
+        painter = QPainter(self)
+        palette = self.palette()
+        painter.fillRect(self.rect(), palette.color(QPalette.ColorRole.Base))
+        text = palette.color(QPalette.ColorRole.Text)
+        painter.setFont(self._small)
+        layers, heads = self.shape
+        for head in range(heads):
+            r = self.cell_rect(0, head)
+            painter.setPen(text)
+            painter.drawText(
+                QRect(r.x(), 0, r.width(), self.HEADER_HEIGHT),
+                Qt.AlignmentFlag.AlignCenter,
+                f"H{head}",
+            )
+        for layer, row in enumerate(self._images):
+            r = self.cell_rect(layer, 0)
+            painter.setPen(text)
+            painter.drawText(
+                QRect(0, r.y(), self.LABEL_WIDTH - 4, r.height()),
+                Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
+                f"L{layer}",
+            )
+            for head, image in enumerate(row):
+                painter.drawImage(self.cell_rect(layer, head), image)
+        if self._selected is not None:
+            layer, head = self._selected
+            if layer < layers and head < heads:
+                pen = QPen(palette.color(QPalette.ColorRole.Highlight), 3)
+                painter.setPen(pen)
+                painter.drawRect(self.cell_rect(layer, head).adjusted(-2, -2, 1, 1))
+        painter.end()
+
+    def mouseMoveEvent(self, event: QMouseEvent) -> None:
+        cell = self.cell_at(event.position().toPoint())
+        if cell is None:
+            self.setToolTip("")
+            self.unsetCursor()
+        else:
+            layer, head = cell
+            name = self._names[layer] if layer < len(self._names) else ""
+            self.setToolTip(f"layer {layer} · head {head}\n{name}\nclick to open")
+            self.setCursor(Qt.CursorShape.PointingHandCursor)
+        super().mouseMoveEvent(event)
+
+    def mousePressEvent(self, event: QMouseEvent) -> None:
+        if event.button() == Qt.MouseButton.LeftButton:
+            cell = self.cell_at(event.position().toPoint())
+            if cell is not None:
+                self.set_selected(*cell)
+                self.cellClicked.emit(*cell)
+                return
+        super().mousePressEvent(event)
+
+    def event(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.ToolTip and not self.toolTip():
+            QToolTip.hideText()
+            return True
+        return super().event(event)
+
+
+# --------------------------------------------------------------------------- panel
+
+
+class AttentionPanel(QWidget):
+    """Layer and head selectors, the big map with token labels, and the thumbnail grid."""
+
+    stepRequested = Signal(int)
+    """The user asked to jump to the step that computed the chosen layer's weights."""
+    selectionChanged = Signal(int, int)
+    """(layer, head) now shown in the big view."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self._trace: Trace | None = None
+        self._paths: list[str] = []
+        self._maps: list[torch.Tensor] = []
+        self._steps: list[int | None] = []
+        self._lookup: dict[str, int] = {}
+        self._tokens: list[str] | None = None
+        self._layer = 0
+        self._head = 0
+        self._batch = 0
+        self._dirty = False  # big view needs a redraw when next shown
+        self._grid_dirty = False  # thumbnails need building when next shown
+
+        # ---- controls: Layer [combo]  Head [spin]  Batch [spin]       [Go to step]
+        self.layer_combo = QComboBox()
+        self.layer_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.layer_combo.setMinimumContentsLength(12)
+        self.layer_combo.currentIndexChanged.connect(self._on_layer_combo)
+        self.head_spin = QSpinBox()
+        self.head_spin.setMinimumWidth(56)
+        self.head_spin.valueChanged.connect(self._on_head_spin)
+        self.batch_spin = QSpinBox()
+        self.batch_spin.setMinimumWidth(56)
+        self.batch_spin.valueChanged.connect(self._on_batch_spin)
+        self._batch_label = QLabel("Batch")
+        self.goto_button = QToolButton()
+        self.goto_button.setText("Go to step")
+        self.goto_button.setToolTip("Jump the debugger to the step that computed these weights")
+        self.goto_button.clicked.connect(self._request_current_step)
+
+        controls = QHBoxLayout()
+        controls.setContentsMargins(4, 0, 4, 0)
+        controls.setSpacing(6)
+        controls.addWidget(QLabel("Layer"))
+        controls.addWidget(self.layer_combo, 1)
+        controls.addWidget(QLabel("Head"))
+        controls.addWidget(self.head_spin)
+        controls.addWidget(self._batch_label)
+        controls.addWidget(self.batch_spin)
+        controls.addStretch(0)
+        controls.addWidget(self.goto_button)
+
+        self.heatmap = HeatmapView()
+        self.caption = QLabel()
+        self.caption.setObjectName("attentionCaption")
+        self.caption.setWordWrap(True)
+        self.caption.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+
+        big = QWidget()
+        big_layout = QVBoxLayout(big)
+        big_layout.setContentsMargins(0, 0, 0, 0)
+        big_layout.setSpacing(2)
+        big_layout.addWidget(self.heatmap, 1)
+        big_layout.addWidget(self.caption)
+
+        self.grid = AttentionGrid()
+        self.grid.cellClicked.connect(self._on_cell_clicked)
+        grid_title = QLabel("All layers × heads — click to open")
+        bold = QFont(grid_title.font())
+        bold.setBold(True)
+        grid_title.setFont(bold)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setWidget(self.grid)
+        grid_box = QWidget()
+        grid_layout = QVBoxLayout(grid_box)
+        grid_layout.setContentsMargins(4, 4, 4, 0)
+        grid_layout.setSpacing(2)
+        grid_layout.addWidget(grid_title)
+        grid_layout.addWidget(scroll, 1)
+
+        self._splitter = QSplitter(Qt.Orientation.Vertical)
+        self._splitter.setChildrenCollapsible(False)
+        self._splitter.addWidget(big)
+        self._splitter.addWidget(grid_box)
+        self._splitter.setStretchFactor(0, 3)
+        self._splitter.setStretchFactor(1, 2)
+        self._splitter.setSizes([600, 400])
+
+        self._empty = QLabel()
+        self._empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self._empty.setWordWrap(True)
+        self._empty.setMargin(24)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 4, 0, 0)
+        layout.setSpacing(4)
+        self._controls = QWidget()
+        self._controls.setLayout(controls)
+        layout.addWidget(self._controls)
+        layout.addWidget(self._splitter, 1)
+        layout.addWidget(self._empty, 1)
+        self._set_empty("No trace loaded.")
+
+    # ---- feeding
+
+    def set_trace(self, trace: Trace | None, token_labels: list[str] | None = None) -> None:
+        """Load the attention maps of ``trace`` (cheap: thumbnails are built on first show)."""
+        self._trace, self._tokens = trace, token_labels
+        maps = attention_maps(trace) if trace is not None else {}
+        self._paths = list(maps)
+        self._maps = [maps[p] for p in self._paths]
+        self._steps = attention_steps(trace, self._paths) if trace is not None else []
+        self._lookup = layer_lookup(trace, self._paths) if trace is not None else {}
+        if trace is None:
+            self._set_empty("No trace loaded.")
+            return
+        if not self._paths:
+            self._set_empty(
+                "This trace holds no attention maps: the model has no module whose "
+                "attention weights the tracer could see."
+            )
+            return
+        self._empty.hide()
+        self._controls.show()
+        self._splitter.show()
+
+        self.layer_combo.blockSignals(True)
+        self.layer_combo.clear()
+        for i, path in enumerate(self._paths):
+            self.layer_combo.addItem(f"L{i} · {path}", i)
+        self.layer_combo.blockSignals(False)
+        batches = self._maps[0].shape[0]
+        self.batch_spin.blockSignals(True)
+        self.batch_spin.setRange(0, batches - 1)
+        self.batch_spin.setValue(0)
+        self.batch_spin.blockSignals(False)
+        self._batch_label.setVisible(batches > 1)
+        self.batch_spin.setVisible(batches > 1)
+        self._layer, self._head, self._batch = 0, 0, 0
+        self._grid_dirty = True
+        self._sync_controls()
+        self._changed()
+
+    def _set_empty(self, text: str) -> None:
+        self._paths, self._maps, self._steps = [], [], []
+        self._controls.hide()
+        self._splitter.hide()
+        self._empty.setText(text)
+        self._empty.show()
+
+    # ---- state
+
+    @property
+    def paths(self) -> list[str]:
+        """Attention module paths, one per layer, in the order they ran."""
+        return list(self._paths)
+
+    @property
+    def layer(self) -> int:
+        return self._layer
+
+    @property
+    def head(self) -> int:
+        return self._head
+
+    @property
+    def batch(self) -> int:
+        return self._batch
+
+    def heads(self, layer: int | None = None) -> int:
+        layer = self._layer if layer is None else layer
+        return int(self._maps[layer].shape[1]) if self._maps else 0
+
+    def current_map(self) -> torch.Tensor | None:
+        """The ``(T, T)`` map of the chosen layer, head and batch element."""
+        if not self._maps:
+            return None
+        return self._maps[self._layer][self._batch, self._head]
+
+    def layer_for_step(self, step_index: int) -> int | None:
+        """The layer whose attention the step belongs to, or None (an MLP step, the root)."""
+        if self._trace is None or not 0 <= step_index < len(self._trace.steps):
+            return None
+        return self._lookup.get(self._trace.steps[step_index].module)
+
+    def step_for_layer(self, layer: int) -> int | None:
+        """The step that computed layer ``layer``'s attention weights."""
+        return self._steps[layer] if 0 <= layer < len(self._steps) else None
+
+    # ---- selection
+
+    def set_layer(self, layer: int, head: int | None = None) -> None:
+        """Show ``layer``; the head stays as it was unless given (clamped to the layer)."""
+        if not self._maps:
+            return
+        layer = max(0, min(layer, len(self._maps) - 1))
+        head = self._head if head is None else head
+        head = max(0, min(head, self.heads(layer) - 1))
+        if (layer, head) == (self._layer, self._head):
+            return
+        self._layer, self._head = layer, head
+        self._sync_controls()
+        self._changed()
+
+    def set_head(self, head: int) -> None:
+        self.set_layer(self._layer, head)
+
+    def refresh(self) -> None:
+        """Render now, visible or not (for exports and tests)."""
+        self._build_grid()
+        self._render()
+
+    def _sync_controls(self) -> None:
+        for widget in (self.layer_combo, self.head_spin):
+            widget.blockSignals(True)
+        self.layer_combo.setCurrentIndex(self._layer)
+        self.head_spin.setRange(0, max(0, self.heads() - 1))
+        self.head_spin.setValue(self._head)
+        for widget in (self.layer_combo, self.head_spin):
+            widget.blockSignals(False)
+        self.grid.set_selected(self._layer, self._head)
+
+    def _changed(self) -> None:
+        self._dirty = True
+        if self.isVisible():
+            self._render()
+        self.selectionChanged.emit(self._layer, self._head)
+
+    def _on_layer_combo(self, index: int) -> None:
+        if index >= 0:
+            self.set_layer(index)
+
+    def _on_head_spin(self, head: int) -> None:
+        self.set_head(head)
+
+    def _on_batch_spin(self, batch: int) -> None:
+        self._batch = batch
+        self._grid_dirty = True
+        self._changed()
+        if self.isVisible():
+            self._build_grid()
+
+    def _on_cell_clicked(self, layer: int, head: int) -> None:
+        self.set_layer(layer, head)
+        self._request_current_step()
+
+    def _request_current_step(self) -> None:
+        step = self.step_for_layer(self._layer)
+        if step is not None:
+            self.stepRequested.emit(step)
+
+    # ---- drawing
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        self._build_grid()
+        if self._dirty:
+            self._render()
+
+    def _build_grid(self) -> None:
+        if not self._grid_dirty:
+            return
+        self._grid_dirty = False
+        self.grid.set_images(thumbnail_images(self._maps, self._batch), self._paths)
+        self.grid.set_selected(self._layer, self._head)
+
+    def _render(self) -> None:
+        self._dirty = False
+        a = self.current_map()
+        if a is None:
+            return
+        labels = self._tokens if self._tokens and len(self._tokens) == a.shape[-1] else None
+        self.heatmap.set_matrix(
+            a,
+            row_labels=labels,
+            col_labels=labels,
+            row_name="query",
+            col_name="key",
+            scale="probability",
+        )
+        peak = float(a.max()) if a.numel() else 0.0
+        self.caption.setText(
+            f"L{self._layer} · head {self._head} · {self._paths[self._layer]} — "
+            f"row = query (attends from), column = key (attends to); "
+            f"each row sums to 1 · max {peak:.3g}"
+        )
+
+
+__all__ = [
+    "AttentionGrid",
+    "AttentionPanel",
+    "attention_maps",
+    "attention_steps",
+    "layer_lookup",
+    "thumbnail_images",
+]

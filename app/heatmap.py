@@ -1,0 +1,418 @@
+"""A matrix on screen: ``HeatmapView``, one pyqtgraph image with labelled axes and a colour bar.
+
+Every picture in the inspector (a tensor slice, an attention map) is a ``HeatmapView``. It
+shows one 2-D array the way a person reads a matrix:
+
+- **Row-major, row 0 on top.** pyqtgraph images are column-major unless told otherwise, so
+  the image item is built with ``axisOrder="row-major"`` (``image[r, c]`` is drawn at x = c,
+  y = r) and the view is ``invertY``-ed so that row 0 is the top row, like a printed matrix.
+- **Index coordinates.** Pixel ``(r, c)`` covers ``[c, c + 1) x [r, r + 1)`` in view units, so
+  axis ticks, hover and zoom all speak in tensor indices, also when a huge matrix is
+  downsampled for display (the image rectangle keeps the full size; only pixels get fewer).
+- **Token labels.** Rows or columns that run over time (``T``) can carry the prompt's tokens
+  as tick labels (``AxisItem.setTicks``) in three levels (every 16th, every 4th, every token)
+  so pyqtgraph shows only as many as fit and reveals the rest when zoomed in.
+- **Honest colours.** Signed data gets a diverging map centred on zero (blue < 0 < red);
+  non-negative data and probabilities get a sequential map (viridis, inferno for attention).
+- **Hover** shows ``(row, col) = value`` from the full-resolution matrix, in a line under
+  the plot and as a tooltip.
+
+The widget keeps one ``ImageItem`` for its whole life: stepping through a trace only swaps
+the pixels, which keeps a step update to a few milliseconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pyqtgraph as pg
+import torch
+from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtGui import QPalette
+from PySide6.QtWidgets import QLabel, QStackedLayout, QToolTip, QVBoxLayout, QWidget
+
+Scale = Literal["auto", "signed", "sequential", "probability"]
+
+MAX_DISPLAY = 768
+"""Largest number of pixels per axis handed to the image; bigger matrices are strided."""
+
+SIGNED_CMAP = "CET-D1"  # blue - white - red, perceptually uniform, for data centred on 0
+SEQUENTIAL_CMAP = "viridis"  # for non-negative data
+PROBABILITY_CMAP = "inferno"  # for attention probabilities (0..1)
+
+TICK_LEVELS = (16, 4, 1)
+"""Token tick levels: label every 16th token, then every 4th, then every token."""
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def display_stride(n: int, limit: int = MAX_DISPLAY) -> int:
+    """How many indices one displayed pixel stands for along an axis of length ``n``."""
+    return max(1, math.ceil(n / limit))
+
+
+def token_ticks(labels: Sequence[str]) -> list[list[tuple[float, str]]]:
+    """Tick levels for ``AxisItem.setTicks``: a label at the centre (i + 0.5) of each index.
+
+    Levels are disjoint (a token appears once) and coarse to fine, so pyqtgraph draws the
+    coarse level always and the finer ones only where their text fits.
+    """
+    levels: list[list[tuple[float, str]]] = []
+    taken: set[int] = set()
+    for every in TICK_LEVELS:
+        level = [(i + 0.5, labels[i]) for i in range(0, len(labels), every) if i not in taken]
+        taken.update(range(0, len(labels), every))
+        levels.append(level)
+    return levels
+
+
+def _colormap(name: str) -> pg.ColorMap:
+    cmap = _CMAP_CACHE.get(name)
+    if cmap is None:
+        cmap = _CMAP_CACHE[name] = pg.colormap.get(name)
+    return cmap
+
+
+_CMAP_CACHE: dict[str, pg.ColorMap] = {}
+
+
+def choose_levels(data: np.ndarray, scale: Scale) -> tuple[str, tuple[float, float]]:
+    """Pick the colour map and level range for ``data`` (which may hold NaN, never Inf).
+
+    ``"auto"`` means: sequential for data that never goes below zero, diverging and
+    symmetric around zero otherwise, so white always means exactly 0.
+    """
+    finite = data[np.isfinite(data)] if np.isnan(data).any() else data
+    lo = float(finite.min()) if finite.size else 0.0
+    hi = float(finite.max()) if finite.size else 0.0
+    if scale == "probability":
+        return PROBABILITY_CMAP, (0.0, hi if hi > 0 else 1.0)
+    if scale == "sequential" or (scale == "auto" and lo >= 0):
+        if hi <= lo:
+            lo, hi = lo - 0.5, lo + 0.5
+        return SEQUENTIAL_CMAP, (lo, hi)
+    bound = max(abs(lo), abs(hi)) or 1.0
+    return SIGNED_CMAP, (-bound, bound)
+
+
+def _as_numpy(matrix: torch.Tensor | np.ndarray) -> np.ndarray:
+    if isinstance(matrix, torch.Tensor):
+        t = matrix.detach()
+        if t.dtype != torch.float32:
+            t = t.to(torch.float32)
+        return t.cpu().numpy()
+    return np.asarray(matrix, dtype=np.float32)
+
+
+# --------------------------------------------------------------------------- widget
+
+
+class HeatmapView(QWidget):
+    """One matrix as a heatmap, with axes in index units, tick labels and a colour bar.
+
+    >>> view = HeatmapView()                                            # doctest: +SKIP
+    >>> view.set_matrix(attn[0, 3], row_labels=tokens, col_labels=tokens,
+    ...                 scale="probability")                            # doctest: +SKIP
+    """
+
+    hovered = Signal(int, int, float)
+    """(row, col, value) under the mouse, in full-resolution indices."""
+
+    def __init__(self, parent: QWidget | None = None, *, max_display: int = MAX_DISPLAY):
+        super().__init__(parent)
+        self._max_display = max_display
+        self._full: np.ndarray | None = None  # full-resolution matrix, for hover values
+        self._row_labels: Sequence[str] | None = None
+        self._col_labels: Sequence[str] | None = None
+        self._row_name = "row"
+        self._col_name = "col"
+        self._shape: tuple[int, int] | None = None
+        self._cmap_name = ""
+        self._ticks_key: tuple = (None, None)
+
+        palette = self.palette()
+        background = palette.color(QPalette.ColorRole.Base)
+        foreground = palette.color(QPalette.ColorRole.Text)
+
+        # ---- the plot: one image, left/top axes, colour bar on the right
+        self._canvas = pg.GraphicsLayoutWidget()
+        self._canvas.setBackground(background)
+        self._canvas.setMinimumSize(160, 120)
+        self._canvas.ci.setContentsMargins(4, 4, 4, 12)
+        self._plot: pg.PlotItem = self._canvas.addPlot()
+        self._plot.hideButtons()
+        self._plot.setMenuEnabled(False)
+        self._plot.showAxis("top")
+        self._plot.hideAxis("bottom")
+        self._plot.getViewBox().setDefaultPadding(0.0)
+        self._plot.invertY(True)  # row 0 on top, like a printed matrix
+        for name in ("left", "top"):
+            axis = self._plot.getAxis(name)
+            axis.setPen(pg.mkPen(foreground))
+            axis.setTextPen(pg.mkPen(foreground))
+            axis.setStyle(
+                tickLength=-4,
+                tickTextOffset=3,
+                autoExpandTextSpace=True,
+                # let finer token levels in while their labels fill < ~55% of the axis
+                textFillLimits=[(0, 0.8), (2, 0.7), (4, 0.6), (6, 0.55)],
+            )
+        self._image = pg.ImageItem(axisOrder="row-major")
+        self._plot.addItem(self._image)
+        self._colorbar = pg.ColorBarItem(
+            values=(0.0, 1.0),
+            colorMap=_colormap(SEQUENTIAL_CMAP),
+            width=12,
+            interactive=False,
+        )
+        self._colorbar.setImageItem(self._image, insert_in=self._plot)
+        bar_axis = self._colorbar.axis
+        bar_axis.setPen(pg.mkPen(foreground))
+        bar_axis.setTextPen(pg.mkPen(foreground))
+        self._canvas.scene().sigMouseMoved.connect(self._on_mouse_moved)
+
+        # ---- message page (no values captured, scalar, empty step ...)
+        self._message = QLabel()
+        self._message.setObjectName("heatmapMessage")
+        self._message.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self._message.setWordWrap(True)
+        self._message.setTextFormat(Qt.TextFormat.RichText)
+        self._message.setMargin(24)
+        self._message.setAutoFillBackground(True)
+        self._message.setBackgroundRole(QPalette.ColorRole.Base)
+
+        self._pages = QStackedLayout()
+        self._pages.addWidget(self._canvas)
+        self._pages.addWidget(self._message)
+
+        # ---- hover line under the plot
+        self._hover = QLabel(" ")
+        self._hover.setObjectName("heatmapHover")
+        self._hover.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        font = self._hover.font()
+        font.setPointSizeF(max(7.0, font.pointSizeF() - 1))
+        self._hover.setFont(font)
+        self._hover.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
+        layout.addLayout(self._pages, 1)
+        layout.addWidget(self._hover)
+
+    # ---- parts, for callers and tests
+
+    @property
+    def image_item(self) -> pg.ImageItem:
+        return self._image
+
+    @property
+    def plot_item(self) -> pg.PlotItem:
+        return self._plot
+
+    @property
+    def colorbar(self) -> pg.ColorBarItem:
+        return self._colorbar
+
+    @property
+    def row_axis(self) -> pg.AxisItem:
+        return self._plot.getAxis("left")
+
+    @property
+    def col_axis(self) -> pg.AxisItem:
+        return self._plot.getAxis("top")
+
+    @property
+    def colormap_name(self) -> str:
+        return self._cmap_name
+
+    @property
+    def message(self) -> str:
+        """The text shown instead of the plot, or "" while the plot is shown."""
+        return self._message.text() if self._pages.currentIndex() == 1 else ""
+
+    @property
+    def matrix(self) -> np.ndarray | None:
+        """The full-resolution matrix on show (None while a message is shown)."""
+        return self._full if self._pages.currentIndex() == 0 else None
+
+    @property
+    def stride(self) -> tuple[int, int]:
+        """Display downsampling (rows, cols): 1 means every index has its own pixel."""
+        if self._full is None:
+            return (1, 1)
+        r, c = self._full.shape
+        return display_stride(r, self._max_display), display_stride(c, self._max_display)
+
+    # ---- showing data
+
+    def set_matrix(
+        self,
+        matrix: torch.Tensor | np.ndarray,
+        *,
+        row_labels: Sequence[str] | None = None,
+        col_labels: Sequence[str] | None = None,
+        row_name: str = "row",
+        col_name: str = "col",
+        scale: Scale = "auto",
+        levels: tuple[float, float] | None = None,
+    ) -> None:
+        """Show a 2-D matrix. Rows run down, columns across; row 0 is the top row.
+
+        ``row_labels``/``col_labels`` (one string per index) become tick labels;
+        ``row_name``/``col_name`` name the axes (``"query"``, ``"C"``...). ``levels``
+        overrides the automatic colour range.
+        """
+        full = _as_numpy(matrix)
+        if full.ndim != 2:
+            raise ValueError(f"HeatmapView shows 2-D matrices, got shape {tuple(full.shape)}")
+        rows, cols = full.shape
+        if rows == 0 or cols == 0:
+            self.show_message(f"Empty matrix of shape ({rows}, {cols}).")
+            return
+        self._full = full
+
+        # ---- pixels: stride big matrices down to about MAX_DISPLAY per axis
+        sr, sc = display_stride(rows, self._max_display), display_stride(cols, self._max_display)
+        shown = full[::sr, ::sc] if (sr > 1 or sc > 1) else full
+        if not np.isfinite(shown).all():  # Inf breaks level scaling: draw it like NaN (blank)
+            shown = np.where(np.isfinite(shown), shown, np.nan)
+
+        cmap_name, auto_levels = choose_levels(shown, scale)
+        levels = levels or auto_levels
+        self._image.setImage(shown, autoLevels=False, levels=levels)
+        self._image.setRect(QRectF(0, 0, shown.shape[1] * sc, shown.shape[0] * sr))
+        if cmap_name != self._cmap_name:
+            self._colorbar.setColorMap(_colormap(cmap_name))
+            self._cmap_name = cmap_name
+        self._colorbar.setLevels(levels)
+
+        # ---- axes: names, token ticks, and the view range when the shape changed
+        self._row_labels, self._col_labels = row_labels, col_labels
+        self._row_name, self._col_name = row_name, col_name
+        self._set_ticks(row_labels, col_labels)
+        self._plot.setLabel("left", row_name)
+        self._plot.setLabel("top", col_name)
+        if self._shape != (rows, cols):
+            self._shape = (rows, cols)
+            vb = self._plot.getViewBox()
+            vb.setLimits(xMin=0, xMax=cols, yMin=0, yMax=rows)
+            vb.setRange(xRange=(0, cols), yRange=(0, rows), padding=0.0)
+        self._pages.setCurrentIndex(0)
+
+    def show_message(self, text: str) -> None:
+        """Replace the plot with a short explanation (rich text allowed)."""
+        self._full = None
+        self._message.setText(text)
+        self._pages.setCurrentIndex(1)
+        self._hover.setText(" ")
+
+    def _set_ticks(self, row_labels, col_labels) -> None:
+        key = (id(row_labels), id(col_labels))
+        if key == self._ticks_key:
+            return  # the same label lists as last step: nothing to redo
+        self._ticks_key = key
+        self.row_axis.setTicks(token_ticks(row_labels) if row_labels else None)
+        self.col_axis.setTicks(token_ticks(col_labels) if col_labels else None)
+
+    # ---- hover
+
+    def value_at(self, row: int, col: int) -> float:
+        """The full-resolution value at (row, col)."""
+        if self._full is None:
+            raise ValueError("no matrix is shown")
+        return float(self._full[row, col])
+
+    def hover_text(self, row: int, col: int) -> str:
+        """``query 3 'l' · key 1 'e' = 0.1234`` for the cell at (row, col)."""
+
+        def part(name: str, index: int, labels: Sequence[str] | None) -> str:
+            label = f" '{labels[index]}'" if labels is not None and index < len(labels) else ""
+            return f"{name} {index}{label}"
+
+        value = self.value_at(row, col)
+        return (
+            f"{part(self._row_name, row, self._row_labels)} · "
+            f"{part(self._col_name, col, self._col_labels)} = {value:.6g}"
+        )
+
+    def cell_at_scene_pos(self, pos: QPointF) -> tuple[int, int] | None:
+        """(row, col) under a scene position, or None outside the matrix."""
+        if self._full is None:
+            return None
+        vb = self._plot.getViewBox()
+        if not vb.sceneBoundingRect().contains(pos):
+            return None
+        p = vb.mapSceneToView(pos)
+        row, col = math.floor(p.y()), math.floor(p.x())
+        rows, cols = self._full.shape
+        if 0 <= row < rows and 0 <= col < cols:
+            return row, col
+        return None
+
+    def _on_mouse_moved(self, pos: QPointF) -> None:
+        cell = self.cell_at_scene_pos(pos)
+        if cell is None:
+            self._hover.setText(" ")
+            self._canvas.setToolTip("")
+            return
+        row, col = cell
+        text = self.hover_text(row, col)
+        self._hover.setText(text)
+        self._canvas.setToolTip(text)
+        if self._canvas.underMouse():
+            QToolTip.showText(self._canvas.cursor().pos(), text, self._canvas)
+        self.hovered.emit(row, col, self.value_at(row, col))
+
+    # ---- export
+
+    def export(self, path: str | Path) -> Path:
+        """Write the plot (image, axes, colour bar) as PNG or SVG, chosen by the suffix."""
+        from pyqtgraph import exporters
+
+        path = Path(path)
+        suffix = path.suffix.lower()
+        if self._full is None:
+            raise ValueError("nothing to export: no heatmap is shown")
+        if suffix == ".svg":
+            try:
+                exporters.SVGExporter(self._plot).export(str(path))
+            except ValueError:
+                # pyqtgraph 0.14's SVG exporter cannot parse the closed paths ("... Z") that
+                # Qt >= 6.9 writes (pyqtgraph issue #3495); Qt's own generator can.
+                self._export_svg_with_qt(path)
+        elif suffix in (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff"):
+            exporter = exporters.ImageExporter(self._plot)
+            width = max(800, int(self._plot.sceneBoundingRect().width()))
+            exporter.parameters()["width"] = width
+            exporter.export(str(path))
+        else:
+            raise ValueError(
+                f"cannot export a heatmap as {suffix or 'a file without suffix'}: "
+                "use .png or .svg"
+            )
+        return path
+
+    def _export_svg_with_qt(self, path: Path) -> None:
+        from PySide6.QtCore import QSize
+        from PySide6.QtGui import QPainter
+        from PySide6.QtSvg import QSvgGenerator
+
+        source = self._plot.sceneBoundingRect()
+        generator = QSvgGenerator()
+        generator.setFileName(str(path))
+        generator.setSize(QSize(int(source.width()), int(source.height())))
+        generator.setViewBox(QRectF(0, 0, source.width(), source.height()))
+        generator.setTitle("Scratchformer heatmap")
+        painter = QPainter(generator)
+        try:
+            self._canvas.scene().render(
+                painter, QRectF(0, 0, source.width(), source.height()), source
+            )
+        finally:
+            painter.end()

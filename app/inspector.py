@@ -1,0 +1,362 @@
+"""The inspector: the right-hand panel that shows what one step of a trace did to its tensors.
+
+::
+
+    ┌ step 33 / 104 · softmax ─────────────────────────────┐
+    │ blocks.0.self_attn.attention · attention.py:57 ...   │
+    ├ [Tensors] [Attention] ───────────────────────────────┤
+    │ shape table: in/out tensors, shapes, dims, stats     │   Tensors: the table, and the
+    │ ──────────────────────────────────────────────────── │   selected row's tensor as a
+    │ slice  B [0]  H [2]               [B=0, H=2] → T × T │   heatmap (leading axes picked
+    │ heatmap with token labels and a colour bar           │   with spin boxes)
+    ├──────────────────────────────────────────────────────┤
+    │ stats strip: shape · dtype · min max mean std · NaN  │
+    └──────────────────────────────────────────────────────┘
+
+The main window drives it with ``set_trace(trace)`` and ``set_step(index)``, and listens to
+``stepRequested`` (emitted when the user clicks an attention thumbnail or "Go to step").
+
+``set_step`` has to keep up with a held-down arrow key on a gpt2-small trace, so nothing
+is rebuilt per step: the table model is reset over a few rows, the one ``ImageItem`` gets
+new pixels (huge tensors are strided down for display), recently viewed values are cached,
+and the attention tab only redraws while it is visible.
+"""
+
+from __future__ import annotations
+
+import html
+from collections import OrderedDict
+from pathlib import Path
+
+import torch
+from PySide6.QtCore import QItemSelectionModel, QModelIndex, Qt, Signal
+from PySide6.QtGui import QFont, QPainter, QPalette
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHeaderView,
+    QLabel,
+    QSizePolicy,
+    QSplitter,
+    QTableView,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.attention_view import AttentionPanel
+from app.heatmap import HeatmapView
+from app.shape_table import ShapeTableModel, format_number
+from app.tensor_view import TensorView, token_labels
+from tracing.record import TensorRecord, Trace
+
+VALUE_CACHE_SIZE = 24
+"""Tensor values kept at hand (a trace opened from disk reads each one lazily)."""
+
+
+
+class ElidedLabel(QLabel):
+    """A one-line label that ends in "…" when too narrow (the full text is its tooltip)."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(" ", parent)
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.setTextFormat(Qt.TextFormat.PlainText)
+
+    def paintEvent(self, event) -> None:
+        painter = QPainter(self)
+        painter.setPen(self.palette().color(self.foregroundRole()))
+        rect = self.contentsRect()
+        text = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, rect.width())
+        painter.drawText(rect, int(self.alignment()), text)
+        painter.end()
+
+
+class Inspector(QWidget):
+    """Shape table, tensor heatmap, attention maps and statistics for the current step."""
+
+    stepRequested = Signal(int)
+    """The user asked to jump to this step (e.g. clicked an attention thumbnail)."""
+
+    TENSORS_TAB, ATTENTION_TAB = 0, 1
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self._trace: Trace | None = None
+        self._step_index = -1
+        self._tokens: list[str] | None = None
+        self._values: OrderedDict[int, torch.Tensor | None] = OrderedDict()
+        self._selecting = False  # set while set_step selects the default row itself
+
+        # ---- header: step title and where it ran
+        self._title = QLabel("No trace loaded")
+        self._title.setObjectName("inspectorTitle")
+        title_font = QFont(self._title.font())
+        title_font.setBold(True)
+        title_font.setPointSizeF(title_font.pointSizeF() + 1)
+        self._title.setFont(title_font)
+        self._where = ElidedLabel()
+        self._where.setObjectName("inspectorWhere")
+        self._where.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+
+        # ---- Tensors tab: shape table over the tensor heatmap
+        self.table_model = ShapeTableModel(self)
+        self.table = QTableView()
+        self.table.setObjectName("shapeTable")
+        self.table.setModel(self.table_model)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setAlternatingRowColors(True)
+        self.table.setShowGrid(False)
+        self.table.setWordWrap(False)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.table.verticalHeader().hide()
+        self.table.verticalHeader().setDefaultSectionSize(
+            self.table.fontMetrics().height() + 8
+        )
+        header = self.table.horizontalHeader()
+        # the name column takes what is left (eliding in the middle); the others fit
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(ShapeTableModel.NAME, QHeaderView.ResizeMode.Stretch)
+        header.setMinimumSectionSize(36)
+        header.setHighlightSections(False)
+        header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
+        self.table.selectionModel().currentRowChanged.connect(self._on_row_changed)
+
+        self.tensor_view = TensorView()
+        self.tensor_view.sliceChanged.connect(self._update_strip)
+
+        self._tensor_splitter = QSplitter(Qt.Orientation.Vertical)
+        self._tensor_splitter.setChildrenCollapsible(False)
+        self._tensor_splitter.addWidget(self.table)
+        self._tensor_splitter.addWidget(self.tensor_view)
+        self._tensor_splitter.setStretchFactor(0, 0)
+        self._tensor_splitter.setStretchFactor(1, 1)
+        self._tensor_splitter.setSizes([170, 480])
+
+        # ---- Attention tab
+        self.attention = AttentionPanel()
+        self.attention.stepRequested.connect(self.stepRequested)
+        self.attention.selectionChanged.connect(self._update_strip)
+
+        self.tabs = QTabWidget()
+        self.tabs.setDocumentMode(True)
+        self.tabs.addTab(self._tensor_splitter, "Tensors")
+        self.tabs.addTab(self.attention, "Attention")
+        self.tabs.currentChanged.connect(self._update_strip)
+
+        # ---- stats strip
+        self._strip = QLabel(" ")
+        self._strip.setObjectName("statsStrip")
+        self._strip.setTextFormat(Qt.TextFormat.RichText)
+        self._strip.setWordWrap(True)
+        self._strip.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self._strip.setMargin(4)
+        self._strip.setAutoFillBackground(True)
+        self._strip.setBackgroundRole(QPalette.ColorRole.AlternateBase)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 6, 6)
+        layout.setSpacing(4)
+        layout.addWidget(self._title)
+        layout.addWidget(self._where)
+        layout.addWidget(self.tabs, 1)
+        layout.addWidget(self._strip)
+        self.tensor_view.show_message("Open a trace to inspect its tensors.")
+
+    # ---- the interface the main window uses
+
+    def set_trace(self, trace: Trace | None) -> None:
+        """Show a new trace (None clears). Starts at step 0 when it has steps."""
+        self._trace = trace
+        self._values.clear()
+        self._step_index = -1
+        self._tokens = token_labels(trace) if trace is not None else None
+        self.table_model.set_trace(trace)
+        self.attention.set_trace(trace, self._tokens)
+        if trace is None or not trace.steps:
+            self._title.setText("No trace loaded" if trace is None else "The trace is empty")
+            self._where.setText(" ")
+            self.tensor_view.show_message(
+                "Open a trace to inspect its tensors." if trace is None
+                else "This trace recorded no steps."
+            )
+            self._update_strip()
+            return
+        self.set_step(0)
+
+    def set_step(self, index: int) -> None:
+        """Show step ``index``: its tensors, the first output as a heatmap, its layer."""
+        trace = self._trace
+        if trace is None:
+            raise ValueError("set_trace() first: the inspector has no trace")
+        if not 0 <= index < len(trace.steps):
+            raise IndexError(f"step {index} is out of range: the trace has {len(trace.steps)}")
+        self._step_index = index
+        step = trace.steps[index]
+        self._set_header(index)
+        self.table_model.set_step(step)
+        row = self.table_model.default_row()
+        self._selecting = True
+        try:
+            if row >= 0:
+                self.table.selectionModel().setCurrentIndex(
+                    self.table_model.index(row, 0),
+                    QItemSelectionModel.SelectionFlag.ClearAndSelect
+                    | QItemSelectionModel.SelectionFlag.Rows,
+                )
+        finally:
+            self._selecting = False
+        self._show_row(row)
+        layer = self.attention.layer_for_step(index)
+        if layer is not None:
+            self.attention.set_layer(layer)  # keeps the head the user chose
+
+    def export_heatmap(self, path: str | Path) -> Path:
+        """Save the heatmap on show (attention tab: the attention map) as PNG or SVG."""
+        return self.current_heatmap().export(path)
+
+    # ---- parts, for the main window and tests
+
+    @property
+    def trace(self) -> Trace | None:
+        return self._trace
+
+    @property
+    def step_index(self) -> int:
+        return self._step_index
+
+    @property
+    def heatmap(self) -> HeatmapView:
+        """The tensor heatmap of the Tensors tab."""
+        return self.tensor_view.heatmap
+
+    def current_heatmap(self) -> HeatmapView:
+        """The heatmap of the tab on show."""
+        if self.tabs.currentIndex() == self.ATTENTION_TAB and self.attention.paths:
+            self.attention.refresh()
+            return self.attention.heatmap
+        return self.tensor_view.heatmap
+
+    def select_row(self, row: int) -> None:
+        """Show the tensor in row ``row`` of the shape table (as a click would)."""
+        self.table.selectRow(row)
+
+    def value(self, tensor_id: int) -> torch.Tensor | None:
+        """``trace.value(tensor_id)``, through a small cache (values may load from disk)."""
+        if tensor_id in self._values:
+            self._values.move_to_end(tensor_id)
+            return self._values[tensor_id]
+        assert self._trace is not None
+        value = self._trace.value(tensor_id)
+        self._values[tensor_id] = value
+        if len(self._values) > VALUE_CACHE_SIZE:
+            self._values.popitem(last=False)
+        return value
+
+    # ---- internals
+
+    def _set_header(self, index: int) -> None:
+        assert self._trace is not None
+        step = self._trace.steps[index]
+        total = len(self._trace.steps)
+        kind = "module" if step.kind == "module" else "op"
+        self._title.setText(f"Step {index} / {total - 1} · {step.op}")
+        where = f"{step.module or '<root>'} · {kind}"
+        if step.source is not None:
+            where += f" · {Path(step.source.file).name}:{step.source.line}"
+            if step.source.text:
+                where += f"  {step.source.text}"
+        if step.error:
+            where += f" · raised: {step.error}"
+        self._where.setText(where)
+        self._where.setToolTip(where)
+
+    def _on_row_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
+        if not self._selecting:
+            self._show_row(current.row() if current.isValid() else -1)
+
+    def _show_row(self, row: int) -> None:
+        if row < 0 or row >= self.table_model.rowCount():
+            self.tensor_view.show_message("This step has no tensor inputs or outputs.")
+            self._update_strip()
+            return
+        record = self.table_model.record(row)
+        value = self.value(record.id)
+        self.tensor_view.show_tensor(
+            record,
+            value,
+            token_labels=self._tokens,
+            missing_reason=self._missing_reason(record) if value is None else "",
+        )
+        self._update_strip()
+
+    def _missing_reason(self, record: TensorRecord) -> str:
+        """Why there is no heatmap for ``record``, in words that say what to do."""
+        assert self._trace is not None
+        capture = self._trace.meta.get("capture")
+        if capture in ("shapes", "stats"):
+            return (
+                "<b>Values were not captured.</b><br>This trace was recorded at capture "
+                f"level <code>{capture}</code>, which keeps "
+                f"{'shapes only' if capture == 'shapes' else 'shapes and statistics'}."
+                "<br>Trace again with capture <code>values</code> to see heatmaps."
+            )
+        cap = self._trace.meta.get("value_cap")
+        if capture == "values" and cap:
+            return (
+                "<b>This tensor's values were not kept.</b><br>It has "
+                f"{record.numel:,} elements, more than the capture's value cap of "
+                f"{int(cap):,}."
+            )
+        return "<b>No values were kept for this tensor.</b>"
+
+    def _update_strip(self, *_args) -> None:
+        self._strip.setText(self._strip_text())
+
+    def _strip_text(self) -> str:
+        if self.tabs.currentIndex() == self.ATTENTION_TAB:
+            a = self.attention.current_map()
+            if a is None:
+                return " "
+            row_sums = a.float().sum(-1)
+            return (
+                f"<b>attention</b> L{self.attention.layer} · head {self.attention.head} · "
+                f"({a.shape[0]} × {a.shape[1]}) · max {format_number(float(a.max()))} · "
+                f"row sums {format_number(float(row_sums.min()))}"
+                f"–{format_number(float(row_sums.max()))}"
+            )
+        record = self.tensor_view.record
+        if record is None:
+            return " "
+        row = self.table.currentIndex().row()
+        name = ""
+        if 0 <= row < self.table_model.rowCount():
+            direction = self.table_model.direction(row)
+            name = self.table_model.data(self.table_model.index(row, 0)) or direction
+        parts = [
+            f"<b>{html.escape(name)}</b>",
+            html.escape(record.shape_str(symbolic=True)),
+            record.dtype,
+            f"{record.numel:,} el",
+        ]
+        stats = record.stats
+        if stats is not None:
+            parts.append(
+                f"min {format_number(stats.min)} · max {format_number(stats.max)} · "
+                f"mean {format_number(stats.mean)} · std {format_number(stats.std)}"
+            )
+            nonfinite = f"NaN {stats.nan} · Inf {stats.inf}"
+            if stats.has_nonfinite:
+                nonfinite = f"<span style='color:#d62728'><b>{nonfinite}</b></span>"
+            parts.append(nonfinite)
+        cut = self.tensor_view.current_slice
+        if cut is not None and self.heatmap.matrix is not None:
+            shown = f"showing {html.escape(cut.describe())}"
+            sr, sc = self.heatmap.stride
+            if sr > 1 or sc > 1:
+                shown += f" (every {sr}th row, {sc}th col)"
+            parts.append(shown)
+        return " · ".join(parts)
+
+
+__all__ = ["Inspector"]
