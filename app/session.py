@@ -105,7 +105,10 @@ def build_model(source: ModelSource) -> tuple[torch.nn.Module, Any]:
 
     tokenizer = scratchformer.ByteTokenizer()
     if source.kind == "demo":
-        model = scratchformer.demo_model()
+        try:
+            model = scratchformer.demo_model()
+        except scratchformer.CheckpointError as e:
+            raise SessionError(f"Cannot load the bundled demo model: {e}") from e
     elif source.kind == "preset":
         try:
             config = scratchformer.ModelConfig.preset(source.preset)
@@ -160,18 +163,6 @@ def encode_prompt(tokenizer: Any, prompt: str, model: Any) -> torch.Tensor:
     return torch.tensor([ids], dtype=torch.long)  # (B, T)
 
 
-def token_strings(tokenizer: Any, ids: list[int]) -> list[str]:
-    """One printable label per token, for heatmap axes."""
-    out = []
-    for i in ids:
-        try:
-            text = tokenizer.decode([i])
-        except Exception:
-            text = ""
-        out.append(text if text.isprintable() and text else f"<{i}>")
-    return out
-
-
 # --------------------------------------------------------------------------- tracing
 
 
@@ -213,8 +204,8 @@ def run_trace(
             progress(min(calls, total), total)
 
     meta = {
-        "prompt": request.prompt,
-        "token_strings": token_strings(tokenizer, ids[0].tolist()),
+        "text": request.prompt,
+        "tokens": ids[0].tolist(),
         "model_source": request.source.describe(),
     }
     handle = torch.nn.modules.module.register_module_forward_pre_hook(pre_hook)

@@ -1,0 +1,48 @@
+"""``scratchformer app [TRACE]``: the desktop debugger.
+
+With no file it traces the bundled demo model on its default prompt, so a person sees a
+real forward pass at once; with a trace file it opens that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "app",
+        help="open the desktop debugger",
+        description="Step through a traced forward pass on a block diagram.",
+    )
+    parser.add_argument(
+        "trace", nargs="?", type=Path, help="a trace file to open (default: trace the demo)"
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from app.cli import UserError
+
+    if args.trace is not None and not args.trace.is_file():
+        raise UserError(f"no such trace file: {args.trace}")
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    qt_app = QApplication.instance() or QApplication(sys.argv[:1])
+    qt_app.setApplicationName("Scratchformer")
+    qt_app.setOrganizationName("Scratchformer")
+
+    from app.main_window import MainWindow, apply_theme, install_excepthook
+
+    apply_theme(qt_app)
+    window = MainWindow()
+    install_excepthook(window)
+    window.show()
+    if args.trace is not None:
+        QTimer.singleShot(0, lambda: window.open_path(args.trace))
+    else:
+        QTimer.singleShot(0, window.load_demo)
+    return qt_app.exec()

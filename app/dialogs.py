@@ -1,0 +1,133 @@
+"""Dialogs: the new-trace form, and one helper every error goes through.
+
+Tests replace :func:`show_error` (``monkeypatch.setattr(app.dialogs, "show_error", ...)``);
+so the window always calls it as ``dialogs.show_error(...)``, never through a copied name.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QFormLayout,
+    QGridLayout,
+    QLabel,
+    QLineEdit,
+    QMessageBox,
+    QPlainTextEdit,
+    QPushButton,
+    QRadioButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.session import DEFAULT_CAPTURE, PRESETS, ModelSource, TraceRequest
+
+
+def show_error(parent: QWidget | None, title: str, text: str, details: str = "") -> None:
+    """A modal error box naming the problem; ``details`` (a traceback) goes under a button."""
+    box = QMessageBox(parent)
+    box.setIcon(QMessageBox.Icon.Critical)
+    box.setWindowTitle(title)
+    box.setText(text)
+    if details:
+        box.setDetailedText(details)
+    box.exec()
+
+
+def show_info(parent: QWidget | None, title: str, text: str) -> None:
+    QMessageBox.information(parent, title, text)
+
+
+class NewTraceDialog(QDialog):
+    """Prompt, model (bundled demo, a preset with random weights, a checkpoint), capture."""
+
+    def __init__(self, parent: QWidget | None = None, prompt: str = ""):
+        super().__init__(parent)
+        self.setWindowTitle("New trace")
+        self.setMinimumWidth(520)
+        import tracing
+
+        self.prompt_edit = QPlainTextEdit(self)
+        self.prompt_edit.setPlaceholderText("Text to feed the model…")
+        self.prompt_edit.setPlainText(prompt)
+        self.prompt_edit.setFixedHeight(80)
+
+        self.demo_radio = QRadioButton("Bundled demo model", self)
+        self.preset_radio = QRadioButton("Preset with random weights", self)
+        self.checkpoint_radio = QRadioButton("Checkpoint file", self)
+        self.demo_radio.setChecked(True)
+        group = QButtonGroup(self)
+        for b in (self.demo_radio, self.preset_radio, self.checkpoint_radio):
+            group.addButton(b)
+        self.preset_combo = QComboBox(self)
+        self.preset_combo.addItems(PRESETS)
+        self.checkpoint_edit = QLineEdit(self)
+        self.checkpoint_edit.setPlaceholderText("path/to/model.safetensors")
+        browse = QPushButton("Browse…", self)
+        browse.clicked.connect(self._browse)
+        source = QGridLayout()
+        source.addWidget(self.demo_radio, 0, 0, 1, 3)
+        source.addWidget(self.preset_radio, 1, 0)
+        source.addWidget(self.preset_combo, 1, 1, 1, 2)
+        source.addWidget(self.checkpoint_radio, 2, 0)
+        source.addWidget(self.checkpoint_edit, 2, 1)
+        source.addWidget(browse, 2, 2)
+
+        self.capture_combo = QComboBox(self)
+        self.capture_combo.addItems(tracing.CAPTURE_LEVELS)
+        self.capture_combo.setCurrentText(DEFAULT_CAPTURE)
+        hint = QLabel(
+            "shapes: cheapest · stats: min/max/mean/std, NaN/Inf · values: copies for heatmaps"
+        )
+        hint.setObjectName("hint")
+        hint.setWordWrap(True)
+
+        form = QFormLayout()
+        form.addRow("Prompt", self.prompt_edit)
+        form.addRow("Model", _wrap(source))
+        form.addRow("Capture", self.capture_combo)
+        form.addRow("", hint)
+        buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel, self
+        )
+        buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Trace")
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(buttons)
+        self.preset_combo.currentIndexChanged.connect(lambda _i: self.preset_radio.setChecked(True))
+        self.checkpoint_edit.textEdited.connect(lambda _t: self.checkpoint_radio.setChecked(True))
+
+    def _browse(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Checkpoint", "", "Checkpoints (*.safetensors);;All files (*)"
+        )
+        if path:
+            self.checkpoint_edit.setText(path)
+            self.checkpoint_radio.setChecked(True)
+
+    def request(self) -> TraceRequest:
+        """What the user asked for (validation happens in ``app.session``)."""
+        if self.checkpoint_radio.isChecked():
+            source = ModelSource("checkpoint", checkpoint=self.checkpoint_edit.text().strip())
+        elif self.preset_radio.isChecked():
+            source = ModelSource("preset", preset=self.preset_combo.currentText())
+        else:
+            source = ModelSource("demo")
+        return TraceRequest(
+            prompt=self.prompt_edit.toPlainText(),
+            source=source,
+            capture=self.capture_combo.currentText(),
+        )
+
+
+def _wrap(layout) -> QWidget:
+    w = QWidget()
+    w.setLayout(layout)
+    layout.setContentsMargins(0, 0, 0, 0)
+    return w

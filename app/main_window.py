@@ -1,0 +1,784 @@
+"""The main window: module tree | block diagram over source | inspector, step bar below.
+
+The window owns the current trace and the current step and keeps every pane on that
+step: :meth:`MainWindow.go_to` is the one place a move happens, whoever asked for it (the
+step bar, a key, a click on a box or a tree row, an attention thumbnail). File work goes
+through :mod:`app.session`; every failure ends in ``dialogs.show_error`` and the window
+keeps going.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QSettings, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QApplication,
+    QFileDialog,
+    QLabel,
+    QMainWindow,
+    QMenu,
+    QProgressDialog,
+    QSplitter,
+    QStyle,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app import dialogs, session
+from app.diagram import DiagramView
+from app.inspector import Inspector
+from app.module_tree import ModuleTree
+from app.source_view import SourceView
+from app.step_bar import StepBar
+from app.workers import TraceJob
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tracing import Trace
+
+APP_NAME = "Scratchformer"
+TRACE_FILTER = "Trace files (*.safetensors *.sftrace *.trace);;All files (*)"
+REPORT_FILTERS = {
+    "md": "Markdown (*.md)",
+    "csv": "CSV (*.csv)",
+    "json": "JSON (*.json)",
+    "html": "HTML page (*.html)",
+    "graphml": "GraphML (*.graphml)",
+}
+MAX_RECENT = 8
+
+
+def short_source(step_source) -> str:
+    """``attention.py:57 · scores = q @ k.transpose(-2, -1)``."""
+    if step_source is None:
+        return "(no source line)"
+    name = Path(step_source.file).name if step_source.file else "?"
+    text = f" · {step_source.text}" if step_source.text else ""
+    return f"{name}:{step_source.line}{text}"
+
+
+class MainWindow(QMainWindow):
+    """The debugger window. ``settings`` is injectable so tests do not touch the user's."""
+
+    traceChanged = Signal()
+    stepChanged = Signal(int)
+
+    def __init__(self, settings: QSettings | None = None):
+        super().__init__()
+        self.setObjectName("mainWindow")
+        self.setWindowTitle(APP_NAME)
+        self.resize(1500, 950)
+        self.setAcceptDrops(True)
+        self.settings = settings if settings is not None else QSettings(APP_NAME, APP_NAME)
+        self.trace: Trace | None = None
+        self.trace_path: Path | None = None
+        self.current = 0
+        self._first_steps: dict[str, int] = {}
+        self.job: TraceJob | None = None
+        self.progress_dialog: QProgressDialog | None = None
+        self._last_prompt = ""
+
+        # ---- panes
+        self.tree = ModuleTree(self)
+        self.diagram = DiagramView(self)
+        self.source_view = SourceView(self)
+        self.inspector = Inspector(self)
+        self.step_bar = StepBar(self)
+
+        self.centre = QSplitter(Qt.Orientation.Vertical, self)
+        self.centre.addWidget(self.diagram)
+        self.centre.addWidget(self.source_view)
+        self.centre.setStretchFactor(0, 4)
+        self.centre.setStretchFactor(1, 1)
+        self.centre.setSizes([700, 170])
+        self.splitter = QSplitter(Qt.Orientation.Horizontal, self)
+        self.splitter.addWidget(_titled("Modules", self.tree))
+        self.splitter.addWidget(self.centre)
+        self.splitter.addWidget(self.inspector)
+        self.splitter.setStretchFactor(0, 0)
+        self.splitter.setStretchFactor(1, 1)
+        self.splitter.setStretchFactor(2, 0)
+        self.splitter.setSizes([360, 700, 440])
+        for s in (self.splitter, self.centre):
+            s.setChildrenCollapsible(False)
+            s.setHandleWidth(5)
+        central = QWidget(self)
+        layout = QVBoxLayout(central)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(0)
+        layout.addWidget(self.splitter, 1)
+        layout.addWidget(self.step_bar)
+        self.setCentralWidget(central)
+        self.summary_label = QLabel("", self)
+        self.zoom_label = QLabel("", self)
+        self.statusBar().addWidget(self.summary_label, 1)
+        self.statusBar().addPermanentWidget(self.zoom_label)
+
+        # ---- wiring: every move goes through go_to
+        self.step_bar.stepRequested.connect(self.go_to)
+        self.step_bar.stepOverRequested.connect(self.step_over)
+        self.step_bar.stepOutRequested.connect(self.step_out)
+        self.step_bar.nextNonfiniteRequested.connect(self.run_to_nonfinite)
+        self.diagram.stepActivated.connect(self.go_to)
+        self.diagram.layoutChanged.connect(self._update_zoom_label)
+        self.tree.moduleActivated.connect(self.go_to_module)
+        self.inspector.stepRequested.connect(self.go_to)
+
+        self._build_actions()
+        self._build_menus()
+        self._build_toolbar()
+        self.set_trace(None)
+
+    # --------------------------------------------------------------------- actions
+
+    def _action(self, text: str, slot, shortcuts=(), tip: str = "", icon=None) -> QAction:
+        action = QAction(text, self)
+        if shortcuts:
+            action.setShortcuts([QKeySequence(s) for s in shortcuts])
+            action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        if tip:
+            action.setToolTip(tip)
+            action.setStatusTip(tip)
+        if icon is not None:
+            action.setIcon(self.style().standardIcon(icon))
+        action.triggered.connect(lambda _checked=False: slot())
+        self.addAction(action)  # shortcuts work even with the menu bar hidden
+        return action
+
+    def _build_actions(self) -> None:
+        SP = QStyle.StandardPixmap
+        K = QKeySequence.StandardKey
+        self.new_action = self._action(
+            "&New trace…",
+            self.new_trace_dialog,
+            [K.New],
+            "Trace a prompt through a model",
+            SP.SP_FileIcon,
+        )
+        self.open_action = self._action(
+            "&Open…", self.open_dialog, [K.Open], "Open a trace file", SP.SP_DialogOpenButton
+        )
+        self.save_action = self._action(
+            "Save &As…",
+            self.save_dialog,
+            [K.SaveAs, "Ctrl+S"],
+            "Save this trace to a file",
+            SP.SP_DialogSaveButton,
+        )
+        self.report_action = self._action(
+            "Export shape &report…",
+            self.export_report_dialog,
+            ["Ctrl+R"],
+            "Markdown, CSV, JSON, HTML or GraphML",
+        )
+        self.diagram_export_action = self._action(
+            "Export &diagram…", self.export_diagram_dialog, [], "The block diagram as PNG or SVG"
+        )
+        self.heatmap_export_action = self._action(
+            "Export &heatmap…", self.export_heatmap_dialog, [], "The heatmap on show as PNG or SVG"
+        )
+        self.quit_action = self._action("&Quit", self.close, [K.Quit])
+
+        self.first_action = self._action("First step", lambda: self.go_to(0), ["Home"])
+        self.prev_action = self._action("Previous step", self.prev, ["Left", "F7"])
+        self.next_action = self._action("Next step (step into)", self.next, ["Right", "F11"])
+        self.last_action = self._action("Last step", self.last, ["End"])
+        self.over_action = self._action(
+            "Step over module",
+            self.step_over,
+            ["F10", "O"],
+            "Jump past the current module's internals",
+        )
+        self.out_action = self._action(
+            "Step out of module",
+            self.step_out,
+            ["Shift+F11", "U"],
+            "Run to the step after the enclosing module",
+        )
+        self.nan_action = self._action(
+            "Run to next NaN/Inf",
+            self.run_to_nonfinite,
+            ["N", "F8"],
+            "Run to the next step whose tensors hold NaN or Inf",
+        )
+        self.play_action = self._action("Play / pause", self.step_bar.toggle_play, ["Space"])
+
+        self.fit_action = self._action(
+            "&Fit diagram", self.diagram.fit, ["F"], "Fit the whole diagram in the window"
+        )
+        self.zoom_in_action = self._action("Zoom in", lambda: self._zoom(1.25), [K.ZoomIn, "="])
+        self.zoom_out_action = self._action("Zoom out", lambda: self._zoom(0.8), [K.ZoomOut, "-"])
+        self.collapse_all_action = self._action("Collapse all blocks", self.collapse_all, ["C"])
+        self.expand_all_action = self._action("Expand all blocks", self.expand_all, ["E"])
+        self.expand_current_action = self._action(
+            "Expand the current step's box",
+            self.expand_current,
+            ["X"],
+            "Open the collapsed box that holds the current step",
+        )
+        self.shortcuts_action = self._action("&Keyboard shortcuts", self.show_shortcuts, ["F1"])
+        self.about_action = self._action("&About Scratchformer", self.show_about)
+
+    def _build_menus(self) -> None:
+        bar = self.menuBar()
+        file_menu = bar.addMenu("&File")
+        file_menu.addAction(self.new_action)
+        file_menu.addAction(self.open_action)
+        self.recent_menu = QMenu("Open &Recent", self)
+        self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
+        file_menu.addMenu(self.recent_menu)
+        file_menu.addAction(self.save_action)
+        file_menu.addSeparator()
+        file_menu.addAction(self.report_action)
+        file_menu.addAction(self.diagram_export_action)
+        file_menu.addAction(self.heatmap_export_action)
+        file_menu.addSeparator()
+        file_menu.addAction(self.quit_action)
+        debug = bar.addMenu("&Debug")
+        for a in (
+            self.play_action,
+            None,
+            self.first_action,
+            self.prev_action,
+            self.next_action,
+            self.last_action,
+            None,
+            self.over_action,
+            self.out_action,
+            self.nan_action,
+        ):
+            debug.addSeparator() if a is None else debug.addAction(a)
+        view = bar.addMenu("&View")
+        for a in (
+            self.fit_action,
+            self.zoom_in_action,
+            self.zoom_out_action,
+            None,
+            self.expand_current_action,
+            self.expand_all_action,
+            self.collapse_all_action,
+        ):
+            view.addSeparator() if a is None else view.addAction(a)
+        help_menu = bar.addMenu("&Help")
+        help_menu.addAction(self.shortcuts_action)
+        help_menu.addAction(self.about_action)
+
+    def _build_toolbar(self) -> None:
+        tools = self.addToolBar("Main")
+        tools.setObjectName("mainToolbar")
+        tools.setMovable(False)
+        tools.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        tools.addAction(self.new_action)
+        tools.addAction(self.open_action)
+        tools.addAction(self.save_action)
+        tools.addSeparator()
+        for a in (
+            self.fit_action,
+            self.zoom_in_action,
+            self.zoom_out_action,
+            self.collapse_all_action,
+            self.expand_current_action,
+        ):
+            tools.addAction(a)
+        tools.addSeparator()
+        tools.addAction(self.report_action)
+
+    # --------------------------------------------------------------------- trace
+
+    def set_trace(self, trace: Trace | None, path: Path | None = None, start: int = 0) -> None:
+        """Show ``trace`` (None clears) at step ``start``."""
+        self.step_bar.stop()
+        self.trace = trace
+        self.trace_path = Path(path) if path is not None else None
+        has_steps = trace is not None and bool(trace.steps)
+        self._first_steps = session.first_steps_by_module(trace) if trace is not None else {}
+        self.tree.set_trace(trace)
+        self.diagram.set_trace(trace)
+        self.inspector.set_trace(trace)
+        self.step_bar.set_count(len(trace.steps) if trace is not None else 0)
+        for a in (
+            self.save_action,
+            self.report_action,
+            self.diagram_export_action,
+            self.heatmap_export_action,
+        ):
+            a.setEnabled(has_steps)
+        self._update_title()
+        self._update_summary()
+        self._update_zoom_label()
+        if has_steps:
+            self.current = -1
+            self.go_to(session.clamp_step(trace, start))
+        else:
+            self.current = 0
+            self.source_view.show_location(None)
+        self.traceChanged.emit()
+
+    def _update_title(self) -> None:
+        if self.trace is None:
+            self.setWindowTitle(APP_NAME)
+            return
+        name = self.trace_path.name if self.trace_path else "untitled trace"
+        self.setWindowTitle(f"{name} — {APP_NAME}")
+
+    def _update_summary(self) -> None:
+        trace = self.trace
+        if trace is None:
+            self.summary_label.setText("No trace. File ▸ New trace… or Open…, or drop a file here.")
+            return
+        meta = trace.meta
+        model = meta.get("model_class") or (
+            trace.modules[""].type if "" in trace.modules else "model"
+        )
+        parts = [str(model).rsplit(".", 1)[-1]]
+        tokens = meta.get("tokens")
+        if tokens:
+            n = len(tokens[0]) if isinstance(tokens[0], (list, tuple)) else len(tokens)
+            parts.append(f"{n} tokens")
+        if meta.get("capture"):
+            parts.append(f"capture {meta['capture']}")
+        parts.append(f"{len(trace.steps)} steps")
+        if not trace.complete:
+            parts.append(f"⚠ partial: {trace.error}")
+        self.summary_label.setText("  ·  ".join(parts))
+
+    def _update_zoom_label(self) -> None:
+        self.zoom_label.setText(f"zoom {self.diagram.zoom_level() * 100:.0f}%")
+
+    def _zoom(self, factor: float) -> None:
+        self.diagram.zoom(factor)
+        self._update_zoom_label()
+
+    # --------------------------------------------------------------------- stepping
+
+    def go_to(self, index: int) -> None:
+        """Move every pane to step ``index`` (clamped)."""
+        trace = self.trace
+        if trace is None or not trace.steps:
+            return
+        index = session.clamp_step(trace, int(index))
+        if index == self.current:
+            return
+        self.current = index
+        step = trace.steps[index]
+        self.step_bar.set_position(
+            index, session.status_text(trace, index), short_source(step.source), step.error
+        )
+        self.diagram.set_current(index)
+        self.tree.select_module(step.module)
+        self.source_view.show_location(step.source)
+        self.inspector.set_step(index)
+        self.stepChanged.emit(index)
+
+    def status_text(self) -> str:
+        return self.step_bar.status.text()
+
+    def next(self) -> None:
+        self.go_to(self.current + 1)
+
+    def prev(self) -> None:
+        self.go_to(self.current - 1)
+
+    def last(self) -> None:
+        if self.trace is not None:
+            self.go_to(len(self.trace.steps) - 1)
+
+    def step_over(self) -> None:
+        if self.trace is not None and self.trace.steps:
+            self.go_to(session.step_over(self.trace, self.current))
+
+    def step_out(self) -> None:
+        if self.trace is not None and self.trace.steps:
+            self.go_to(session.step_out(self.trace, self.current))
+
+    def run_to_nonfinite(self) -> None:
+        if self.trace is None or not self.trace.steps:
+            return
+        target = session.next_nonfinite(self.trace, self.current)
+        if target is None:
+            self.statusBar().showMessage("No NaN or Inf after this step.", 4000)
+            return
+        self.go_to(target)
+
+    def go_to_module(self, path: str) -> None:
+        """Jump to the first call of the module at ``path`` (from the tree)."""
+        index = self._first_steps.get(path)
+        if index is None:
+            self.statusBar().showMessage(f"{path or 'model'} did not run in this trace.", 4000)
+            return
+        self.go_to(index)
+
+    # --------------------------------------------------------------------- diagram
+
+    def collapse_all(self) -> None:
+        if self.trace is not None:
+            self.diagram.set_expanded(s.index for s in self.trace.steps if s.parent is None)
+            self.diagram.set_current(self.current)
+
+    def expand_all(self) -> None:
+        if self.trace is not None:
+            self.diagram.set_expanded(s.index for s in self.trace.steps if s.kind == "module")
+
+    def expand_current(self) -> None:
+        """Open the collapsed box holding the current step, so the step itself shows."""
+        if self.trace is None or not self.trace.steps:
+            return
+        step = self.trace.steps[self.current]
+        target = step.parent if step.kind == "op" or step.end is None else step.index
+        if target is not None:
+            self.diagram.expand(target)
+        self.diagram.set_current(self.current)
+
+    # --------------------------------------------------------------------- files
+
+    def open_path(self, path: str | Path) -> bool:
+        """Open a trace file; a bad file gets a dialog and changes nothing."""
+        path = Path(path)
+        try:
+            trace = session.open_trace(path)
+        except session.SessionError as e:
+            dialogs.show_error(self, "Cannot open trace", str(e))
+            return False
+        self.set_trace(trace, path=path)
+        self._remember(path)
+        self.statusBar().showMessage(f"Opened {path}", 4000)
+        return True
+
+    def save_to(self, path: str | Path) -> bool:
+        if self.trace is None:
+            return False
+        path = Path(path)
+        try:
+            self.trace.save(path)
+        except Exception as e:
+            dialogs.show_error(self, "Cannot save trace", f"Could not write {path}: {e}")
+            return False
+        self.trace_path = path
+        self._update_title()
+        self._remember(path)
+        self.statusBar().showMessage(f"Saved {path}", 4000)
+        return True
+
+    def export_report(self, path: str | Path, fmt: str | None = None) -> bool:
+        if self.trace is None:
+            return False
+        from tracing import report
+
+        try:
+            report.write(self.trace, path, fmt)
+        except Exception as e:
+            dialogs.show_error(self, "Cannot export report", f"{Path(path).name}: {e}")
+            return False
+        self.statusBar().showMessage(f"Wrote {path}", 4000)
+        return True
+
+    def export_diagram(self, path: str | Path) -> bool:
+        try:
+            self.diagram.export_image(path)
+        except Exception as e:
+            dialogs.show_error(self, "Cannot export diagram", f"{Path(path).name}: {e}")
+            return False
+        self.statusBar().showMessage(f"Wrote {path}", 4000)
+        return True
+
+    def export_heatmap(self, path: str | Path) -> bool:
+        try:
+            self.inspector.export_heatmap(path)
+        except Exception as e:
+            dialogs.show_error(self, "Cannot export heatmap", f"{Path(path).name}: {e}")
+            return False
+        self.statusBar().showMessage(f"Wrote {path}", 4000)
+        return True
+
+    # ---- the dialogs around them
+
+    def _start_dir(self) -> str:
+        return str(self.trace_path.parent) if self.trace_path else str(Path.cwd())
+
+    def open_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open trace", self._start_dir(), TRACE_FILTER)
+        if path:
+            self.open_path(path)
+
+    def save_dialog(self) -> None:
+        default = str(Path(self._start_dir()) / "trace.safetensors")
+        path, _ = QFileDialog.getSaveFileName(self, "Save trace as", default, TRACE_FILTER)
+        if path:
+            self.save_to(path)
+
+    def export_report_dialog(self) -> None:
+        filters = ";;".join(REPORT_FILTERS.values())
+        default = str(Path(self._start_dir()) / "shapes.md")
+        path, chosen = QFileDialog.getSaveFileName(self, "Export shape report", default, filters)
+        if not path:
+            return
+        fmt = next((f for f, label in REPORT_FILTERS.items() if label == chosen), None)
+        if Path(path).suffix.lower().lstrip(".") in REPORT_FILTERS:
+            fmt = Path(path).suffix.lower().lstrip(".")
+        elif fmt is not None:
+            path += f".{fmt}"
+        self.export_report(path, fmt)
+
+    def export_diagram_dialog(self) -> None:
+        default = str(Path(self._start_dir()) / "diagram.png")
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Export diagram", default, "PNG image (*.png);;SVG drawing (*.svg)"
+        )
+        if path:
+            self.export_diagram(path)
+
+    def export_heatmap_dialog(self) -> None:
+        default = str(Path(self._start_dir()) / "heatmap.png")
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Export heatmap", default, "PNG image (*.png);;SVG drawing (*.svg)"
+        )
+        if path:
+            self.export_heatmap(path)
+
+    # ---- recent files
+
+    def recent_files(self) -> list[str]:
+        value = self.settings.value("recentFiles", [])
+        if isinstance(value, str):
+            value = [value]
+        return [str(v) for v in (value or [])]
+
+    def _remember(self, path: Path) -> None:
+        entry = str(Path(path).resolve())
+        files = [f for f in self.recent_files() if f != entry]
+        self.settings.setValue("recentFiles", [entry, *files][:MAX_RECENT])
+        self.settings.sync()
+
+    def _fill_recent_menu(self) -> None:
+        self.recent_menu.clear()
+        files = self.recent_files()
+        if not files:
+            self.recent_menu.addAction("(none)").setEnabled(False)
+            return
+        for f in files:
+            action = self.recent_menu.addAction(f)
+            action.triggered.connect(lambda _checked=False, f=f: self.open_path(f))
+        self.recent_menu.addSeparator()
+        self.recent_menu.addAction("Clear list").triggered.connect(
+            lambda: self.settings.setValue("recentFiles", [])
+        )
+
+    # ---- drag and drop
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if any(url.isLocalFile() for url in event.mimeData().urls()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        files = [url.toLocalFile() for url in event.mimeData().urls() if url.isLocalFile()]
+        if files:
+            event.acceptProposedAction()
+            QTimer.singleShot(0, lambda: self.open_path(files[0]))
+
+    # --------------------------------------------------------------------- tracing
+
+    def new_trace_dialog(self) -> None:
+        import scratchformer
+
+        dialog = dialogs.NewTraceDialog(self, self._last_prompt or scratchformer.DEMO_PROMPT)
+        if dialog.exec():
+            request = dialog.request()
+            self._last_prompt = request.prompt
+            self.start_trace(request)
+
+    def load_demo(self, background: bool = True) -> None:
+        """Trace the bundled demo model on its prompt (what a bare ``scratchformer app`` does)."""
+        import scratchformer
+
+        request = session.TraceRequest(
+            prompt=scratchformer.DEMO_PROMPT, source=session.ModelSource("demo")
+        )
+        if background:
+            self.start_trace(request)
+            return
+        try:
+            outcome = session.run_trace(request)
+        except session.SessionError as e:
+            dialogs.show_error(self, "Cannot load the demo", str(e))
+            return
+        self._on_trace_finished(outcome)
+
+    def start_trace(self, request: session.TraceRequest) -> TraceJob | None:
+        """Trace in a worker thread, with a progress dialog that can cancel it."""
+        if self.job is not None:
+            self.statusBar().showMessage("A trace is already running.", 4000)
+            return None
+        job = TraceJob(request)
+        self.job = job
+        progress = QProgressDialog("Tracing the forward pass…", "Cancel", 0, 100, self)
+        progress.setWindowTitle("New trace")
+        progress.setWindowModality(Qt.WindowModality.WindowModal)
+        progress.setMinimumDuration(400)
+        progress.setAutoClose(False)
+        progress.setAutoReset(False)
+        progress.setValue(0)
+        progress.canceled.connect(job.cancel)
+        self.progress_dialog = progress
+        job.progress.connect(self._on_trace_progress)
+        job.finished.connect(self._on_trace_finished)
+        job.failed.connect(self._on_trace_failed)
+        job.done.connect(self._on_job_done)
+        self.statusBar().showMessage(f"Tracing with {request.source.describe()}…")
+        job.start()
+        return job
+
+    def cancel_trace(self) -> None:
+        if self.job is not None:
+            self.job.cancel()
+
+    def _on_trace_progress(self, done: int, total: int) -> None:
+        if self.progress_dialog is not None:
+            self.progress_dialog.setMaximum(max(1, total))
+            self.progress_dialog.setValue(min(done, total))
+            self.progress_dialog.setLabelText(f"Tracing… module call {done} of {total}")
+
+    def _on_trace_finished(self, outcome: session.TraceOutcome) -> None:
+        self._close_progress()
+        if outcome.status == "cancelled":
+            self.statusBar().showMessage("Tracing cancelled.", 5000)
+            return
+        if outcome.trace is None:
+            dialogs.show_error(self, "Tracing failed", outcome.message or "No trace was recorded.")
+            return
+        self.set_trace(outcome.trace, path=None, start=outcome.start_step)
+        if outcome.status == "failed":
+            step = outcome.trace.steps[self.current] if outcome.trace.steps else None
+            where = f" at step {self.current + 1} ({step.label})" if step else ""
+            dialogs.show_error(
+                self,
+                "The forward pass raised",
+                f"{outcome.message}\n\nThe partial trace is shown, stopped{where}.",
+            )
+        else:
+            self.statusBar().showMessage(f"Traced {len(outcome.trace.steps)} steps.", 5000)
+
+    def _on_trace_failed(self, title: str, text: str) -> None:
+        self._close_progress()
+        self.statusBar().clearMessage()
+        dialogs.show_error(self, title, text)
+
+    def _on_job_done(self) -> None:
+        self.job = None
+
+    def _close_progress(self) -> None:
+        if self.progress_dialog is not None:
+            self.progress_dialog.reset()
+            self.progress_dialog.hide()
+            self.progress_dialog.deleteLater()
+            self.progress_dialog = None
+
+    # --------------------------------------------------------------------- help
+
+    def show_shortcuts(self) -> None:
+        rows = [
+            ("Right / F11", "next step (into modules)"),
+            ("Left / F7", "previous step"),
+            ("Home / End", "first / last step"),
+            ("F10 or O", "step over the current module"),
+            ("Shift+F11 or U", "step out of the enclosing module"),
+            ("N or F8", "run to the next step holding NaN or Inf"),
+            ("Space", "play / pause"),
+            ("F", "fit the diagram · wheel zooms · drag pans"),
+            ("X", "expand the box holding the current step"),
+            ("C / E", "collapse / expand all blocks"),
+            ("double-click", "expand or collapse a box"),
+        ]
+        text = "".join(f"<tr><td><b>{k}</b>&nbsp;&nbsp;</td><td>{v}</td></tr>" for k, v in rows)
+        dialogs.show_info(self, "Keyboard shortcuts", f"<table>{text}</table>")
+
+    def show_about(self) -> None:
+        dialogs.show_info(
+            self,
+            "About Scratchformer",
+            "Scratchformer — step through one forward pass of a Transformer written from "
+            "scratch: every module call and tensor op, with shapes, statistics and "
+            "attention maps.",
+        )
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        self.step_bar.stop()
+        if self.job is not None:
+            self.job.cancel()
+            self.job.wait(10_000)
+        super().closeEvent(event)
+
+
+def _titled(title: str, widget: QWidget) -> QWidget:
+    box = QWidget()
+    layout = QVBoxLayout(box)
+    layout.setContentsMargins(6, 6, 0, 0)
+    layout.setSpacing(4)
+    label = QLabel(title.upper())
+    label.setObjectName("paneTitle")
+    layout.addWidget(label)
+    layout.addWidget(widget, 1)
+    return box
+
+
+# --------------------------------------------------------------------------- app-wide
+
+
+def install_excepthook(window: QWidget) -> None:
+    """Show unexpected exceptions in a dialog instead of letting Qt abort the app."""
+    busy = False
+
+    def hook(kind, value, tb) -> None:
+        nonlocal busy
+        text = "".join(traceback.format_exception(kind, value, tb))
+        print(text, file=sys.stderr)
+        if busy or issubclass(kind, KeyboardInterrupt):
+            return
+        busy = True
+        try:
+            dialogs.show_error(
+                window, "Unexpected error", f"{kind.__name__}: {value}", details=text
+            )
+        finally:
+            busy = False
+
+    sys.excepthook = hook
+
+
+def apply_theme(app: QApplication) -> None:
+    """Fusion style, a dark palette and ``app/style.qss``."""
+    from PySide6.QtGui import QColor, QPalette
+
+    app.setStyle("Fusion")
+    palette = QPalette()
+    colours = {
+        QPalette.ColorRole.Window: "#1f2229",
+        QPalette.ColorRole.WindowText: "#d7dae0",
+        QPalette.ColorRole.Base: "#181a1f",
+        QPalette.ColorRole.AlternateBase: "#22252c",
+        QPalette.ColorRole.ToolTipBase: "#2b2f38",
+        QPalette.ColorRole.ToolTipText: "#e6e9ef",
+        QPalette.ColorRole.Text: "#d7dae0",
+        QPalette.ColorRole.Button: "#2a2e37",
+        QPalette.ColorRole.ButtonText: "#d7dae0",
+        QPalette.ColorRole.BrightText: "#ffffff",
+        QPalette.ColorRole.Highlight: "#3d5a80",
+        QPalette.ColorRole.HighlightedText: "#ffffff",
+        QPalette.ColorRole.Link: "#8fd3ff",
+        QPalette.ColorRole.PlaceholderText: "#6b7385",
+    }
+    for role, colour in colours.items():
+        palette.setColor(role, QColor(colour))
+    for role in (
+        QPalette.ColorRole.WindowText,
+        QPalette.ColorRole.Text,
+        QPalette.ColorRole.ButtonText,
+    ):
+        palette.setColor(QPalette.ColorGroup.Disabled, role, QColor("#5c6370"))
+    app.setPalette(palette)
+    qss = Path(__file__).with_name("style.qss")
+    if qss.is_file():
+        app.setStyleSheet(qss.read_text(encoding="utf-8"))

@@ -1,0 +1,63 @@
+"""Tracing off the GUI thread.
+
+:class:`TraceJob` runs :func:`app.session.run_trace` in a ``QThread`` and reports through
+signals (queued to the GUI thread): ``progress(done, total)`` for every module call,
+``finished(TraceOutcome)`` at the end (complete, failed with a partial trace, or
+cancelled), ``failed(title, text)`` when the request itself is bad (a checkpoint that does
+not load, a prompt too long). :meth:`TraceJob.cancel` sets a flag that the session's
+forward pre-hook turns into a ``Cancelled`` exception at the next module boundary.
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from app.session import SessionError, TraceOutcome, TraceRequest, run_trace
+
+
+class TraceJob(QObject):
+    """One trace request, run by :meth:`start` in its own thread."""
+
+    progress = Signal(int, int)
+    finished = Signal(object)  # TraceOutcome
+    failed = Signal(str, str)  # title, text
+    done = Signal()  # after finished or failed, once the thread has stopped
+
+    def __init__(self, request: TraceRequest):
+        super().__init__()
+        self.request = request
+        self.cancel_flag = threading.Event()
+        self.thread = QThread()
+        self.thread.setObjectName("trace-worker")
+        self.moveToThread(self.thread)
+        self.thread.started.connect(self._run)
+        self.thread.finished.connect(self.done)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def cancel(self) -> None:
+        self.cancel_flag.set()
+
+    def wait(self, ms: int = 30_000) -> bool:
+        return self.thread.wait(ms)
+
+    @Slot()
+    def _run(self) -> None:
+        try:
+            outcome: TraceOutcome = run_trace(
+                self.request, progress=self.progress.emit, cancel=self.cancel_flag
+            )
+            self.finished.emit(outcome)
+        except SessionError as e:
+            self.failed.emit("Cannot trace", str(e))
+        except Exception as e:  # never let a worker take the app down
+            self.failed.emit(
+                "Tracing failed",
+                f"{type(e).__name__}: {e}\n\n" + "".join(traceback.format_exception(e)[-6:]),
+            )
+        finally:
+            self.thread.quit()
