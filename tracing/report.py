@@ -224,7 +224,7 @@ def compute(trace: Trace) -> Report:
     if trace.error:
         summary["error"] = trace.error
     return Report(
-        title=f"Trace report: {model}",
+        title=f"Trace report: {model.rsplit('.', 1)[-1]}",
         summary=summary,
         meta=_jsonable(meta),
         modules=module_rows,
