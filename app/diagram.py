@@ -851,6 +851,8 @@ class DiagramView(QGraphicsView):
         self.current_step = index
         key = self.key_for_step(index)
         if key == self.highlighted_key:
+            if scroll and key is not None and key in self.items_by_key:
+                self._scroll_to(self.items_by_key[key])
             return
         if self.highlighted_key is not None:
             old = self.items_by_key.get(self.highlighted_key)
@@ -866,10 +868,13 @@ class DiagramView(QGraphicsView):
         for edge in self.edges_by_key.get(key, ()):
             edge.set_active(True)
         if scroll:
-            rect = item.sceneBoundingRect()
-            if isinstance(item, FrameItem):  # a big frame: show its title bar
-                rect = QRectF(rect.left(), rect.top(), rect.width(), FRAME_TITLE * 3)
-            self._ensure_visible(rect)
+            self._scroll_to(item)
+
+    def _scroll_to(self, item: QGraphicsItem) -> None:
+        rect = item.sceneBoundingRect()
+        if isinstance(item, FrameItem):  # a big frame: show its title bar
+            rect = QRectF(rect.left(), rect.top(), rect.width(), FRAME_TITLE * 3)
+        self._ensure_visible(rect)
 
     def _ensure_visible(self, rect: QRectF) -> None:
         visible = self.mapToScene(self.viewport().rect()).boundingRect()

@@ -286,17 +286,31 @@ def step_out(trace: Trace, index: int) -> int:
     return clamp_step(trace, end + 1)
 
 
+MASK_OPS = frozenset({"masked_fill", "masked_fill_", "where"})
+"""Ops whose -inf outputs are the causal mask doing its job, not a numerical problem."""
+
+
 def step_has_nonfinite(trace: Trace, index: int) -> bool:
+    """Whether a tensor this step produced holds NaN or Inf.
+
+    Outputs only, so the run stops where the bad value appears rather than at every
+    consumer. A mask op's Inf (``masked_fill(mask, -inf)`` before the softmax) is how
+    causal attention works and does not count; a NaN anywhere does.
+    """
     step = trace.steps[index]
-    for tid in (*step.inputs, *step.outputs):
+    for tid in step.outputs:
         stats = trace.tensors[tid].stats
-        if stats is not None and (stats.nan > 0 or stats.inf > 0):
+        if stats is None:
+            continue
+        if stats.nan > 0:
+            return True
+        if stats.inf > 0 and step.op not in MASK_OPS:
             return True
     return False
 
 
 def next_nonfinite(trace: Trace, index: int) -> int | None:
-    """The first step after ``index`` whose input or output tensors hold NaN or Inf."""
+    """The first step after ``index`` that produced NaN or Inf (see step_has_nonfinite)."""
     for j in range(index + 1, len(trace.steps)):
         if step_has_nonfinite(trace, j):
             return j
