@@ -50,16 +50,13 @@ THUMB_PIXELS = 48
 
 
 def attention_maps(trace: Trace) -> dict[str, torch.Tensor]:
-    """``trace.attention_maps()``, in the order the layers ran; {} when there are none."""
-    try:
-        maps = trace.attention_maps()
-    except ModuleNotFoundError:  # an older tracing package without tracing.attention
-        maps = {}
-        for record in trace.tensors:
-            if record.role == "attention" and record.value_key is not None:
-                path = trace.steps[record.producer].module if record.producer is not None else ""
-                maps.setdefault(path, trace.values[record.value_key])
-    return dict(maps)
+    """``trace.attention_maps()``: ``{module path: (B, H, T, T)}`` in the order layers ran."""
+    return dict(trace.attention_maps())
+
+
+def _base(path: str) -> str:
+    """``blocks.0.attn#1`` (second call of a module) -> ``blocks.0.attn``."""
+    return path.split("#", 1)[0]
 
 
 def _inside(module: str, path: str) -> bool:
@@ -68,22 +65,17 @@ def _inside(module: str, path: str) -> bool:
 
 def attention_steps(trace: Trace, paths: list[str]) -> list[int | None]:
     """For each attention path: the step that produced its weights (else its module call)."""
-    found: dict[str, int] = {}
-    for record in trace.tensors:
-        if record.role != "attention" or record.producer is None:
-            continue
-        module = trace.steps[record.producer].module
-        for path in paths:
-            if path not in found and (_inside(module, path) or _inside(path, module)):
-                found[path] = record.producer
-                break
+    from tracing.attention import attention_map_records
+
+    records = attention_map_records(trace)
     result: list[int | None] = []
     for path in paths:
-        if path in found:
-            result.append(found[path])
-        else:
-            calls = trace.module_steps(path)
-            result.append(calls[0].index if calls else None)
+        tensor_id = records.get(path)
+        producer = trace.tensors[tensor_id].producer if tensor_id is not None else None
+        if producer is None:
+            calls = trace.module_steps(_base(path))
+            producer = calls[0].index if calls else None
+        result.append(producer)
     return result
 
 
@@ -95,12 +87,13 @@ def layer_lookup(trace: Trace, paths: list[str]) -> dict[str, int]:
     multi-head-attention wrapper).
     """
     lookup: dict[str, int] = {}
+    bases = [_base(p) for p in paths]
     for module in {step.module for step in trace.steps}:
-        inside = [i for i, p in enumerate(paths) if _inside(module, p)]
-        if inside:
-            lookup[module] = max(inside, key=lambda i: len(paths[i]))
+        inside = [i for i, p in enumerate(bases) if _inside(module, p)]
+        if inside:  # the innermost attention module around it (its first call)
+            lookup[module] = min(inside, key=lambda i: (-len(bases[i]), i))
             continue
-        containing = [i for i, p in enumerate(paths) if module and p.startswith(module + ".")]
+        containing = [i for i, p in enumerate(bases) if module and p.startswith(module + ".")]
         if len(containing) == 1:
             lookup[module] = containing[0]
     return lookup
@@ -364,7 +357,6 @@ class AttentionPanel(QWidget):
         self._splitter.addWidget(grid_box)
         self._splitter.setStretchFactor(0, 3)
         self._splitter.setStretchFactor(1, 2)
-        self._splitter.setSizes([600, 400])
 
         self._empty = QLabel()
         self._empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -541,8 +533,14 @@ class AttentionPanel(QWidget):
         if not self._grid_dirty:
             return
         self._grid_dirty = False
+        first = not self.grid.shape[0]
         self.grid.set_images(thumbnail_images(self._maps, self._batch), self._paths)
         self.grid.set_selected(self._layer, self._head)
+        if first:  # give the grid the height it needs, up to 45 % of the panel
+            total = sum(self._splitter.sizes())
+            wanted = self.grid.minimumHeight() + 36
+            grid_height = min(wanted, int(total * 0.45))
+            self._splitter.setSizes([total - grid_height, grid_height])
 
     def _render(self) -> None:
         self._dirty = False
@@ -557,6 +555,7 @@ class AttentionPanel(QWidget):
             row_name="query",
             col_name="key",
             scale="probability",
+            square=True,
         )
         peak = float(a.max()) if a.numel() else 0.0
         self.caption.setText(

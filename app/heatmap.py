@@ -133,6 +133,7 @@ class HeatmapView(QWidget):
         self._col_name = "col"
         self._shape: tuple[int, int] | None = None
         self._cmap_name = ""
+        self._square = False
         self._ticks_key: tuple = (None, None)
 
         palette = self.palette()
@@ -151,6 +152,7 @@ class HeatmapView(QWidget):
         self._plot.hideAxis("bottom")
         self._plot.getViewBox().setDefaultPadding(0.0)
         self._plot.invertY(True)  # row 0 on top, like a printed matrix
+        self._plot.getViewBox().setBorder(pg.mkPen(palette.color(QPalette.ColorRole.Mid)))
         for name in ("left", "top"):
             axis = self._plot.getAxis(name)
             axis.setPen(pg.mkPen(foreground))
@@ -159,8 +161,8 @@ class HeatmapView(QWidget):
                 tickLength=-4,
                 tickTextOffset=3,
                 autoExpandTextSpace=True,
-                # let finer token levels in while their labels fill < ~55% of the axis
-                textFillLimits=[(0, 0.8), (2, 0.7), (4, 0.6), (6, 0.55)],
+                # let finer token levels in while their labels fill < ~70% of the axis
+                textFillLimits=[(0, 0.9), (2, 0.8), (4, 0.75), (6, 0.72)],
             )
         self._image = pg.ImageItem(axisOrder="row-major")
         self._plot.addItem(self._image)
@@ -261,12 +263,14 @@ class HeatmapView(QWidget):
         col_name: str = "col",
         scale: Scale = "auto",
         levels: tuple[float, float] | None = None,
+        square: bool = False,
     ) -> None:
         """Show a 2-D matrix. Rows run down, columns across; row 0 is the top row.
 
         ``row_labels``/``col_labels`` (one string per index) become tick labels;
         ``row_name``/``col_name`` name the axes (``"query"``, ``"C"``...). ``levels``
-        overrides the automatic colour range.
+        overrides the automatic colour range; ``square`` draws every cell square (for
+        attention maps, where rows and columns are the same tokens).
         """
         full = _as_numpy(matrix)
         if full.ndim != 2:
@@ -298,10 +302,17 @@ class HeatmapView(QWidget):
         self._set_ticks(row_labels, col_labels)
         self._plot.setLabel("left", row_name)
         self._plot.setLabel("top", col_name)
+        vb = self._plot.getViewBox()
+        if square != self._square:
+            self._square = square
+            vb.setAspectLocked(square, ratio=1.0)
+            self._shape = None
         if self._shape != (rows, cols):
             self._shape = (rows, cols)
-            vb = self._plot.getViewBox()
-            vb.setLimits(xMin=0, xMax=cols, yMin=0, yMax=rows)
+            if square:  # square cells leave a margin on one axis: limits would cut instead
+                vb.setLimits(xMin=None, xMax=None, yMin=None, yMax=None)
+            else:
+                vb.setLimits(xMin=0, xMax=cols, yMin=0, yMax=rows)
             vb.setRange(xRange=(0, cols), yRange=(0, rows), padding=0.0)
         self._pages.setCurrentIndex(0)
 
@@ -393,8 +404,7 @@ class HeatmapView(QWidget):
             exporter.export(str(path))
         else:
             raise ValueError(
-                f"cannot export a heatmap as {suffix or 'a file without suffix'}: "
-                "use .png or .svg"
+                f"cannot export a heatmap as {suffix or 'a file without suffix'}: use .png or .svg"
             )
         return path
 

@@ -53,7 +53,6 @@ VALUE_CACHE_SIZE = 24
 """Tensor values kept at hand (a trace opened from disk reads each one lazily)."""
 
 
-
 class ElidedLabel(QLabel):
     """A one-line label that ends in "…" when too narrow (the full text is its tooltip)."""
 
@@ -110,9 +109,7 @@ class Inspector(QWidget):
         self.table.setWordWrap(False)
         self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.table.verticalHeader().hide()
-        self.table.verticalHeader().setDefaultSectionSize(
-            self.table.fontMetrics().height() + 8
-        )
+        self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 8)
         header = self.table.horizontalHeader()
         # the name column takes what is left (eliding in the middle); the others fit
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
@@ -177,7 +174,8 @@ class Inspector(QWidget):
             self._title.setText("No trace loaded" if trace is None else "The trace is empty")
             self._where.setText(" ")
             self.tensor_view.show_message(
-                "Open a trace to inspect its tensors." if trace is None
+                "Open a trace to inspect its tensors."
+                if trace is None
                 else "This trace recorded no steps."
             )
             self._update_strip()

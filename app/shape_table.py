@@ -58,8 +58,7 @@ class ShapeTableModel(QAbstractTableModel):
     _TOOLTIPS: ClassVar[dict[int, str]] = {
         NAME: "Input (in) or output (out) of this step, and its argument name",
         SHAPE: "Size of each axis",
-        DIMS: "Symbolic axis names: B batch, T time, C d_model, H heads, D d_head, "
-        "V vocab, F d_ff",
+        DIMS: "Symbolic axis names: B batch, T time, C d_model, H heads, D d_head, V vocab, F d_ff",
         DTYPE: "Element type",
         MIN: "Smallest finite element",
         MAX: "Largest finite element",

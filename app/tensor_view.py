@@ -108,8 +108,7 @@ def as_matrix(value: torch.Tensor, leading_index: Sequence[int]) -> torch.Tensor
     n_leading = value.dim() - 2
     if len(leading_index) != n_leading:
         raise ValueError(
-            f"a {value.dim()}-D tensor needs {n_leading} leading indices, "
-            f"got {len(leading_index)}"
+            f"a {value.dim()}-D tensor needs {n_leading} leading indices, got {len(leading_index)}"
         )
     for axis, (i, size) in enumerate(zip(leading_index, value.shape)):
         if not 0 <= i < size:
@@ -248,8 +247,7 @@ class TensorView(QWidget):
             self._slice = None
             self._bar.setVisible(False)
             self.heatmap.show_message(
-                f"<p style='font-size:15pt'>{float(value):.6g}</p>"
-                f"<p>a scalar ({record.dtype})</p>"
+                f"<p style='font-size:15pt'>{float(value):.6g}</p><p>a scalar ({record.dtype})</p>"
             )
             return
         self._bar.setVisible(bool(leading))
@@ -283,9 +281,7 @@ class TensorView(QWidget):
             row_name, col_name = "", names[0]
         else:
             row_name, col_name = names[-2], names[-1]
-        leading = tuple(
-            (name, i, size) for (name, size), i in zip(leading_axes(record), index)
-        )
+        leading = tuple((name, i, size) for (name, size), i in zip(leading_axes(record), index))
         self._slice = MatrixSlice(leading, row_name or "row", col_name)
         self._slice_label.setText(self._slice.describe())
 
