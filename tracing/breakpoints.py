@@ -430,6 +430,8 @@ class LiveBreaker:
     :class:`StopForward`, which the tracer catches.
     """
 
+    Stop = StopForward  # what the tracer catches
+
     def __init__(self, conditions: Condition | Iterable[Condition]):
         self.condition = as_condition(conditions)
 
