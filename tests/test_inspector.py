@@ -1,0 +1,175 @@
+"""The Inspector on a real trace: table, heatmap, slices, attention panel, jumps, export."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from PySide6.QtCore import Qt
+
+import tracing
+from app.inspector import Inspector
+from app.shape_table import ShapeTableModel
+from scratchformer import ByteTokenizer, DecoderOnlyTransformer, ModelConfig
+from tracing.record import Trace
+
+PROMPT = "abc|cba."
+
+
+def _trace(capture: str) -> Trace:
+    torch.manual_seed(0)
+    model = DecoderOnlyTransformer(ModelConfig.preset("demo")).eval()
+    ids = ByteTokenizer().encode(PROMPT)
+    return tracing.trace(
+        model, torch.tensor([ids]), capture=capture, meta={"tokens": ids, "text": PROMPT}
+    )
+
+
+@pytest.fixture(scope="module")
+def values_trace() -> Trace:
+    return _trace("values")
+
+
+@pytest.fixture
+def inspector(qtbot, values_trace) -> Inspector:
+    widget = Inspector()
+    qtbot.addWidget(widget)
+    widget.resize(600, 800)
+    widget.show()
+    qtbot.waitExposed(widget)
+    widget.set_trace(values_trace)
+    return widget
+
+
+def _softmax_steps(trace: Trace) -> list[int]:
+    return [s.index for s in trace.steps if s.op == "softmax"]
+
+
+def _tick_labels(axis) -> list[str]:
+    ticks = sorted(t for level in (axis._tickLevels or []) for t in level)
+    return [label for _pos, label in ticks]
+
+
+def test_step_shows_its_tensors_and_first_output(inspector, values_trace):
+    index = _softmax_steps(values_trace)[0]
+    inspector.set_step(index)
+    step = values_trace.steps[index]
+    model = inspector.table_model
+    assert model.rowCount() == len(step.inputs) + len(step.outputs)
+    out_row = model.default_row()
+    assert inspector.table.currentIndex().row() == out_row
+    tensor_id = model.data(model.index(out_row, 0), ShapeTableModel.TensorIdRole)
+    assert tensor_id == step.outputs[0]
+
+    # the heatmap is that output's [B=0, H=0] slice, tokens on both axes
+    expected = values_trace.value(step.outputs[0])[0, 0]
+    torch.testing.assert_close(torch.from_numpy(inspector.heatmap.matrix), expected)
+    tokens = ["a", "b", "c", "|", "c", "b", "a", "."]
+    assert _tick_labels(inspector.heatmap.row_axis) == tokens
+    assert _tick_labels(inspector.heatmap.col_axis) == tokens
+    assert inspector.heatmap.colormap_name == "inferno"  # probabilities
+    assert f"Step {index} / {len(values_trace) - 1} · softmax" == inspector._title.text()
+
+
+def test_selecting_a_row_shows_that_tensor(inspector, values_trace, qtbot):
+    index = _softmax_steps(values_trace)[0]
+    inspector.set_step(index)
+    inspector.select_row(0)  # the softmax input: scores with the causal mask's -inf
+    scores = values_trace.value(values_trace.steps[index].inputs[0])[0, 0]
+    shown = torch.from_numpy(inspector.heatmap.matrix)
+    torch.testing.assert_close(shown, scores)
+    assert inspector.heatmap.colormap_name == "CET-D1"  # signed data: diverging
+
+
+def test_leading_index_is_kept_by_axis_name(inspector, values_trace):
+    first, second = _softmax_steps(values_trace)[:2]
+    inspector.set_step(first)
+    inspector.tensor_view.set_leading_index((0, 2))  # head 2
+    expected = values_trace.value(values_trace.steps[first].outputs[0])[0, 2]
+    torch.testing.assert_close(torch.from_numpy(inspector.heatmap.matrix), expected)
+    inspector.set_step(second)
+    assert inspector.tensor_view.leading_index() == (0, 2)
+    expected = values_trace.value(values_trace.steps[second].outputs[0])[0, 2]
+    torch.testing.assert_close(torch.from_numpy(inspector.heatmap.matrix), expected)
+    assert "H=2" in inspector.tensor_view.current_slice.describe()
+
+
+def test_attention_panel_shows_chosen_layer_and_head(inspector, values_trace, qtbot):
+    maps = values_trace.attention_maps()
+    paths = list(maps)
+    inspector.tabs.setCurrentIndex(Inspector.ATTENTION_TAB)
+    panel = inspector.attention
+    assert panel.paths == paths and len(paths) == 2
+    panel.layer_combo.setCurrentIndex(1)
+    panel.head_spin.setValue(3)
+    assert (panel.layer, panel.head) == (1, 3)
+    torch.testing.assert_close(torch.from_numpy(panel.heatmap.matrix), maps[paths[1]][0, 3])
+    assert _tick_labels(panel.heatmap.row_axis) == list("abc|cba.")
+    assert panel.grid.shape == (2, 4)
+
+
+def test_stepping_into_an_attention_module_selects_its_layer_and_keeps_head(
+    inspector, values_trace
+):
+    panel = inspector.attention
+    panel.set_layer(0, head=2)
+    paths = panel.paths
+    # a step inside layer 1's attention (its softmax), then one in layer 1's block
+    inspector.set_step(_softmax_steps(values_trace)[1])
+    assert (panel.layer, panel.head) == (1, 2)
+    block_step = next(
+        s.index for s in values_trace.steps if s.module == "blocks.0" and s.op == "add"
+    )
+    inspector.set_step(block_step)
+    assert panel.layer == 0 and paths[0].startswith("blocks.0.")
+    # the root module call belongs to no layer: the panel stays where it was
+    inspector.set_step(0)
+    assert panel.layer == 0
+
+
+def test_thumbnail_click_opens_map_and_requests_its_step(inspector, values_trace, qtbot):
+    inspector.tabs.setCurrentIndex(Inspector.ATTENTION_TAB)
+    panel = inspector.attention
+    grid = panel.grid
+    qtbot.wait(20)
+    with qtbot.waitSignal(inspector.stepRequested, timeout=1000) as blocker:
+        qtbot.mouseClick(grid, Qt.MouseButton.LeftButton, pos=grid.cell_rect(1, 3).center())
+    step_index = blocker.args[0]
+    assert (panel.layer, panel.head) == (1, 3)
+    # the requested step computed layer 1's weights: its output is that attention map
+    step = values_trace.steps[step_index]
+    assert step.module.startswith(panel.paths[1].split("#")[0])
+    outputs = [values_trace.tensor(i) for i in step.outputs]
+    assert any(r.role == "attention" for r in outputs)
+    maps = values_trace.attention_maps()
+    torch.testing.assert_close(torch.from_numpy(panel.heatmap.matrix), maps[panel.paths[1]][0, 3])
+    # and following the request keeps what the user picked
+    inspector.set_step(step_index)
+    assert (panel.layer, panel.head) == (1, 3)
+
+
+def test_missing_values_are_explained(qtbot):
+    widget = Inspector()
+    qtbot.addWidget(widget)
+    trace = _trace("stats")
+    widget.set_trace(trace)
+    widget.set_step(_softmax_steps(trace)[0] - 1)  # masked_fill: not an attention map
+    assert widget.heatmap.matrix is None
+    assert "not captured" in widget.heatmap.message and "stats" in widget.heatmap.message
+    assert widget.table_model.rowCount() > 0  # the table still shows shapes and stats
+
+
+def test_every_step_can_be_shown(inspector, values_trace):
+    for index in range(len(values_trace)):
+        inspector.set_step(index)
+        assert inspector.step_index == index
+    with pytest.raises(IndexError, match="out of range"):
+        inspector.set_step(len(values_trace))
+
+
+def test_export_heatmap_png_and_svg(inspector, values_trace, tmp_path):
+    inspector.set_step(_softmax_steps(values_trace)[0])
+    png = inspector.export_heatmap(tmp_path / "tensor.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 1000
+    inspector.tabs.setCurrentIndex(Inspector.ATTENTION_TAB)
+    svg = inspector.export_heatmap(tmp_path / "attention.svg")
+    assert "<svg" in svg.read_text() and svg.stat().st_size > 1000
