@@ -66,6 +66,7 @@ class MainWindow(QMainWindow):
 
     traceChanged = Signal()
     stepChanged = Signal(int)
+    traceJobEnded = Signal()  # a background trace finished, failed or was cancelled
 
     def __init__(self, settings: QSettings | None = None):
         super().__init__()
@@ -626,7 +627,6 @@ class MainWindow(QMainWindow):
         job.progress.connect(self._on_trace_progress)
         job.finished.connect(self._on_trace_finished)
         job.failed.connect(self._on_trace_failed)
-        job.done.connect(self._on_job_done)
         self.statusBar().showMessage(f"Tracing with {request.source.describe()}…")
         job.start()
         return job
@@ -636,13 +636,21 @@ class MainWindow(QMainWindow):
             self.job.cancel()
 
     def _on_trace_progress(self, done: int, total: int) -> None:
-        if self.progress_dialog is not None:
-            self.progress_dialog.setMaximum(max(1, total))
-            self.progress_dialog.setValue(min(done, total))
-            self.progress_dialog.setLabelText(f"Tracing… module call {done} of {total}")
+        dialog = self.progress_dialog
+        if dialog is None:
+            return
+        dialog.setLabelText(f"Tracing… module call {done} of {total}")
+        dialog.setMaximum(max(1, total))
+        dialog.setValue(min(done, total))  # may process events (the dialog is modal)
 
     def _on_trace_finished(self, outcome: session.TraceOutcome) -> None:
         self._close_progress()
+        try:
+            self._show_outcome(outcome)
+        finally:
+            self._end_job()
+
+    def _show_outcome(self, outcome: session.TraceOutcome) -> None:
         if outcome.status == "cancelled":
             self.statusBar().showMessage("Tracing cancelled.", 5000)
             return
@@ -664,10 +672,17 @@ class MainWindow(QMainWindow):
     def _on_trace_failed(self, title: str, text: str) -> None:
         self._close_progress()
         self.statusBar().clearMessage()
-        dialogs.show_error(self, title, text)
+        try:
+            dialogs.show_error(self, title, text)
+        finally:
+            self._end_job()
 
-    def _on_job_done(self) -> None:
-        self.job = None
+    def _end_job(self) -> None:
+        job, self.job = self.job, None
+        if job is not None:
+            job.wait()
+            job.deleteLater()
+        self.traceJobEnded.emit()
 
     def _close_progress(self) -> None:
         if self.progress_dialog is not None:

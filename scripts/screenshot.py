@@ -31,9 +31,8 @@ def main() -> int:
     window = MainWindow(settings=settings)
     window.resize(1500, 950)
     window.show()
-    from app import session
-
     import scratchformer
+    from app import session
 
     request = session.TraceRequest(scratchformer.DEMO_PROMPT, session.ModelSource("demo"))
     try:
