@@ -216,3 +216,20 @@ def test_installed_entry_point_traces_and_reports(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("row,index,kind")
+
+
+# --------------------------------------------------------------------------- bench
+
+
+@pytest.mark.slow
+def test_bench_quick_prints_every_figure_with_its_target(capsys):
+    rc, out, _ = run_cli(capsys, "bench", "--quick", "--repeat", "1")
+    assert rc == 0
+    for level in ("shapes", "stats", "values"):
+        assert sum(line.strip().startswith(level) for line in out.splitlines()) == 2
+    for figure in ("save", "load", "open", "memory"):
+        assert any(line.strip().startswith(figure) for line in out.splitlines()), figure
+    assert "target <= 2x" in out  # demo shapes
+    assert "target >= 0.5x" in out  # save throughput
+    assert "target <= 0.5 s" in out  # lazy open
+    assert "target <= 1.2x" in out  # memory

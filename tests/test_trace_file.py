@@ -150,7 +150,7 @@ def test_graph_is_stored_as_node_link_data(saved):
     trace, path = saved
     stored = manifest_of(path)["graph"]
     expected = json.loads(
-        json.dumps(trace_file._jsonable(nx.node_link_data(trace.graph, edges="edges")))
+        json.dumps(nx.node_link_data(trace.graph, edges="edges"), default=trace_file._json_default)
     )
     assert stored == expected
     assert "edges" in stored and "links" not in stored

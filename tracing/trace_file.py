@@ -48,6 +48,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import fields
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -121,12 +122,11 @@ def save(trace: Trace, path: str | os.PathLike) -> Path:
     """
     path = Path(path)
     try:
-        manifest = encode_manifest(trace, graph=False)
-        _validate(manifest, stored=None)
+        check_trace(trace)
     except _Invalid as e:
         raise TraceFileError(f"cannot save trace to {path}: {e}") from None
-    manifest["graph"] = _graph_data(trace)  # built only once the steps are known to be sound
-    text = json.dumps(manifest, separators=(",", ":"), ensure_ascii=False)
+    manifest = encode_manifest(trace)
+    text = json.dumps(manifest, separators=(",", ":"), ensure_ascii=False, default=_json_default)
     tensors = _tensors_to_store(trace, path)
 
     metadata = {"format": FORMAT_NAME, "schema": str(SCHEMA_VERSION)}
@@ -198,43 +198,44 @@ def _tensors_to_store(trace: Trace, path: Path) -> dict[str, torch.Tensor]:
 # --------------------------------------------------------------------------- encode
 
 
-def encode_manifest(trace: Trace, graph: bool = True) -> dict[str, Any]:
-    """The JSON-ready manifest of ``trace`` (everything but the tensor values)."""
-    sources: list[list[Any]] = []
+def encode_manifest(trace: Trace) -> dict[str, Any]:
+    """The manifest of ``trace`` (everything but the tensor values), ready for ``json``.
+
+    Rows are tuples of field values (``json`` writes tuples as lists); only the nested
+    records (source locations, stats) are flattened here.
+    """
+    sources: list[tuple[Any, ...]] = []
     source_index: dict[SourceLocation, int] = {}
 
-    def source_ref(src: SourceLocation | None) -> int | None:
-        if src is None:
-            return None
-        i = source_index.get(src)
-        if i is None:
-            i = source_index[src] = len(sources)
-            sources.append([src.file, src.line, src.text, src.function])
-        return i
-
     step_fields = [f.name for f in fields(Step)]
+    source_at = step_fields.index("source")
+    get_step = attrgetter(*step_fields)
     step_rows = []
     for s in trace.steps:
-        row = []
-        for name in step_fields:
-            v = getattr(s, name)
-            row.append(source_ref(v) if name == "source" else _plain(v))
+        row = list(get_step(s))
+        src = row[source_at]
+        if src is not None:
+            i = source_index.get(src)
+            if i is None:
+                i = source_index[src] = len(sources)
+                sources.append((src.file, src.line, src.text, src.function))
+            row[source_at] = i
         step_rows.append(row)
 
     tensor_fields = [f.name for f in fields(TensorRecord)]
+    stats_at = tensor_fields.index("stats")
+    get_tensor = attrgetter(*tensor_fields)
+    get_stats = attrgetter(*_STATS_FIELDS)
     tensor_rows = []
     for r in trace.tensors:
-        row = []
-        for name in tensor_fields:
-            v = getattr(r, name)
-            if name == "stats":
-                row.append(None if v is None else [getattr(v, f) for f in _STATS_FIELDS])
-            else:
-                row.append(_plain(v))
+        row = list(get_tensor(r))
+        if row[stats_at] is not None:
+            row[stats_at] = get_stats(row[stats_at])
         tensor_rows.append(row)
 
     module_fields = [f.name for f in fields(ModuleInfo)]
-    module_rows = [[_plain(getattr(m, n)) for n in module_fields] for m in trace.modules.values()]
+    get_module = attrgetter(*module_fields)
+    module_rows = [get_module(m) for m in trace.modules.values()]
 
     return {
         "format": FORMAT_NAME,
@@ -246,15 +247,64 @@ def encode_manifest(trace: Trace, graph: bool = True) -> dict[str, Any]:
         "tensors": {"fields": tensor_fields, "rows": tensor_rows},
         "modules": {"fields": module_fields, "rows": module_rows},
         "stats_fields": list(_STATS_FIELDS),
-        "graph": _graph_data(trace) if graph else None,
+        "graph": _graph_data(trace),
     }
 
 
-def _plain(v: Any) -> Any:
-    """Tuples (and tuples of tuples) as lists; everything else in records is JSON already."""
-    if isinstance(v, tuple):
-        return [_plain(x) for x in v]
-    return v
+def check_trace(trace: Trace) -> None:
+    """The cross-reference checks of ``load``, on the objects (cheap; run by ``save``)."""
+    n_steps, n_tensors, modules = len(trace.steps), len(trace.tensors), trace.modules
+    for i, r in enumerate(trace.tensors):
+        if r.id != i:
+            raise _Invalid(f"tensor record {i} has id {r.id}, expected {i}")
+        if r.producer is not None and not 0 <= r.producer < n_steps:
+            raise _Invalid(
+                f"tensor record {i}: producer step {r.producer} is out of range "
+                f"(the trace has {n_steps} steps)"
+            )
+        if r.dims is not None and len(r.dims) != len(r.shape):
+            raise _Invalid(
+                f"tensor record {i} has {len(r.dims)} axis names for {len(r.shape)} axes"
+            )
+    for i, s in enumerate(trace.steps):
+        if s.index != i:
+            raise _Invalid(f"step {i} has index {s.index}, expected {i}")
+        for name, ids in (("input", s.inputs), ("output", s.outputs)):
+            for t in ids:
+                if not 0 <= t < n_tensors:
+                    raise _Invalid(
+                        f"step {i}: {name} tensor id {t} is out of range "
+                        f"(the trace has {n_tensors} tensors)"
+                    )
+        for name, ref in (("parent", s.parent), ("end", s.end)):
+            if ref is not None and not 0 <= ref < n_steps:
+                raise _Invalid(
+                    f"step {i}: {name} step {ref} is out of range (the trace has {n_steps} steps)"
+                )
+        if s.module not in modules:
+            raise _Invalid(f"step {i}: module path {s.module!r} is not a module of the trace")
+        if s.kind not in _STEP_KINDS:
+            raise _Invalid(f"step {i}: kind {s.kind!r} is neither 'module' nor 'op'")
+    for m in modules.values():
+        if m.parent is not None and m.parent not in modules:
+            raise _Invalid(f"module {m.path!r} names an unknown parent {m.parent!r}")
+        for c in m.children:
+            if c not in modules:
+                raise _Invalid(f"module {m.path!r} names an unknown child {c!r}")
+
+
+def _json_default(v: Any) -> Any:
+    """For ``json.dumps``: what JSON has no type for (graph attributes, numpy numbers)."""
+    if hasattr(v, "__dataclass_fields__"):
+        return {f: getattr(v, f) for f in v.__dataclass_fields__}
+    if isinstance(v, (set, frozenset)):
+        return sorted(v, key=str)
+    if hasattr(v, "item") and callable(v.item):
+        try:
+            return v.item()
+        except (TypeError, ValueError):
+            pass
+    return str(v)
 
 
 def _encode_value(v: Any) -> Any:
@@ -312,19 +362,7 @@ def _graph_data(trace: Trace) -> dict[str, Any] | None:
         graph = trace.graph
     except ImportError:  # the graph module is optional for the file format
         return None
-    return _jsonable(nx.node_link_data(graph, edges="edges"))
-
-
-def _jsonable(v: Any) -> Any:
-    if v is None or isinstance(v, (bool, int, float, str)):
-        return v
-    if isinstance(v, (list, tuple, set, frozenset)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, Mapping):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    if hasattr(v, "__dataclass_fields__"):
-        return {f: _jsonable(getattr(v, f)) for f in v.__dataclass_fields__}
-    return str(v)
+    return nx.node_link_data(graph, edges="edges")
 
 
 # --------------------------------------------------------------------------- load

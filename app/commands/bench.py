@@ -1,0 +1,362 @@
+"""``scratchformer bench``: what tracing costs, measured side by side on this machine.
+
+    scratchformer bench            # demo model and gpt2-small at 256 tokens (a few minutes)
+    scratchformer bench --quick    # tiny sizes, few repeats (a smoke test)
+
+Prints, with the target beside each figure:
+
+- for the demo model and the gpt2-small preset at 256 tokens on the CPU, the median time of
+  the traced forward divided by the plain forward, for each capture level. Each round runs
+  the plain forward and every level once, in turn (interleaved), so load from other
+  processes hits all of them alike; the figure is the median over rounds of
+  ``traced / plain`` of the same round;
+- for a ``values`` trace of the large model: the bytes it keeps, save and load throughput
+  against a plain ``safetensors`` write/read of the same tensors (also interleaved), the
+  time to open the file lazily, and the memory the trace holds against the bytes of the
+  tensors it keeps.
+
+Benchmarks print; they never fail a build. See also ``benchmarks/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+LEVELS = ("shapes", "stats", "values")
+
+# targets: (figure, comparison, bound)
+TARGETS = {
+    ("large", "shapes"): 1.15,
+    ("large", "stats"): 1.5,
+    ("large", "values"): 1.7,
+    ("demo", "shapes"): 2.0,
+}
+SAVE_TARGET = 0.5  # our save throughput / plain safetensors, at least
+OPEN_TARGET_S = 0.5  # lazy open, at most
+MEMORY_TARGET = 1.2  # memory held by a values trace / bytes of its tensors, at most
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "bench",
+        help="measure tracing overhead, trace file throughput and memory",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--quick", action="store_true", help="tiny sizes and few repeats")
+    p.add_argument("--repeat", type=int, help="rounds per figure (default 7, quick 3)")
+    p.add_argument("--tokens", type=int, default=256, help="tokens for the large model")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--tmp", metavar="DIR", help="folder for the trace files (default: system)")
+    p.set_defaults(func=run)
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+@dataclass
+class Overhead:
+    """Traced / plain forward time per capture level, and the last values trace."""
+
+    plain_ms: float
+    ratios: dict[str, float]
+    traced_ms: dict[str, float]
+    steps: int
+    values_trace: Any = None
+
+
+def measure_overhead(model, ids, levels=LEVELS, repeat: int = 7, warmup: int = 2) -> Overhead:
+    """Interleaved rounds: plain forward, then each capture level, every round."""
+    import torch
+
+    import tracing
+
+    plain: list[float] = []
+    ratios: dict[str, list[float]] = {lvl: [] for lvl in levels}
+    traced: dict[str, list[float]] = {lvl: [] for lvl in levels}
+    steps = 0
+    values_trace = None
+    with torch.no_grad():
+        for round_ in range(warmup + repeat):
+            values_trace = None  # free the previous round's copies before timing
+            gc.collect()
+            start = time.perf_counter()
+            model(ids)
+            p = time.perf_counter() - start
+            for lvl in levels:
+                start = time.perf_counter()
+                t = tracing.trace(model, ids, capture=lvl)
+                elapsed = time.perf_counter() - start
+                if round_ >= warmup:
+                    ratios[lvl].append(elapsed / p)
+                    traced[lvl].append(elapsed)
+                steps = len(t.steps)
+                if lvl == "values":
+                    values_trace = t
+                del t
+            if round_ >= warmup:
+                plain.append(p)
+    return Overhead(
+        plain_ms=statistics.median(plain) * 1e3,
+        ratios={lvl: statistics.median(r) for lvl, r in ratios.items()},
+        traced_ms={lvl: statistics.median(r) * 1e3 for lvl, r in traced.items()},
+        steps=steps,
+        values_trace=values_trace,
+    )
+
+
+@dataclass
+class FileFigures:
+    tensors: int
+    tensor_bytes: int
+    file_bytes: int
+    save_mb_s: float
+    plain_save_mb_s: float
+    load_mb_s: float
+    plain_load_mb_s: float
+    open_s: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def save_ratio(self) -> float:
+        return self.save_mb_s / self.plain_save_mb_s
+
+    @property
+    def load_ratio(self) -> float:
+        return self.load_mb_s / self.plain_load_mb_s
+
+
+def kept_tensors(trace) -> dict[str, Any]:
+    """The values a trace keeps, each once."""
+    return {key: trace.values[key] for key in trace.values}
+
+
+def tensor_bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def measure_file(trace, folder: Path, repeat: int = 3) -> FileFigures:
+    """Save/load throughput of the trace file against plain safetensors, interleaved."""
+    from safetensors.torch import load_file, save_file
+
+    import tracing
+
+    values = kept_tensors(trace)
+    plain_tensors = {k: v.detach().contiguous() for k, v in values.items()}
+    nbytes = tensor_bytes(plain_tensors.values())
+    ours, plain = folder / "bench.sft", folder / "plain.safetensors"
+    save_t, plain_save_t, load_t, plain_load_t, open_t = [], [], [], [], []
+    for _ in range(repeat):
+        for path in (ours, plain):
+            path.unlink(missing_ok=True)
+        gc.collect()
+        start = time.perf_counter()
+        save_file(plain_tensors, str(plain))
+        plain_save_t.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        tracing.save(trace, ours)
+        save_t.append(time.perf_counter() - start)
+
+        start = time.perf_counter()
+        loaded = load_file(str(plain))
+        plain_load_t.append(time.perf_counter() - start)
+        del loaded
+        start = time.perf_counter()
+        t = tracing.load(ours)
+        open_t.append(time.perf_counter() - start)
+        for key in t.values:  # read every tensor, as a full load does
+            t.values[key]
+        load_t.append(time.perf_counter() - start)
+        t.values.close()
+        del t
+    mb = nbytes / 1e6
+    return FileFigures(
+        tensors=len(values),
+        tensor_bytes=nbytes,
+        file_bytes=ours.stat().st_size,
+        save_mb_s=mb / statistics.median(save_t),
+        plain_save_mb_s=mb / statistics.median(plain_save_t),
+        load_mb_s=mb / statistics.median(load_t),
+        plain_load_mb_s=mb / statistics.median(plain_load_t),
+        open_s=statistics.median(open_t),
+    )
+
+
+@dataclass
+class MemoryFigures:
+    tensor_bytes: int  # bytes of the tensors the trace keeps
+    storage_bytes: int  # bytes of the distinct storages they hold alive
+    python_bytes: int  # Python objects of the trace: records, steps, dicts, tensor objects
+
+    @property
+    def held(self) -> int:
+        return self.storage_bytes + self.python_bytes
+
+    @property
+    def ratio(self) -> float:
+        return self.held / max(self.tensor_bytes, 1)
+
+
+def measure_memory(model, ids) -> MemoryFigures:
+    """Trace at ``values`` and compare what it holds with the bytes of the kept tensors.
+
+    What a trace holds is (1) every distinct storage its kept tensors keep alive — a small
+    view of a big buffer keeps the whole buffer, which is the usual way such a trace grows
+    past its tensors — and (2) its Python objects (records, steps, dicts), which
+    ``tracemalloc`` sees (tensor data is allocated outside Python's allocator, so it is
+    not counted twice). Process RSS is not used: the allocator keeps the forward's freed
+    temporaries, which would hide or inflate the figure.
+    """
+    import tracemalloc
+
+    import torch
+
+    import tracing
+
+    with torch.no_grad():
+        model(ids)  # warm: lazily built state exists before measuring
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        trace = tracing.trace(model, ids, capture="values")
+        gc.collect()
+        python_bytes = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    values = list(kept_tensors(trace).values())
+    storages: dict[int, int] = {}
+    for v in values:
+        s = v.untyped_storage()
+        storages[s.data_ptr()] = s.nbytes()
+    figures = MemoryFigures(tensor_bytes(values), sum(storages.values()), max(python_bytes, 0))
+    del trace
+    return figures
+
+
+# --------------------------------------------------------------------------- printing
+
+
+def _verdict(value: float, bound: float, at_most: bool) -> str:
+    ok = value <= bound if at_most else value >= bound
+    return "ok" if ok else "MISSED"
+
+
+def _target_text(value: float, bound: float, at_most: bool, unit: str = "x") -> str:
+    sign = "<=" if at_most else ">="
+    return f"target {sign} {bound:g}{unit}  {_verdict(value, bound, at_most)}"
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:,.1f} MB"
+
+
+def _models(quick: bool, tokens: int):
+    """(label, key, model, ids) for the small and the large benchmark model."""
+    import torch
+
+    from scratchformer import (
+        DEMO_PROMPT,
+        ByteTokenizer,
+        DecoderOnlyTransformer,
+        ModelConfig,
+        demo_model,
+    )
+
+    try:
+        demo, demo_label = demo_model(), "demo model (bundled checkpoint)"
+    except Exception:  # no bundled checkpoint yet: same shapes, random weights
+        torch.manual_seed(0)
+        demo = DecoderOnlyTransformer(ModelConfig.preset("demo")).eval()
+        demo_label = "demo preset (random weights)"
+    demo_ids = torch.tensor([ByteTokenizer().encode(DEMO_PROMPT)])  # (B, T)
+
+    name = "nano" if quick else "gpt2-small"
+    tokens = 32 if quick else tokens
+    torch.manual_seed(0)
+    config = ModelConfig.preset(name)
+    large = DecoderOnlyTransformer(config).eval()
+    tokens = min(tokens, config.block_size)
+    large_ids = torch.randint(
+        0, config.vocab_size, (1, tokens), generator=torch.Generator().manual_seed(0)
+    )
+    return [
+        (f"{demo_label}, {demo_ids.shape[1]} tokens", "demo", demo, demo_ids),
+        (f"{name} preset (random weights), {tokens} tokens", "large", large, large_ids),
+    ]
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from app.cli import UserError
+
+    repeat = args.repeat or (3 if args.quick else 7)
+    warmup = 1 if args.quick else 2
+    if repeat <= 0:
+        raise UserError("--repeat must be positive")
+    if args.tokens <= 0:
+        raise UserError("--tokens must be positive")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out = sys.stdout
+
+    def say(line: str = "") -> None:
+        out.write(line + "\n")
+        out.flush()
+
+    say(
+        f"scratchformer bench{' --quick' if args.quick else ''}: torch {torch.__version__}, "
+        f"CPU, {torch.get_num_threads()} threads, {repeat} interleaved rounds"
+    )
+    models = _models(args.quick, args.tokens)
+    large_trace = None
+    large_model = large_ids = None
+    for label, key, model, ids in models:
+        fig = measure_overhead(model, ids, repeat=repeat, warmup=warmup)
+        say()
+        say(f"{label}: plain forward {fig.plain_ms:.1f} ms, {fig.steps} steps traced")
+        for lvl in LEVELS:
+            bound = TARGETS.get((key, lvl))
+            target = _target_text(fig.ratios[lvl], bound, True) if bound else ""
+            say(f"  {lvl:<7} {fig.ratios[lvl]:6.2f}x  ({fig.traced_ms[lvl]:8.1f} ms)  {target}")
+        if key == "large":
+            large_trace, large_model, large_ids = fig.values_trace, model, ids
+        del fig
+
+    with tempfile.TemporaryDirectory(dir=args.tmp, prefix="scratchformer-bench-") as tmp:
+        files = measure_file(large_trace, Path(tmp), repeat=min(repeat, 3))
+    say()
+    say(
+        f"values trace of the {models[1][0].split(' ')[0]} model: {files.tensors} tensors kept, "
+        f"{_mb(files.tensor_bytes)} of tensors, file {_mb(files.file_bytes)}"
+    )
+    say(
+        f"  save   {files.save_mb_s:8,.0f} MB/s vs plain safetensors {files.plain_save_mb_s:,.0f} "
+        f"MB/s = {files.save_ratio:.2f}x  {_target_text(files.save_ratio, SAVE_TARGET, False)}"
+    )
+    say(
+        f"  load   {files.load_mb_s:8,.0f} MB/s vs plain safetensors {files.plain_load_mb_s:,.0f} "
+        f"MB/s = {files.load_ratio:.2f}x  (open lazily, then read every tensor)"
+    )
+    say(
+        f"  open   {files.open_s * 1e3:8.1f} ms (lazy: header only)  "
+        f"{_target_text(files.open_s, OPEN_TARGET_S, True, ' s')}"
+    )
+    del large_trace
+    gc.collect()
+    mem = measure_memory(large_model, large_ids)
+    say(
+        f"  memory {mem.ratio:8.2f}x the bytes of its tensors ({_mb(mem.held)} held: "
+        f"{_mb(mem.storage_bytes)} storages + {_mb(mem.python_bytes)} Python objects, for "
+        f"{_mb(mem.tensor_bytes)} of tensors)  {_target_text(mem.ratio, MEMORY_TARGET, True)}"
+    )
+    return 0
