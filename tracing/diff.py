@@ -25,6 +25,7 @@ equal statistics do not prove equal tensors).
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import math
@@ -287,10 +288,11 @@ def diff(a: Trace, b: Trace) -> TraceDiff:
     order_a, order_b = _output_order(a), _output_order(b)
     matcher = difflib.SequenceMatcher(None, keys_a, keys_b, autojunk=False)
     entries: list[StepDiff] = []
+    cache: dict[tuple[int, int], TensorDiff] = {}  # a module's output is often its last op's
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
             for i, j in zip(range(i1, i2), range(j1, j2)):
-                outs = _compare_outputs(a, a.steps[i], b, b.steps[j])
+                outs = _compare_outputs(a, a.steps[i], b, b.steps[j], cache)
                 entries.append(StepDiff(_status(outs), keys_a[i], i, j, outs, order=order_a[i]))
             continue
         # replace / delete / insert: steps on one side only, A's first (in A's order)
@@ -322,7 +324,9 @@ def _one_side(trace: Trace, named: tuple[str, int], side: str) -> TensorDiff:
     return TensorDiff(name, None, tuple(rec.shape), None, rec.dtype)
 
 
-def _compare_outputs(a: Trace, sa: Step, b: Trace, sb: Step) -> tuple[TensorDiff, ...]:
+def _compare_outputs(
+    a: Trace, sa: Step, b: Trace, sb: Step, cache: dict[tuple[int, int], TensorDiff]
+) -> tuple[TensorDiff, ...]:
     outs_a, outs_b = _named_outputs(sa), _named_outputs(sb)
     result = []
     for k in range(max(len(outs_a), len(outs_b))):
@@ -331,7 +335,14 @@ def _compare_outputs(a: Trace, sa: Step, b: Trace, sb: Step) -> tuple[TensorDiff
         elif k >= len(outs_a):
             result.append(_one_side(b, outs_b[k], "b"))
         else:
-            result.append(_compare_tensor(a, outs_a[k], b, outs_b[k][1]))
+            name, tid_a = outs_a[k]
+            tid_b = outs_b[k][1]
+            known = cache.get((tid_a, tid_b))
+            if known is None:
+                known = cache[tid_a, tid_b] = _compare_tensor(a, outs_a[k], b, tid_b)
+            elif known.name != name:
+                known = dataclasses.replace(known, name=name)
+            result.append(known)
     return tuple(result)
 
 
@@ -374,29 +385,35 @@ def tensor_metrics(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float, floa
     y = b.detach().to("cpu", torch.float64).flatten()
     if x.numel() == 0:
         return 0.0, 0.0, 1.0
+    if bool(torch.isfinite(x).all()) and bool(torch.isfinite(y).all()):
+        d = x - y  # the common case: a few passes over the data
+        max_abs = float(d.abs().max())
+        return max_abs, *_norm_metrics(x, y, d)
+    # NaN / Inf present: equal positions (same Inf, NaN on both sides) count as equal
     same = (x == y) | (torch.isnan(x) & torch.isnan(y))
     d = torch.where(same, torch.zeros_like(x), x - y)
     d = torch.where(torch.isnan(d), torch.full_like(d, math.inf), d)  # NaN vs number
     max_abs = float(d.abs().max())
-    # norms and cosine over the positions that are finite on both sides
     finite = torch.isfinite(x) & torch.isfinite(y)
-    xf, yf, df = x[finite], y[finite], d[finite]
-    na, nb = float(xf.norm()), float(yf.norm())
-    nd = float(df.norm())
-    if not bool(finite.all()) and not bool(same[~finite].all()):
+    rel_l2, cosine = _norm_metrics(x[finite], y[finite], d[finite])
+    if not bool(same[~finite].all()):
         rel_l2 = math.inf  # a non-finite value on one side only
-    elif na > 0:
-        rel_l2 = nd / na
-    else:
-        rel_l2 = 0.0 if nd == 0 else math.inf
+    return max_abs, rel_l2, cosine
+
+
+def _norm_metrics(x: torch.Tensor, y: torch.Tensor, d: torch.Tensor) -> tuple[float, float]:
+    """``(rel_l2, cosine)`` from finite float64 vectors and their difference ``d``."""
+    import torch
+
+    na, nb, nd = float(x.norm()), float(y.norm()), float(d.norm())
+    rel_l2 = nd / na if na > 0 else (0.0 if nd == 0 else math.inf)
     if na == 0 and nb == 0:
         cosine = 1.0
     elif na == 0 or nb == 0:
         cosine = 0.0
     else:
-        cosine = float(torch.dot(xf, yf)) / (na * nb)
-        cosine = max(-1.0, min(1.0, cosine))
-    return max_abs, rel_l2, cosine
+        cosine = max(-1.0, min(1.0, float(torch.dot(x, y)) / (na * nb)))
+    return rel_l2, cosine
 
 
 def _stats_delta(ra: TensorRecord, rb: TensorRecord) -> float | None:
