@@ -31,7 +31,7 @@ Inf is found at the op that made it, not at the enclosing block that merely retu
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -48,13 +48,39 @@ returned, or a module call that finished)."""
 # --------------------------------------------------------------------------- data seen
 
 
-@dataclass(frozen=True)
 class Output:
-    """One output of a step as a condition sees it: its record and, if known, its value."""
+    """One output of a step as a condition sees it: its record and, if known, its value.
 
-    record: TensorRecord | None
-    value: torch.Tensor | None = None
-    name: str = "output"
+    ``value`` may be given directly (live) or by a ``loader`` called on first use (a saved
+    trace reads the tensor from disk only when a condition needs it). Conditions prefer
+    the record's statistics where they suffice: computed from the full-precision tensor,
+    they stay exact when a trace keeps its values downcast to float16.
+    """
+
+    __slots__ = ("_loader", "_value", "name", "record")
+
+    def __init__(
+        self,
+        record: TensorRecord | None,
+        value: torch.Tensor | None = None,
+        name: str = "output",
+        loader: Callable[[], torch.Tensor | None] | None = None,
+    ):
+        self.record = record
+        self._value = value
+        self._loader = loader
+        self.name = name
+
+    @property
+    def value(self) -> torch.Tensor | None:
+        if self._value is None and self._loader is not None:
+            self._value = self._loader()
+            self._loader = None
+        return self._value
+
+    @property
+    def stats(self):
+        return None if self.record is None else self.record.stats
 
     @property
     def is_attention(self) -> bool:
@@ -286,37 +312,36 @@ def _as_float(value: torch.Tensor) -> torch.Tensor | None:
 def _nonfinite_counts(o: Output) -> tuple[int, int]:
     import torch
 
-    if o.value is not None:
-        v = _as_float(o.value)
-        if v is None or v.numel() == 0:
-            return 0, 0
-        nan = int(torch.isnan(v).sum())
-        inf = int(torch.isinf(v).sum())
-        return nan, inf
-    if o.record is not None and o.record.stats is not None:
-        return o.record.stats.nan, o.record.stats.inf
-    return 0, 0
+    if o.stats is not None:
+        return o.stats.nan, o.stats.inf
+    value = o.value
+    if value is None:
+        return 0, 0
+    v = _as_float(value)
+    if v is None or v.numel() == 0:
+        return 0, 0
+    return int(torch.isnan(v).sum()), int(torch.isinf(v).sum())
 
 
 def _abs_max(o: Output) -> float | None:
     import torch
 
-    if o.value is not None:
-        v = _as_float(o.value)
-        if v is None or v.numel() == 0:
-            return None
-        v = v.abs()
-        if bool(torch.isinf(v).any()):
-            return math.inf
-        return float(v.nan_to_num(nan=0.0).max())
-    if o.record is not None and o.record.stats is not None:
-        s = o.record.stats
+    s = o.stats
+    if s is not None:
         if s.inf:
             return math.inf
-        vals = [abs(s.min), abs(s.max)]
-        vals = [x for x in vals if not math.isnan(x)]
+        vals = [abs(x) for x in (s.min, s.max) if not math.isnan(x)]
         return max(vals) if vals else None
-    return None
+    value = o.value
+    if value is None:
+        return None
+    v = _as_float(value)
+    if v is None or v.numel() == 0:
+        return None
+    v = v.abs()
+    if bool(torch.isinf(v).any()):
+        return math.inf
+    return float(v.nan_to_num(nan=0.0).max())
 
 
 def as_condition(conditions: Condition | Iterable[Condition]) -> Condition:
@@ -341,14 +366,21 @@ def _outputs_of(trace: Trace, step: Step) -> list[Output]:
     outs = []
     for k, tid in enumerate(step.outputs):
         rec = trace.tensors[tid]
-        value = None
-        if rec.value_key is not None:
-            try:
-                value = trace.values[rec.value_key]
-            except KeyError:
-                value = None
-        outs.append(Output(rec, value, names[k] if names else f"output[{k}]"))
+        name = names[k] if names else f"output[{k}]"
+        outs.append(Output(rec, name=name, loader=_value_loader(trace, rec)))
     return outs
+
+
+def _value_loader(trace: Trace, rec: TensorRecord) -> Callable[[], torch.Tensor | None]:
+    def load() -> torch.Tensor | None:
+        if rec.value_key is None:
+            return None
+        try:
+            return trace.values[rec.value_key]
+        except KeyError:
+            return None
+
+    return load
 
 
 def _events(trace: Trace) -> list[tuple[float, int, Event]]:
