@@ -226,9 +226,9 @@ def test_bench_quick_prints_every_figure_with_its_target(capsys):
     rc, out, _ = run_cli(capsys, "bench", "--quick", "--repeat", "1")
     assert rc == 0
     for level in ("shapes", "stats", "values"):
-        assert sum(line.strip().startswith(level) for line in out.splitlines()) == 2
+        assert sum(line.startswith(f"  {level} ") for line in out.splitlines()) == 2
     for figure in ("save", "load", "open", "memory"):
-        assert any(line.strip().startswith(figure) for line in out.splitlines()), figure
+        assert any(line.startswith(f"  {figure} ") for line in out.splitlines()), figure
     assert "target <= 2x" in out  # demo shapes
     assert "target >= 0.5x" in out  # save throughput
     assert "target <= 0.5 s" in out  # lazy open

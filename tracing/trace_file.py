@@ -127,7 +127,7 @@ def save(trace: Trace, path: str | os.PathLike) -> Path:
         raise TraceFileError(f"cannot save trace to {path}: {e}") from None
     manifest = encode_manifest(trace)
     text = json.dumps(manifest, separators=(",", ":"), ensure_ascii=False, default=_json_default)
-    tensors = _tensors_to_store(trace, path)
+    tensors = tensors_to_store(trace, path)
 
     metadata = {"format": FORMAT_NAME, "schema": str(SCHEMA_VERSION)}
     if len(text) <= MANIFEST_INLINE_LIMIT:
@@ -154,7 +154,7 @@ def save(trace: Trace, path: str | os.PathLike) -> Path:
     return path
 
 
-def _tensors_to_store(trace: Trace, path: Path) -> dict[str, torch.Tensor]:
+def tensors_to_store(trace: Trace, path: Path) -> dict[str, torch.Tensor]:
     """Every kept value as a dense, contiguous CPU tensor owning its own storage slot.
 
     safetensors refuses non-contiguous tensors and tensors sharing memory; a copy is made
@@ -468,7 +468,7 @@ def _validate(
     """Decode the manifest into a Trace, checking types and every cross-reference.
 
     ``stored`` gives the shape and dtype of the file's entries (None when saving: then the
-    values are checked by ``_tensors_to_store`` instead).
+    values are checked by ``tensors_to_store`` instead).
     """
     sources = [_source(row, i) for i, row in enumerate(_list(manifest, "sources"))]
     steps_table = _table(manifest, "steps")

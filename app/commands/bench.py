@@ -148,11 +148,12 @@ def measure_file(trace, folder: Path, repeat: int = 3) -> FileFigures:
     from safetensors.torch import load_file, save_file
 
     import tracing
+    from tracing.trace_file import tensors_to_store
 
-    values = kept_tensors(trace)
-    plain_tensors = {k: v.detach().contiguous() for k, v in values.items()}
-    nbytes = tensor_bytes(plain_tensors.values())
     ours, plain = folder / "bench.sft", folder / "plain.safetensors"
+    # the same tensors, made ready for a plain write beforehand (contiguous, no shared memory)
+    plain_tensors = tensors_to_store(trace, plain)
+    nbytes = tensor_bytes(plain_tensors.values())
     save_t, plain_save_t, load_t, plain_load_t, open_t = [], [], [], [], []
     for _ in range(repeat):
         for path in (ours, plain):
@@ -179,7 +180,7 @@ def measure_file(trace, folder: Path, repeat: int = 3) -> FileFigures:
         del t
     mb = nbytes / 1e6
     return FileFigures(
-        tensors=len(values),
+        tensors=len(plain_tensors),
         tensor_bytes=nbytes,
         file_bytes=ours.stat().st_size,
         save_mb_s=mb / statistics.median(save_t),
