@@ -21,7 +21,7 @@ def model():
 @pytest.fixture(scope="module")
 def generation(model):
     prompt = torch.tensor([[5, 17, 42]])
-    return trace_generate(model, prompt, 4, capture="stats")
+    return trace_generate(model, prompt, 4, capture="stats", decode=lambda ids: f"<{len(ids)}>")
 
 
 def test_tokens_equal_greedy_generate(model, generation):
@@ -40,6 +40,7 @@ def test_attention_maps_grow_with_the_sequence(generation):
             assert tuple(w.shape) == (1, 4, T, T)  # (B, H, T, T)
         assert generation.passes[n].meta["tokens"] == generation.sequence[: 3 + n]
         assert generation.passes[n].meta["generation_pass"] == n
+        assert generation.passes[n].meta["text"] == f"<{3 + n}>"
 
 
 def test_context_is_cropped_to_block_size_like_generate(model):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -230,14 +230,16 @@ def trace_generate(
     generator: torch.Generator | None = None,
     capture: str = "stats",
     block_size: int | None = None,
+    decode: Callable[[list[int]], str] | None = None,
     **trace_kwargs: Any,
 ) -> GenerationTrace:
     """Generate ``max_new_tokens`` tokens after ``idx`` ``(1, T)``, tracing every pass.
 
     The choice of token follows ``generate()`` in ``scratchformer``: temperature 0 is
     argmax; otherwise logits / temperature, optionally cut to the ``top_k`` best, and one
-    ``torch.multinomial`` draw with ``generator``. ``trace_kwargs`` go to ``tracing.trace``
-    (``dims``, ``meta``...). The model's ``training`` flag is left as it was; call
+    ``torch.multinomial`` draw with ``generator``. ``decode`` (token ids -> text, e.g. a
+    tokenizer's ``decode``) fills each pass's ``meta["text"]``. ``trace_kwargs`` go to
+    :class:`tracing.Tracer` (``dims``, ``meta``, ``value_cap``...). The model's ``training`` flag is left as it was; call
     ``model.eval()`` first so dropout is off.
     """
     from tracing.capture import Tracer
@@ -271,7 +273,10 @@ def trace_generate(
     extra_meta = dict(trace_kwargs.pop("meta", None) or {})
     for n in range(max_new_tokens):
         context = seq if block_size is None else seq[:, -block_size:]  # (1, T')
-        meta = {**extra_meta, "generation_pass": n, "tokens": context[0].tolist()}
+        ids = context[0].tolist()
+        meta = {**extra_meta, "generation_pass": n, "tokens": ids}
+        if decode is not None:
+            meta["text"] = decode(ids)
         with torch.no_grad(), Tracer(model, capture=capture, meta=meta, **trace_kwargs) as tr:
             output = model(context)
         t = tr.trace
