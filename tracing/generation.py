@@ -239,8 +239,8 @@ def trace_generate(
     argmax; otherwise logits / temperature, optionally cut to the ``top_k`` best, and one
     ``torch.multinomial`` draw with ``generator``. ``decode`` (token ids -> text, e.g. a
     tokenizer's ``decode``) fills each pass's ``meta["text"]``. ``trace_kwargs`` go to
-    :class:`tracing.Tracer` (``dims``, ``meta``, ``value_cap``...). The model's ``training`` flag is left as it was; call
-    ``model.eval()`` first so dropout is off.
+    :class:`tracing.Tracer` (``dims``, ``meta``, ``value_cap``...). Like every trace, the
+    passes run in eval mode (dropout off) unless ``train=True`` is passed.
     """
     from tracing.capture import Tracer
 
