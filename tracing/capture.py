@@ -250,11 +250,11 @@ class Tracer:
             raise RuntimeError("this Tracer is already active")
         self._reset()
         model = self.model
-        self._training = [(m, m.training) for m in model.modules()]
+        self._training = [(m, m.training) for _, m in self._named]
         model.train(self.train)
         self._handles = []
         try:
-            for path, module in model.named_modules():
+            for path, module in self._named:
                 self._handles.append(
                     module.register_forward_pre_hook(self._pre_hook_for(path), with_kwargs=True)
                 )
@@ -307,8 +307,16 @@ class Tracer:
         self._values: dict[str, torch.Tensor] = {}
         self._ids: dict[int, tuple] = {}  # id(tensor) -> (weakref, version, record id)
         self._param_ids: dict[int, int] = {}  # id(parameter) -> record id
-        self._param_names = {id(p): n for n, p in self.model.named_parameters()}
-        self._param_names.update({id(b): n for n, b in self.model.named_buffers()})
+        self._named = list(self.model.named_modules())
+        self._param_names = {}  # id(parameter or buffer) -> dotted name (first one wins)
+        for path, module in reversed(self._named):
+            prefix = f"{path}." if path else ""
+            for name, p in module._parameters.items():
+                if p is not None:
+                    self._param_names[id(p)] = prefix + name
+            for name, b in module._buffers.items():
+                if b is not None:
+                    self._param_names[id(b)] = prefix + name
         self._stack: list[int] = []  # open module steps, innermost last
         self._stack_modules: list[nn.Module] = []
         self._calls: dict[str, int] = {}
@@ -323,8 +331,19 @@ class Tracer:
 
     # ---- tensor records
 
-    def _tensor_id(self, t: torch.Tensor, producer: int | None, version: int | None = None) -> int:
-        """Record id of ``t``: the existing one if this exact tensor was seen unchanged."""
+    def _tensor_id(
+        self,
+        t: torch.Tensor,
+        producer: int | None,
+        version: int | None = None,
+        source: tuple[torch.Tensor, int] | None = None,
+    ) -> int:
+        """Record id of ``t``: the existing one if this exact tensor was seen unchanged.
+
+        ``source`` is ``(input tensor, its record id)`` for an op's output: when the output
+        is a view of that input (``view``, ``transpose``, ``split``, ``x[i]``), its stats
+        and kept value are derived from the input's instead of computed again.
+        """
         key = id(t)
         pid = self._param_ids.get(key)
         if pid is not None:
@@ -337,20 +356,40 @@ class Tracer:
         if key in self._param_names:
             return self._new_param(t)
         rid = len(self._tensors)
-        stats = tensor_stats(t) if self._want_stats and version == t._version else None
-        self._tensors.append(
-            [tuple(t.shape), str(t.dtype)[6:], str(t.device), stats, None, producer, None]
-        )
+        record = [tuple(t.shape), str(t.dtype)[6:], str(t.device), None, None, producer, None]
+        self._tensors.append(record)
         with contextlib.suppress(TypeError):  # tensor subclasses without weakref support
             self._ids[key] = (weakref.ref(t), version, rid)
-        if self._want_values and version == t._version:
+        if self.capture == "shapes" or version != t._version:
+            return rid
+        view = _view_of(t, source[0]) if source is not None and source[0] is not t else None
+        if view is not None:
+            src = self._tensors[source[1]]
+            if view == "all":  # same elements, so the same statistics
+                record[3] = src[3]
+            if src[4] is not None:
+                copy = self._values[src[4]]
+                if copy.is_contiguous() and source[0].is_contiguous():
+                    offset = t.storage_offset() - source[0].storage_offset()
+                    value = copy.as_strided(t.shape, t.stride(), copy.storage_offset() + offset)
+                    key_ = f"t{rid}"
+                    self._values[key_] = value
+                    record[4] = key_
+        if record[3] is None:
+            record[3] = tensor_stats(t)
+        if self._want_values and record[4] is None:
             self._keep_value(rid, t)
         return rid
 
+    def _param_record_names(self):
+        for key, rid in self._param_ids.items():
+            yield self._param_names.get(key, ""), rid
+
     def _new_param(self, t: torch.Tensor) -> int:
         rid = len(self._tensors)
+        role = "param" if isinstance(t, nn.Parameter) else "buffer"
         self._tensors.append(
-            [tuple(t.shape), str(t.dtype)[6:], str(t.device), None, None, None, "param"]
+            [tuple(t.shape), str(t.dtype)[6:], str(t.device), None, None, None, role]
         )
         self._param_ids[id(t)] = rid
         return rid
@@ -536,7 +575,8 @@ class Tracer:
         step[4] = tuple(ids)
         step[6] = tuple(in_names)
         if outs:
-            step[5] = tuple(self._tensor_id(t, index) for t in outs)
+            source = (tensors[0], ids[0]) if tensors else None
+            step[5] = tuple(self._tensor_id(t, index, None, source) for t in outs)
             if len(outs) == 1 and isinstance(result, _Tensor):
                 step[7] = ("output",)
             else:
@@ -591,46 +631,26 @@ class Tracer:
         model = self.model
         config = getattr(model, "config", None)
         sizes = dims_mod.resolve_sizes(self.dims, config, self._first_input_shape)
+        namer = dims_mod.DimNamer(sizes)
+        raw_steps = self._steps
+        param_paths = {rid: name for name, rid in self._param_record_names()}
         tensors = []
         for rid, (shape, dtype, device, stats, key, producer, role) in enumerate(self._tensors):
-            if role == "attention" and len(shape) == 4:
-                dims = dims_mod.infer_dims(shape, sizes)
-                if dims is not None and dims[-1] == dims[-2] == "T":
-                    dims = ("B", "H", "T", "T") if dims[:2] == ("B", "H") else dims
+            if producer is not None:
+                context = raw_steps[producer][1]
             else:
-                dims = dims_mod.infer_dims(shape, sizes)
+                context = param_paths.get(rid, "")
+            dims = namer(shape, context)
+            if role == "attention" and dims is not None and len(dims) == 4:
+                dims = ("B", "H", "T", "T") if dims[:2] == ("B", "H") else dims
             tensors.append(
-                TensorRecord(
-                    id=rid,
-                    shape=shape,
-                    dtype=dtype,
-                    device=device,
-                    dims=dims,
-                    stats=stats,
-                    value_key=key,
-                    producer=producer,
-                    role=role,
+                _build(
+                    TensorRecord,
+                    _TENSOR_FIELDS,
+                    (rid, shape, dtype, device, dims, stats, key, producer, role),
                 )
             )
-        steps = [
-            Step(
-                index=i,
-                kind=s[0],
-                module=s[1],
-                op=s[2],
-                source=s[3],
-                inputs=s[4],
-                outputs=s[5],
-                input_names=s[6],
-                output_names=s[7],
-                depth=s[8],
-                parent=s[9],
-                end=s[10],
-                call=s[11],
-                error=s[12],
-            )
-            for i, s in enumerate(self._steps)
-        ]
+        steps = [_build(Step, _STEP_FIELDS, (i, *s)) for i, s in enumerate(raw_steps)]
         meta = {
             "model_class": f"{type(model).__module__}.{type(model).__qualname__}",
             "config": config_dict(config),
@@ -649,7 +669,7 @@ class Tracer:
         meta.update(self.extra_meta)
         return Trace(
             steps=steps,
-            modules=module_infos(model),
+            modules=module_infos(model, self._named),
             tensors=tensors,
             meta=meta,
             values=self._values,
@@ -660,30 +680,112 @@ class Tracer:
 # --------------------------------------------------------------------------- helpers
 
 
-def module_infos(model: nn.Module) -> dict[str, ModuleInfo]:
-    """A :class:`ModuleInfo` for every module in ``named_modules()``, in order."""
-    named = list(model.named_modules())
+def _spec(cls) -> tuple[tuple[str, ...], dict[str, Any]]:
+    fields = dataclasses.fields(cls)
+    defaults = {}
+    for f in fields:
+        if f.default is not dataclasses.MISSING:
+            defaults[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            defaults[f.name] = f.default_factory
+    return tuple(f.name for f in fields), defaults
+
+
+_STEP_FIELDS = _spec(Step)
+_TENSOR_FIELDS = _spec(TensorRecord)
+_MODULE_FIELDS = _spec(ModuleInfo)
+
+
+def _build(cls, spec: tuple[tuple[str, ...], dict[str, Any]], values: tuple):
+    """Build a frozen record without its ``__init__`` (5x faster for thousands of steps).
+
+    ``values`` fill the first fields in order; any later field (one added to the record
+    contract after this was written) gets its declared default.
+    """
+    fields, defaults = spec
+    obj = object.__new__(cls)
+    d = obj.__dict__
+    for name in fields[len(values) :]:
+        default = defaults[name]
+        d[name] = default() if callable(default) else default
+    d.update(zip(fields, values))
+    return obj
+
+
+def _view_of(t: torch.Tensor, src: torch.Tensor) -> str | None:
+    """``"all"`` if ``t`` views exactly the elements of ``src``, ``"part"`` if a subset of
+    them, ``None`` if it is not a view into ``src``'s elements (or ``src`` is strided).
+    """
+    if t.dtype != src.dtype or not src.is_contiguous():
+        return None
+    base = t._base
+    if base is None or (base is not src and base is not src._base):
+        return None
+    low = t.storage_offset()
+    high = low
+    for size, stride in zip(t.shape, t.stride()):
+        if size == 0:
+            return None
+        if stride < 0:
+            return None
+        high += (size - 1) * stride
+    start = src.storage_offset()
+    if low < start or high >= start + src.numel():
+        return None
+    if t.numel() == src.numel() and 0 not in t.stride():
+        return "all"
+    return "part"
+
+
+def module_infos(
+    model: nn.Module, named: list[tuple[str, nn.Module]] | None = None
+) -> dict[str, ModuleInfo]:
+    """A :class:`ModuleInfo` for every module in ``named_modules()``, in order.
+
+    Parameter totals are computed bottom-up from each module's own parameters, counting a
+    parameter shared by two modules (tied embeddings) once per subtree.
+    """
+    if named is None:
+        named = list(model.named_modules())
     paths = {id(m): p for p, m in named}
-    infos = {}
+    children_of: dict[str, list[str]] = {}
+    subtree: dict[str, dict[int, int]] = {}  # path -> {id(param): numel}
+    own: dict[str, int] = {}
     for path, module in named:
         children = []
-        for name, child in module.named_children():
+        for name, child in module._modules.items():
+            if child is None:
+                continue
             child_path = f"{path}.{name}" if path else name
             if paths.get(id(child)) == child_path:
                 children.append(child_path)
+        children_of[path] = children
+        params = {id(p): p.numel() for p in module._parameters.values() if p is not None}
+        own[path] = sum(params.values())
+        subtree[path] = params
+    for path, _ in reversed(named):  # children come after their parent in named_modules
+        merged = subtree[path]
+        for child in children_of[path]:
+            merged.update(subtree[child])
+    infos = {}
+    for path, module in named:
         parent = None if not path else (path.rsplit(".", 1)[0] if "." in path else "")
         try:
             extra = module.extra_repr()
         except Exception:  # pragma: no cover - a broken extra_repr is not our problem
             extra = ""
-        infos[path] = ModuleInfo(
-            path=path,
-            type=type(module).__name__,
-            parent=parent,
-            children=tuple(children),
-            params=sum(p.numel() for p in module.parameters(recurse=False)),
-            params_total=sum(p.numel() for p in module.parameters()),
-            extra=extra,
+        infos[path] = _build(
+            ModuleInfo,
+            _MODULE_FIELDS,
+            (
+                path,
+                type(module).__name__,
+                parent,
+                tuple(children_of[path]),
+                own[path],
+                sum(subtree[path].values()),
+                extra,
+            ),
         )
     return infos
 

@@ -173,3 +173,46 @@ def resolve_sizes(
                 raise ValueError(f"dims[{letter!r}] must be an int size, got {value!r}")
             sizes[letter] = value
     return sizes
+
+
+# Words in a module path or parameter name that say which of two same-sized letters an
+# axis is: the feed-forward hidden width (F) or the vocabulary (V).
+_FFN_WORDS = ("feed_forward", "ffn", "mlp", "fc", "ff", "intermediate", "linear1")
+_VOCAB_WORDS = ("lm_head", "head", "embed", "wte", "token", "logits", "unembed", "decoder")
+
+
+def _context(path: str) -> str | None:
+    words = path.lower().replace("_", ".").split(".")
+    joined = path.lower()
+    if any(w in words for w in ("ffn", "mlp", "fc", "ff", "intermediate", "feed")) or (
+        "feed_forward" in joined
+    ):
+        return "ffn"
+    if any(w in joined for w in _VOCAB_WORDS):
+        return "vocab"
+    return None
+
+
+class DimNamer:
+    """``infer_dims`` with a cache per (shape, context), for naming thousands of records.
+
+    ``context`` is the module path (or parameter name) a tensor came from; it only breaks
+    ties between letters of equal size, e.g. ``F == V``: an ``mlp`` path prefers ``F``.
+    """
+
+    def __init__(self, sizes: Mapping[str, int]):
+        self.sizes = dict(sizes)
+        self._cache: dict[tuple, tuple[str, ...] | None] = {}
+        ffn = dict(self.sizes)
+        self._tie_break = "V" in ffn and "F" in ffn and ffn["V"] == ffn["F"]
+
+    def __call__(self, shape: tuple[int, ...], context: str = "") -> tuple[str, ...] | None:
+        kind = _context(context) if self._tie_break and context else None
+        key = (shape, kind)
+        if key in self._cache:
+            return self._cache[key]
+        dims = infer_dims(shape, self.sizes)
+        if dims is not None and kind == "ffn":
+            dims = tuple("F" if d == "V" else d for d in dims)
+        self._cache[key] = dims
+        return dims
