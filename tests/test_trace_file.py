@@ -148,12 +148,15 @@ def test_graph_is_stored_as_node_link_data(saved):
     import networkx as nx
 
     trace, path = saved
-    stored = manifest_of(path)["graph"]
+    stored = trace_file.read_graph_data(path)
     expected = json.loads(
         json.dumps(nx.node_link_data(trace.graph, edges="edges"), default=trace_file._json_default)
     )
     assert stored == expected
     assert "edges" in stored and "links" not in stored
+    rebuilt = nx.node_link_graph(stored, edges="edges")
+    assert sorted(rebuilt.edges) == sorted(trace.graph.edges)
+    assert rebuilt.number_of_nodes() == len(trace.steps)
 
 
 def test_big_manifest_goes_into_a_tensor(tmp_path, monkeypatch):
@@ -161,10 +164,12 @@ def test_big_manifest_goes_into_a_tensor(tmp_path, monkeypatch):
     trace = handmade_trace()
     trace.save(tmp_path / "big.sft")
     with safe_open(str(tmp_path / "big.sft"), framework="pt") as f:
-        assert "manifest" not in f.metadata()
+        assert "manifest" not in f.metadata() and "graph" not in f.metadata()
     loaded = tracing.load(tmp_path / "big.sft")
     assert_same_trace(trace, loaded)
     assert trace_file.MANIFEST_TENSOR not in loaded.values
+    assert trace_file.GRAPH_TENSOR not in loaded.values
+    assert trace_file.read_graph_data(tmp_path / "big.sft")["edges"]
 
 
 def test_downcast_values_are_accepted_when_meta_says_so(tmp_path):

@@ -12,19 +12,26 @@ code (there is no pickle anywhere):
       "format":   "scratchformer-trace"     # marks the file as ours
       "schema":   "1"                       # SCHEMA_VERSION of the manifest
       "manifest": "{...}"                   # the JSON manifest (compact)
+      "graph":    "{...}"                   # node_link_data of Trace.graph (JSON)
 
-  A manifest too big for the header (safetensors caps the header at ~100 MB) is stored as
-  a ``uint8`` entry named ``__scratchformer_manifest__`` instead, and ``"manifest"`` is
-  absent.
+  A manifest or graph too big for the header (safetensors caps the header at ~100 MB) is
+  stored as a ``uint8`` entry named ``__scratchformer_manifest__`` /
+  ``__scratchformer_graph__`` instead, and its key is absent.
 
 The manifest
 ------------
 ``meta``, ``error``, then ``steps``, ``tensors`` and ``modules`` as small tables
 (``{"fields": [...], "rows": [[...], ...]}``: one list per record, field names once).
 Source locations are de-duplicated into ``sources`` and steps point at them by index.
-``graph`` is ``networkx.node_link_data(trace.graph, edges="edges")`` for readers outside
-Python's ``tracing`` (networkx 3.6 renamed the edge key, so the key is given explicitly);
-``tracing.load`` rebuilds ``Trace.graph`` from the steps instead.
+
+The graph
+---------
+``graph`` is ``networkx.node_link_data(trace.graph, edges="edges")`` (networkx 3.6
+renamed the edge key, so it is given explicitly), for readers outside ``tracing``:
+``networkx.node_link_graph(json.loads(...), edges="edges")`` or ``read_graph_data``. It
+sits beside the manifest rather than inside it because it repeats what the steps say:
+``tracing.load`` never parses it (that would double the work of opening a file) and
+rebuilds ``Trace.graph`` from the steps on first use.
 
 Reading
 -------
@@ -47,6 +54,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
+from dataclasses import MISSING as MISSING_FIELD
 from dataclasses import fields
 from operator import attrgetter
 from pathlib import Path
@@ -73,11 +81,14 @@ FORMAT_NAME = "scratchformer-trace"
 MANIFEST_TENSOR = "__scratchformer_manifest__"
 """Entry that holds the manifest when it is too big for the safetensors header."""
 
+GRAPH_TENSOR = "__scratchformer_graph__"
+"""Entry that holds the graph JSON when it is too big for the safetensors header."""
+
 RESERVED_PREFIX = "__scratchformer"
 
 MANIFEST_INLINE_LIMIT = 40_000_000
-"""Largest manifest (in characters) kept in the header; safetensors refuses headers over
-100 MB, and escaping the manifest as a JSON string can grow it by a half."""
+"""Most characters of manifest + graph kept in the header; safetensors refuses headers
+over 100 MB, and escaping them as JSON strings can grow them by a half."""
 
 VALUE_CACHE_SIZE = 16
 """How many tensors a loaded trace keeps in memory after reading them (least recent out)."""
@@ -127,15 +138,23 @@ def save(trace: Trace, path: str | os.PathLike) -> Path:
         raise TraceFileError(f"cannot save trace to {path}: {e}") from None
     manifest = encode_manifest(trace)
     text = json.dumps(manifest, separators=(",", ":"), ensure_ascii=False, default=_json_default)
+    graph = _graph_data(trace)
     tensors = tensors_to_store(trace, path)
 
     metadata = {"format": FORMAT_NAME, "schema": str(SCHEMA_VERSION)}
-    if len(text) <= MANIFEST_INLINE_LIMIT:
-        metadata["manifest"] = text
-    else:
-        tensors[MANIFEST_TENSOR] = torch.frombuffer(
-            bytearray(text.encode("utf-8")), dtype=torch.uint8
-        )
+    header_budget = MANIFEST_INLINE_LIMIT
+    parts = [("manifest", MANIFEST_TENSOR, text)]
+    if graph is not None:
+        graph_text = json.dumps(graph, separators=(",", ":"), default=_json_default)
+        parts.append(("graph", GRAPH_TENSOR, graph_text))
+    for key, tensor_name, part in parts:
+        if len(part) <= header_budget:
+            metadata[key] = part
+            header_budget -= len(part)
+        else:
+            tensors[tensor_name] = torch.frombuffer(
+                bytearray(part.encode("utf-8")), dtype=torch.uint8
+            )
 
     directory = path.parent if str(path.parent) else Path(".")
     if not directory.is_dir():
@@ -247,7 +266,6 @@ def encode_manifest(trace: Trace) -> dict[str, Any]:
         "tensors": {"fields": tensor_fields, "rows": tensor_rows},
         "modules": {"fields": module_fields, "rows": module_rows},
         "stats_fields": list(_STATS_FIELDS),
-        "graph": _graph_data(trace),
     }
 
 
@@ -403,6 +421,30 @@ def load(path: str | os.PathLike) -> Trace:
     return trace
 
 
+def read_graph_data(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The stored ``node_link_data`` of a trace file's graph (None if it has none).
+
+    ``networkx.node_link_graph(data, edges="edges")`` turns it back into a graph.
+    """
+    trace_path = Path(path)
+    try:
+        handle = safe_open(str(trace_path), framework="pt")
+        header = handle.metadata() or {}
+        if header.get("format") != FORMAT_NAME:
+            raise TraceFileError(f"{trace_path}: not a Scratchformer trace")
+        if "graph" in header:
+            text = header["graph"]
+        elif GRAPH_TENSOR in handle.keys():  # noqa: SIM118
+            text = bytes(handle.get_tensor(GRAPH_TENSOR).numpy()).decode("utf-8")
+        else:
+            return None
+        return json.loads(text)
+    except (SafetensorError, OSError, ValueError) as e:
+        if isinstance(e, TraceFileError):
+            raise
+        raise TraceFileError(f"{trace_path}: cannot read the graph: {e}") from None
+
+
 def _describe_container_error(e: Exception) -> str:
     reason = str(e)
     if "too small" in reason or "not fully covered" in reason:
@@ -462,18 +504,156 @@ def _read_manifest(
 # --------------------------------------------------------------------------- validate
 
 
+class _Bad(Exception):
+    """A field value of the wrong type (the caller names the record and field)."""
+
+
+def _as_int(v: Any) -> int:
+    if type(v) is not int:
+        raise _Bad("a whole number")
+    return v
+
+
+def _as_opt_int(v: Any) -> int | None:
+    if v is not None and type(v) is not int:
+        raise _Bad("a whole number or null")
+    return v
+
+
+def _as_str(v: Any) -> str:
+    if type(v) is not str:
+        raise _Bad("text")
+    return v
+
+
+def _as_opt_str(v: Any) -> str | None:
+    if v is not None and type(v) is not str:
+        raise _Bad("text or null")
+    return v
+
+
+def _as_int_tuple(v: Any) -> tuple[int, ...]:
+    if type(v) is not list or not set(map(type, v)) <= {int}:
+        raise _Bad("a list of whole numbers")
+    return tuple(v)
+
+
+def _as_size_tuple(v: Any) -> tuple[int, ...]:
+    if type(v) is not list or not set(map(type, v)) <= {int} or (v and min(v) < 0):
+        raise _Bad("a list of sizes")
+    return tuple(v)
+
+
+def _as_str_tuple(v: Any) -> tuple[str, ...]:
+    if type(v) is not list or not set(map(type, v)) <= {str}:
+        raise _Bad("a list of text")
+    return tuple(v)
+
+
+def _as_opt_str_tuple(v: Any) -> tuple[str, ...] | None:
+    return None if v is None else _as_str_tuple(v)
+
+
+def _as_any(v: Any) -> Any:
+    """A field this version has no rule for (added later with a default): lists as tuples."""
+    return tuple(v) if type(v) is list else v
+
+
+# field name -> converter, per record type; "source" and "stats" are decoded apart
+_STEP_RULES = {
+    "index": _as_int,
+    "kind": _as_str,
+    "module": _as_str,
+    "op": _as_str,
+    "inputs": _as_int_tuple,
+    "outputs": _as_int_tuple,
+    "input_names": _as_str_tuple,
+    "output_names": _as_str_tuple,
+    "depth": _as_int,
+    "parent": _as_opt_int,
+    "end": _as_opt_int,
+    "call": _as_int,
+    "error": _as_opt_str,
+}
+_TENSOR_RULES = {
+    "id": _as_int,
+    "shape": _as_size_tuple,
+    "dtype": _as_str,
+    "device": _as_str,
+    "dims": _as_opt_str_tuple,
+    "value_key": _as_opt_str,
+    "producer": _as_opt_int,
+    "role": _as_opt_str,
+}
+_MODULE_RULES = {
+    "path": _as_str,
+    "type": _as_str,
+    "parent": _as_opt_str,
+    "children": _as_str_tuple,
+    "params": _as_int,
+    "params_total": _as_int,
+    "extra": _as_str,
+}
+
+
+def _decode_rows(
+    manifest: dict[str, Any], table: str, cls: type, rules: dict[str, Any], what: str, special=None
+) -> list[Any]:
+    """Rows of one manifest table -> ``cls`` objects, every field type-checked.
+
+    Fields are matched by name (a file may list them in any order; unknown ones are
+    ignored; missing ones take the dataclass default or are an error if it has none).
+    ``special`` maps a field name to a converter ``(value) -> value`` for nested records.
+    """
+    t = manifest.get(table)
+    if not isinstance(t, dict):
+        raise _Invalid(f"the manifest has no {table} table")
+    names, rows = t.get("fields"), t.get("rows")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise _Invalid(f"the {table} table has no list of field names")
+    if not isinstance(rows, list):
+        raise _Invalid(f"the {table} table has no rows")
+    special = special or {}
+    plan = []  # (field name, column or None, converter, default)
+    for f in fields(cls):
+        convert = special.get(f.name) or rules.get(f.name, _as_any)
+        if f.name in names:
+            plan.append((f.name, names.index(f.name), convert, None))
+        elif f.default is not MISSING_FIELD:
+            plan.append((f.name, None, None, f.default))
+        else:
+            raise _Invalid(f"the {table} table has no {f.name!r} field")
+    width = len(names)
+    out = []
+    for i, row in enumerate(rows):
+        if type(row) is not list or len(row) != width:
+            raise _Invalid(f"row {i} of the {table} table does not have {width} fields")
+        try:
+            values = [default if col is None else conv(row[col]) for _, col, conv, default in plan]
+        except _Bad:
+            for name, col, conv, _ in plan:
+                if col is None:
+                    continue
+                try:
+                    conv(row[col])
+                except _Bad as e:
+                    raise _Invalid(f"{what} {i}: {name} {row[col]!r} is not {e}") from None
+            raise  # pragma: no cover - the loop above always finds the field
+        out.append(cls(*values))
+    return out
+
+
 def _validate(
     manifest: dict[str, Any], stored: dict[str, tuple[tuple[int, ...], str]] | None
 ) -> Trace:
     """Decode the manifest into a Trace, checking types and every cross-reference.
 
-    ``stored`` gives the shape and dtype of the file's entries (None when saving: then the
-    values are checked by ``tensors_to_store`` instead).
+    ``stored`` gives the shape and dtype of the file's entries (None: do not check them).
     """
-    sources = [_source(row, i) for i, row in enumerate(_list(manifest, "sources"))]
-    steps_table = _table(manifest, "steps")
-    tensors_table = _table(manifest, "tensors")
-    modules_table = _table(manifest, "modules")
+    raw_sources = manifest.get("sources", [])
+    if not isinstance(raw_sources, list):
+        raise _Invalid("the manifest's sources is not a list")
+    sources = [_source(row, i) for i, row in enumerate(raw_sources)]
     meta = manifest.get("meta", {})
     if not isinstance(meta, dict):
         raise _Invalid("the manifest's meta is not a JSON object")
@@ -482,108 +662,35 @@ def _validate(
     if error is not None and not isinstance(error, str):
         raise _Invalid("the manifest's error is not text")
 
-    # ---- modules
-    modules: dict[str, ModuleInfo] = {}
-    for i, row in enumerate(modules_table):
-        where = f"module record {i}"
-        m = ModuleInfo(
-            path=_str(row, "path", where),
-            type=_str(row, "type", where),
-            parent=_opt(row, "parent", where, _is_str, "a module path"),
-            children=tuple(_list_of(row, "children", where, _is_str, "module paths")),
-            params=_int(row, "params", where, default=0),
-            params_total=_int(row, "params_total", where, default=0),
-            extra=_str(row, "extra", where, default=""),
-        )
-        if m.path in modules:
-            raise _Invalid(f"module {m.path!r} is listed twice")
-        modules[m.path] = m
-    for m in modules.values():
-        if m.parent is not None and m.parent not in modules:
-            raise _Invalid(f"module {m.path!r} names an unknown parent {m.parent!r}")
-        for c in m.children:
-            if c not in modules:
-                raise _Invalid(f"module {m.path!r} names an unknown child {c!r}")
+    module_list = _decode_rows(manifest, "modules", ModuleInfo, _MODULE_RULES, "module record")
+    modules = {m.path: m for m in module_list}
+    if len(modules) != len(module_list):
+        raise _Invalid("a module path is listed twice in the modules table")
 
-    n_tensors = len(tensors_table)
-    n_steps = len(steps_table)
-
-    # ---- tensors
-    tensors: list[TensorRecord] = []
     stats_names = manifest.get("stats_fields", list(_STATS_FIELDS))
-    for i, row in enumerate(tensors_table):
-        where = f"tensor record {i}"
-        rec = TensorRecord(
-            id=_int(row, "id", where),
-            shape=tuple(_list_of(row, "shape", where, _is_size, "sizes")),
-            dtype=_str(row, "dtype", where),
-            device=_str(row, "device", where, default="cpu"),
-            dims=_opt_tuple(row, "dims", where, _is_str, "axis names"),
-            stats=_stats(row.get("stats"), stats_names, where),
-            value_key=_opt(row, "value_key", where, _is_str, "text"),
-            producer=_opt(row, "producer", where, _is_int, "a step index"),
-            role=_opt(row, "role", where, _is_str, "text"),
-        )
-        if rec.id != i:
-            raise _Invalid(f"{where} has id {rec.id}, expected {i}")
-        if rec.dims is not None and len(rec.dims) != len(rec.shape):
-            raise _Invalid(f"{where} has {len(rec.dims)} axis names for {len(rec.shape)} axes")
-        if rec.producer is not None and not 0 <= rec.producer < n_steps:
-            raise _Invalid(
-                f"{where}: producer step {rec.producer} is out of range "
-                f"(the trace has {n_steps} steps)"
-            )
-        if rec.value_key is not None and stored is not None:
-            _check_stored(rec, stored, meta, where)
-        tensors.append(rec)
 
-    # ---- steps
-    steps: list[Step] = []
-    for i, row in enumerate(steps_table):
-        where = f"step {i}"
-        src = row.get("source")
-        if src is not None:
-            if not _is_int(src) or not 0 <= src < len(sources):
-                raise _Invalid(f"{where}: source {src!r} is not an entry of the source table")
-            src = sources[src]
-        kind = _str(row, "kind", where)
-        if kind not in _STEP_KINDS:
-            raise _Invalid(f"{where}: kind {kind!r} is neither 'module' nor 'op'")
-        s = Step(
-            index=_int(row, "index", where),
-            kind=kind,  # type: ignore[arg-type]
-            module=_str(row, "module", where),
-            op=_str(row, "op", where),
-            source=src,
-            inputs=tuple(_list_of(row, "inputs", where, _is_int, "tensor ids", default=[])),
-            outputs=tuple(_list_of(row, "outputs", where, _is_int, "tensor ids", default=[])),
-            input_names=tuple(_list_of(row, "input_names", where, _is_str, "names", default=[])),
-            output_names=tuple(_list_of(row, "output_names", where, _is_str, "names", default=[])),
-            depth=_int(row, "depth", where, default=0),
-            parent=_opt(row, "parent", where, _is_int, "a step index"),
-            end=_opt(row, "end", where, _is_int, "a step index"),
-            call=_int(row, "call", where, default=0),
-            error=_opt(row, "error", where, _is_str, "text"),
-        )
-        if s.index != i:
-            raise _Invalid(f"{where} has index {s.index}, expected {i}")
-        for name, ids in (("input", s.inputs), ("output", s.outputs)):
-            for t in ids:
-                if not 0 <= t < n_tensors:
-                    raise _Invalid(
-                        f"{where}: {name} tensor id {t} is out of range "
-                        f"(the trace has {n_tensors} tensors)"
-                    )
-        for name, ref in (("parent", s.parent), ("end", s.end)):
-            if ref is not None and not 0 <= ref < n_steps:
-                raise _Invalid(
-                    f"{where}: {name} step {ref} is out of range (the trace has {n_steps} steps)"
-                )
-        if s.module not in modules:
-            raise _Invalid(f"{where}: module path {s.module!r} is not a module of the trace")
-        steps.append(s)
+    def as_stats(v: Any) -> TensorStats | None:
+        return None if v is None else _stats(v, stats_names)
 
-    return Trace(steps=steps, modules=modules, tensors=tensors, meta=meta, error=error)
+    tensors = _decode_rows(
+        manifest, "tensors", TensorRecord, _TENSOR_RULES, "tensor record", {"stats": as_stats}
+    )
+
+    def as_source(v: Any) -> SourceLocation | None:
+        if v is None:
+            return None
+        if type(v) is not int or not 0 <= v < len(sources):
+            raise _Bad("an entry of the source table")
+        return sources[v]
+
+    steps = _decode_rows(manifest, "steps", Step, _STEP_RULES, "step", {"source": as_source})
+    trace = Trace(steps=steps, modules=modules, tensors=tensors, meta=meta, error=error)
+    check_trace(trace)
+    if stored is not None:
+        for rec in tensors:
+            if rec.value_key is not None:
+                _check_stored(rec, stored, meta, f"tensor record {rec.id}")
+    return trace
 
 
 def _check_stored(
@@ -602,145 +709,46 @@ def _check_stored(
             f"tensor {key!r} is stored with shape {list(shape)} but its record ({where}) "
             f"says {list(rec.shape)}"
         )
-    allowed = {rec.dtype}
-    value_dtype = meta.get("value_dtype")
-    if isinstance(value_dtype, str) and _is_floating(rec.dtype):
-        allowed.add(value_dtype.removeprefix("torch."))  # a downcast copy (capture option)
-    if dtype not in allowed:
-        raise _Invalid(
-            f"tensor {key!r} is stored as {dtype} but its record ({where}) says {rec.dtype}"
-        )
+    if dtype != rec.dtype:
+        value_dtype = meta.get("value_dtype")
+        downcast = isinstance(value_dtype, str) and _is_floating(rec.dtype)
+        if not downcast or dtype != value_dtype.removeprefix("torch."):
+            raise _Invalid(
+                f"tensor {key!r} is stored as {dtype} but its record ({where}) says {rec.dtype}"
+            )
 
 
 def _is_floating(dtype: str) -> bool:
     return dtype.startswith(("float", "bfloat"))
 
 
-# ---- small typed readers: each raises _Invalid naming the record and the field
-
-
-def _table(manifest: dict[str, Any], name: str) -> list[dict[str, Any]]:
-    """``{"fields": [...], "rows": [[...]]}`` -> one dict per row (unknown fields ignored)."""
-    table = manifest.get(name)
-    if not isinstance(table, dict):
-        raise _Invalid(f"the manifest has no {name} table")
-    names, rows = table.get("fields"), table.get("rows")
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise _Invalid(f"the {name} table has no list of field names")
-    if not isinstance(rows, list):
-        raise _Invalid(f"the {name} table has no rows")
-    out = []
-    for i, row in enumerate(rows):
-        if not isinstance(row, list) or len(row) != len(names):
-            raise _Invalid(f"row {i} of the {name} table does not have {len(names)} fields")
-        out.append(dict(zip(names, row)))
-    return out
-
-
-def _list(manifest: dict[str, Any], name: str) -> list[Any]:
-    v = manifest.get(name, [])
-    if not isinstance(v, list):
-        raise _Invalid(f"the manifest's {name} is not a list")
-    return v
-
-
 def _source(row: Any, i: int) -> SourceLocation:
     if (
-        not isinstance(row, list)
+        type(row) is not list
         or len(row) != 4
-        or not (_is_str(row[0]) and _is_int(row[1]) and _is_str(row[2]) and _is_str(row[3]))
+        or type(row[0]) is not str
+        or type(row[1]) is not int
+        or type(row[2]) is not str
+        or type(row[3]) is not str
     ):
         raise _Invalid(f"source entry {i} is not [file, line, text, function]")
     return SourceLocation(file=row[0], line=row[1], text=row[2], function=row[3])
 
 
-def _stats(v: Any, names: Any, where: str) -> TensorStats | None:
-    if v is None:
-        return None
-    if not isinstance(v, list) or not isinstance(names, list) or len(v) != len(names):
-        raise _Invalid(f"{where}: stats are not a list of {len(_STATS_FIELDS)} numbers")
+def _stats(v: Any, names: Any) -> TensorStats:
+    if type(v) is not list or not isinstance(names, list) or len(v) != len(names):
+        raise _Bad(f"a list of {len(_STATS_FIELDS)} numbers")
     d = dict(zip(names, v))
     try:
-        return TensorStats(
-            min=_num(d["min"]),
-            max=_num(d["max"]),
-            mean=_num(d["mean"]),
-            std=_num(d["std"]),
-            nan=_count(d["nan"]),
-            inf=_count(d["inf"]),
-        )
-    except (KeyError, TypeError):
-        raise _Invalid(f"{where}: stats are not valid numbers") from None
-
-
-def _num(v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise TypeError
-    return float(v)
-
-
-def _count(v: Any) -> int:
-    if not _is_int(v) or v < 0:
-        raise TypeError
-    return v
-
-
-_MISSING = object()
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_size(v: Any) -> bool:
-    return _is_int(v) and v >= 0
-
-
-def _is_str(v: Any) -> bool:
-    return isinstance(v, str)
-
-
-def _get(row: dict[str, Any], name: str, where: str, default: Any) -> Any:
-    v = row.get(name, default)
-    if v is _MISSING:
-        raise _Invalid(f"{where} has no {name}")
-    return v
-
-
-def _int(row: dict[str, Any], name: str, where: str, default: Any = _MISSING) -> int:
-    v = _get(row, name, where, default)
-    if not _is_int(v):
-        raise _Invalid(f"{where}: {name} {v!r} is not a whole number")
-    return v
-
-
-def _str(row: dict[str, Any], name: str, where: str, default: Any = _MISSING) -> str:
-    v = _get(row, name, where, default)
-    if not isinstance(v, str):
-        raise _Invalid(f"{where}: {name} {v!r} is not text")
-    return v
-
-
-def _opt(row: dict[str, Any], name: str, where: str, ok: Any, what: str) -> Any:
-    v = row.get(name)
-    if v is not None and not ok(v):
-        raise _Invalid(f"{where}: {name} {v!r} is not {what}")
-    return v
-
-
-def _list_of(
-    row: dict[str, Any], name: str, where: str, ok: Any, what: str, default: Any = _MISSING
-) -> list[Any]:
-    v = _get(row, name, where, default)
-    if not isinstance(v, list) or not all(ok(x) for x in v):
-        raise _Invalid(f"{where}: {name} is not a list of {what}")
-    return v
-
-
-def _opt_tuple(row: dict[str, Any], name: str, where: str, ok: Any, what: str) -> Any:
-    if row.get(name) is None:
-        return None
-    return tuple(_list_of(row, name, where, ok, what))
+        mn, mx, mean, std, nan, inf = (d[k] for k in _STATS_FIELDS)
+    except KeyError:
+        raise _Bad("a complete set of stats") from None
+    for x in (mn, mx, mean, std):
+        if type(x) is not float and type(x) is not int:
+            raise _Bad("a list of numbers")
+    if type(nan) is not int or type(inf) is not int or nan < 0 or inf < 0:
+        raise _Bad("stats with whole-number NaN and Inf counts")
+    return TensorStats(float(mn), float(mx), float(mean), float(std), nan, inf)
 
 
 # --------------------------------------------------------------------------- lazy values
