@@ -39,7 +39,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.heatmap import PROBABILITY_CMAP, HeatmapView, _colormap
+from app.heatmap import PROBABILITY_CMAP, ElidedLabel, HeatmapView, _colormap
 from tracing.record import Trace
 
 THUMB_PIXELS = 48
@@ -321,9 +321,8 @@ class AttentionPanel(QWidget):
         controls.addWidget(self.goto_button)
 
         self.heatmap = HeatmapView()
-        self.caption = QLabel()
+        self.caption = ElidedLabel()
         self.caption.setObjectName("attentionCaption")
-        self.caption.setWordWrap(True)
         self.caption.setForegroundRole(QPalette.ColorRole.PlaceholderText)
 
         big = QWidget()
@@ -559,9 +558,8 @@ class AttentionPanel(QWidget):
         )
         peak = float(a.max()) if a.numel() else 0.0
         self.caption.setText(
-            f"L{self._layer} · head {self._head} · {self._paths[self._layer]} — "
-            f"row = query (attends from), column = key (attends to); "
-            f"each row sums to 1 · max {peak:.3g}"
+            f"L{self._layer} · head {self._head} · max {peak:.3g} — rows: queries attending "
+            f"from, columns: keys attended to; each row sums to 1 · {self._paths[self._layer]}"
         )
 
 

@@ -10,8 +10,9 @@ shows one 2-D array the way a person reads a matrix:
   axis ticks, hover and zoom all speak in tensor indices, also when a huge matrix is
   downsampled for display (the image rectangle keeps the full size; only pixels get fewer).
 - **Token labels.** Rows or columns that run over time (``T``) can carry the prompt's tokens
-  as tick labels (``AxisItem.setTicks``) in three levels (every 16th, every 4th, every token)
-  so pyqtgraph shows only as many as fit and reveals the rest when zoomed in.
+  as tick labels (``AxisItem.setTicks``). Only the labels that fit are handed to the axis:
+  every token when there is room, else every 2nd, 4th, 8th ... recomputed when the view is
+  zoomed, panned or resized, so 256 tokens never mean 256 labels measured on every paint.
 - **Honest colours.** Signed data gets a diverging map centred on zero (blue < 0 < red);
   non-negative data and probabilities get a sequential map (viridis, inferno for attention).
 - **Hover** shows ``(row, col) = value`` from the full-resolution matrix, in a line under
@@ -32,8 +33,15 @@ import numpy as np
 import pyqtgraph as pg
 import torch
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QPalette
-from PySide6.QtWidgets import QLabel, QStackedLayout, QToolTip, QVBoxLayout, QWidget
+from PySide6.QtGui import QPainter, QPalette
+from PySide6.QtWidgets import (
+    QLabel,
+    QSizePolicy,
+    QStackedLayout,
+    QToolTip,
+    QVBoxLayout,
+    QWidget,
+)
 
 Scale = Literal["auto", "signed", "sequential", "probability"]
 
@@ -44,31 +52,32 @@ SIGNED_CMAP = "CET-D1"  # blue - white - red, perceptually uniform, for data cen
 SEQUENTIAL_CMAP = "viridis"  # for non-negative data
 PROBABILITY_CMAP = "inferno"  # for attention probabilities (0..1)
 
-TICK_LEVELS = (16, 4, 1)
-"""Token tick levels: label every 16th token, then every 4th, then every token."""
-
-
-# --------------------------------------------------------------------------- helpers
-
 
 def display_stride(n: int, limit: int = MAX_DISPLAY) -> int:
     """How many indices one displayed pixel stands for along an axis of length ``n``."""
     return max(1, math.ceil(n / limit))
 
 
-def token_ticks(labels: Sequence[str]) -> list[list[tuple[float, str]]]:
-    """Tick levels for ``AxisItem.setTicks``: a label at the centre (i + 0.5) of each index.
+def token_every(visible: float, pixels: float, label_pixels: float) -> int:
+    """Label every n-th token (n a power of two) so labels are ``label_pixels`` apart."""
+    if visible <= 0 or pixels <= 0:
+        return 1
+    every = 1
+    while every * pixels / visible < label_pixels and every < 1 << 20:
+        every *= 2
+    return every
 
-    Levels are disjoint (a token appears once) and coarse to fine, so pyqtgraph draws the
-    coarse level always and the finer ones only where their text fits.
-    """
-    levels: list[list[tuple[float, str]]] = []
-    taken: set[int] = set()
-    for every in TICK_LEVELS:
-        level = [(i + 0.5, labels[i]) for i in range(0, len(labels), every) if i not in taken]
-        taken.update(range(0, len(labels), every))
-        levels.append(level)
-    return levels
+
+def token_ticks(
+    labels: Sequence[str], first: float = 0, last: float | None = None, every: int = 1
+) -> list[list[tuple[float, str]]]:
+    """Ticks for ``AxisItem.setTicks``: every ``every``-th label with index in [first, last],
+    at the centre (i + 0.5) of its index. One level: what fits is decided by the caller."""
+    n = len(labels)
+    last = n if last is None else last
+    start = max(0, math.floor(first) // every * every)
+    stop = min(n, math.ceil(last) + 1)
+    return [[(i + 0.5, labels[i]) for i in range(start, stop, every)]]
 
 
 def _colormap(name: str) -> pg.ColorMap:
@@ -109,7 +118,26 @@ def _as_numpy(matrix: torch.Tensor | np.ndarray) -> np.ndarray:
     return np.asarray(matrix, dtype=np.float32)
 
 
-# --------------------------------------------------------------------------- widget
+# --------------------------------------------------------------------------- widgets
+
+
+class ElidedLabel(QLabel):
+    """A one-line label that ends in "…" when too narrow (the full text is its tooltip)."""
+
+    def __init__(self, text: str = " ", parent: QWidget | None = None):
+        super().__init__(text, parent)
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.setTextFormat(Qt.TextFormat.PlainText)
+
+    def paintEvent(self, event) -> None:
+        painter = QPainter(self)
+        painter.setPen(self.palette().color(self.foregroundRole()))
+        rect = self.contentsRect()
+        text = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, rect.width())
+        painter.drawText(rect, int(self.alignment()), text)
+        if text != self.text():  # clipped: the full text on hover
+            self.setToolTip(self.text())
+        painter.end()
 
 
 class HeatmapView(QWidget):
@@ -134,7 +162,9 @@ class HeatmapView(QWidget):
         self._shape: tuple[int, int] | None = None
         self._cmap_name = ""
         self._square = False
-        self._ticks_key: tuple = (None, None)
+        self._axis_names: tuple[str, str] = ("", "")
+        self._ticks_shown: dict[str, tuple] = {}  # axis -> (labels, first, last, every)
+        self._widest: tuple = (None, 0)  # (labels, pixel width of the widest)
 
         palette = self.palette()
         background = palette.color(QPalette.ColorRole.Base)
@@ -157,13 +187,7 @@ class HeatmapView(QWidget):
             axis = self._plot.getAxis(name)
             axis.setPen(pg.mkPen(foreground))
             axis.setTextPen(pg.mkPen(foreground))
-            axis.setStyle(
-                tickLength=-4,
-                tickTextOffset=3,
-                autoExpandTextSpace=True,
-                # let finer token levels in while their labels fill < ~70% of the axis
-                textFillLimits=[(0, 0.9), (2, 0.8), (4, 0.75), (6, 0.72)],
-            )
+            axis.setStyle(tickLength=-4, tickTextOffset=3, autoExpandTextSpace=True)
         self._image = pg.ImageItem(axisOrder="row-major")
         self._plot.addItem(self._image)
         self._colorbar = pg.ColorBarItem(
@@ -177,6 +201,8 @@ class HeatmapView(QWidget):
         bar_axis.setPen(pg.mkPen(foreground))
         bar_axis.setTextPen(pg.mkPen(foreground))
         self._canvas.scene().sigMouseMoved.connect(self._on_mouse_moved)
+        self._plot.getViewBox().sigRangeChanged.connect(self._update_ticks)
+        self._plot.getViewBox().sigResized.connect(self._update_ticks)
 
         # ---- message page (no values captured, scalar, empty step ...)
         self._message = QLabel()
@@ -193,9 +219,8 @@ class HeatmapView(QWidget):
         self._pages.addWidget(self._message)
 
         # ---- hover line under the plot
-        self._hover = QLabel(" ")
+        self._hover = ElidedLabel()
         self._hover.setObjectName("heatmapHover")
-        self._hover.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         font = self._hover.font()
         font.setPointSizeF(max(7.0, font.pointSizeF() - 1))
         self._hover.setFont(font)
@@ -299,9 +324,10 @@ class HeatmapView(QWidget):
         # ---- axes: names, token ticks, and the view range when the shape changed
         self._row_labels, self._col_labels = row_labels, col_labels
         self._row_name, self._col_name = row_name, col_name
-        self._set_ticks(row_labels, col_labels)
-        self._plot.setLabel("left", row_name)
-        self._plot.setLabel("top", col_name)
+        if (row_name, col_name) != self._axis_names:  # setLabel re-lays out the axis
+            self._axis_names = (row_name, col_name)
+            self._plot.setLabel("left", row_name)
+            self._plot.setLabel("top", col_name)
         vb = self._plot.getViewBox()
         if square != self._square:
             self._square = square
@@ -314,6 +340,7 @@ class HeatmapView(QWidget):
             else:
                 vb.setLimits(xMin=0, xMax=cols, yMin=0, yMax=rows)
             vb.setRange(xRange=(0, cols), yRange=(0, rows), padding=0.0)
+        self._update_ticks()
         self._pages.setCurrentIndex(0)
 
     def show_message(self, text: str) -> None:
@@ -323,13 +350,33 @@ class HeatmapView(QWidget):
         self._pages.setCurrentIndex(1)
         self._hover.setText(" ")
 
-    def _set_ticks(self, row_labels, col_labels) -> None:
-        key = (id(row_labels), id(col_labels))
-        if key == self._ticks_key:
-            return  # the same label lists as last step: nothing to redo
-        self._ticks_key = key
-        self.row_axis.setTicks(token_ticks(row_labels) if row_labels else None)
-        self.col_axis.setTicks(token_ticks(col_labels) if col_labels else None)
+    def _update_ticks(self, *_args) -> None:
+        """Hand each axis the token labels that fit the visible range (or numeric ticks)."""
+        vb = self._plot.getViewBox()
+        (x0, x1), (y0, y1) = vb.viewRange()
+        line_height = self.fontMetrics().height() + 2
+        for axis, labels, lo, hi, pixels in (
+            ("left", self._row_labels, y0, y1, vb.height()),
+            ("top", self._col_labels, x0, x1, vb.width()),
+        ):
+            if not labels:
+                key: tuple = (None,)
+            else:
+                # down: one text line per label; across: the widest label plus a gap
+                label_pixels = line_height if axis == "left" else self._label_width(labels) + 8
+                every = token_every(hi - lo, pixels, label_pixels)
+                key = (labels, math.floor(lo), math.ceil(hi), every)
+            if self._ticks_shown.get(axis) == key:
+                continue  # same ticks as last time: the axis keeps its cached picture
+            self._ticks_shown[axis] = key
+            ticks = token_ticks(labels, lo, hi, key[-1]) if labels else None
+            self._plot.getAxis(axis).setTicks(ticks)
+
+    def _label_width(self, labels: Sequence[str]) -> int:
+        if self._widest[0] is not labels:
+            metrics = self.fontMetrics()
+            self._widest = (labels, max(metrics.horizontalAdvance(s) for s in labels))
+        return self._widest[1]
 
     # ---- hover
 

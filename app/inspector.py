@@ -30,12 +30,11 @@ from pathlib import Path
 
 import torch
 from PySide6.QtCore import QItemSelectionModel, QModelIndex, Qt, Signal
-from PySide6.QtGui import QFont, QPainter, QPalette
+from PySide6.QtGui import QFont, QFontMetrics, QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHeaderView,
     QLabel,
-    QSizePolicy,
     QSplitter,
     QTableView,
     QTabWidget,
@@ -44,7 +43,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.attention_view import AttentionPanel
-from app.heatmap import HeatmapView
+from app.heatmap import ElidedLabel, HeatmapView
 from app.shape_table import ShapeTableModel, format_number
 from app.tensor_view import TensorView, token_labels
 from tracing.record import TensorRecord, Trace
@@ -53,21 +52,17 @@ VALUE_CACHE_SIZE = 24
 """Tensor values kept at hand (a trace opened from disk reads each one lazily)."""
 
 
-class ElidedLabel(QLabel):
-    """A one-line label that ends in "…" when too narrow (the full text is its tooltip)."""
-
-    def __init__(self, parent: QWidget | None = None):
-        super().__init__(" ", parent)
-        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        self.setTextFormat(Qt.TextFormat.PlainText)
-
-    def paintEvent(self, event) -> None:
-        painter = QPainter(self)
-        painter.setPen(self.palette().color(self.foregroundRole()))
-        rect = self.contentsRect()
-        text = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, rect.width())
-        painter.drawText(rect, int(self.alignment()), text)
-        painter.end()
+COLUMN_SAMPLES = {
+    ShapeTableModel.SHAPE: "(1, 12, 256, 256)",
+    ShapeTableModel.DIMS: "(B, H, T, T)",
+    ShapeTableModel.DTYPE: "bfloat16",
+    ShapeTableModel.MIN: "-0.0001234",
+    ShapeTableModel.MAX: "-0.0001234",
+    ShapeTableModel.MEAN: "-0.0001234",
+    ShapeTableModel.STD: "-0.0001234",
+    ShapeTableModel.NONFINITE: "1234 Inf",
+}
+"""Text as wide as a column's usual content: sets the shape table's initial widths."""
 
 
 class Inspector(QWidget):
@@ -85,9 +80,11 @@ class Inspector(QWidget):
         self._tokens: list[str] | None = None
         self._values: OrderedDict[int, torch.Tensor | None] = OrderedDict()
         self._selecting = False  # set while set_step selects the default row itself
+        self._tensor_dirty = False  # the Tensors tab is hidden and behind the current step
+        self._attention_strip: tuple = (None, "")  # (layer/head key, strip text) cache
 
         # ---- header: step title and where it ran
-        self._title = QLabel("No trace loaded")
+        self._title = ElidedLabel("No trace loaded")
         self._title.setObjectName("inspectorTitle")
         title_font = QFont(self._title.font())
         title_font.setBold(True)
@@ -111,10 +108,15 @@ class Inspector(QWidget):
         self.table.verticalHeader().hide()
         self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 8)
         header = self.table.horizontalHeader()
-        # the name column takes what is left (eliding in the middle); the others fit
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        # Fixed widths sized for typical content (measuring every cell on every step would
+        # cost more than the rest of the step); the name column takes what is left and
+        # elides in the middle. The user can still drag the columns.
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         header.setSectionResizeMode(ShapeTableModel.NAME, QHeaderView.ResizeMode.Stretch)
         header.setMinimumSectionSize(36)
+        metrics = self.table.fontMetrics()
+        for column, sample in COLUMN_SAMPLES.items():
+            self.table.setColumnWidth(column, metrics.horizontalAdvance(sample) + 16)
         header.setHighlightSections(False)
         header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
         self.table.selectionModel().currentRowChanged.connect(self._on_row_changed)
@@ -139,7 +141,7 @@ class Inspector(QWidget):
         self.tabs.setDocumentMode(True)
         self.tabs.addTab(self._tensor_splitter, "Tensors")
         self.tabs.addTab(self.attention, "Attention")
-        self.tabs.currentChanged.connect(self._update_strip)
+        self.tabs.currentChanged.connect(self._on_tab_changed)
 
         # ---- stats strip
         self._strip = QLabel(" ")
@@ -148,6 +150,8 @@ class Inspector(QWidget):
         self._strip.setWordWrap(True)
         self._strip.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self._strip.setMargin(4)
+        # a fixed height: a strip that grew and shrank would re-lay out the heatmap each step
+        self._strip.setFixedHeight(2 * QFontMetrics(self._strip.font()).lineSpacing() + 10)
         self._strip.setAutoFillBackground(True)
         self._strip.setBackgroundRole(QPalette.ColorRole.AlternateBase)
 
@@ -204,7 +208,11 @@ class Inspector(QWidget):
                 )
         finally:
             self._selecting = False
-        self._show_row(row)
+        if self.tabs.currentIndex() == self.TENSORS_TAB:
+            self._show_row(row)
+        else:  # hidden: draw the heatmap when the tab is shown again
+            self._tensor_dirty = True
+            self._update_strip()
         layer = self.attention.layer_for_step(index)
         if layer is not None:
             self.attention.set_layer(layer)  # keeps the head the user chose
@@ -269,11 +277,17 @@ class Inspector(QWidget):
         self._where.setText(where)
         self._where.setToolTip(where)
 
+    def _on_tab_changed(self, tab: int) -> None:
+        if tab == self.TENSORS_TAB and self._tensor_dirty:
+            self._show_row(self.table.currentIndex().row())
+        self._update_strip()
+
     def _on_row_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
         if not self._selecting:
             self._show_row(current.row() if current.isValid() else -1)
 
     def _show_row(self, row: int) -> None:
+        self._tensor_dirty = False
         if row < 0 or row >= self.table_model.rowCount():
             self.tensor_view.show_message("This step has no tensor inputs or outputs.")
             self._update_strip()
@@ -316,13 +330,18 @@ class Inspector(QWidget):
             a = self.attention.current_map()
             if a is None:
                 return " "
+            key = (id(self._trace), self.attention.layer, self.attention.head, self.attention.batch)
+            if self._attention_strip[0] == key:
+                return self._attention_strip[1]
             row_sums = a.float().sum(-1)
-            return (
+            text = (
                 f"<b>attention</b> L{self.attention.layer} · head {self.attention.head} · "
                 f"({a.shape[0]} × {a.shape[1]}) · max {format_number(float(a.max()))} · "
                 f"row sums {format_number(float(row_sums.min()))}"
                 f"–{format_number(float(row_sums.max()))}"
             )
+            self._attention_strip = (key, text)
+            return text
         record = self.tensor_view.record
         if record is None:
             return " "

@@ -16,6 +16,7 @@ from app.heatmap import (
     SIGNED_CMAP,
     HeatmapView,
     _colormap,
+    token_every,
     token_ticks,
 )
 from app.tensor_view import as_matrix, token_label
@@ -85,12 +86,28 @@ def test_token_labels_on_both_axes(view):
     assert view.row_axis._tickLevels is None
 
 
-def test_token_ticks_levels_are_disjoint_and_complete():
+def test_token_ticks_and_spacing():
     labels = [f"t{i}" for i in range(40)]
-    levels = token_ticks(labels)
-    flat = [label for level in levels for _pos, label in level]
-    assert sorted(flat) == sorted(labels) and len(flat) == len(set(flat))
-    assert [label for _p, label in levels[0]] == ["t0", "t16", "t32"]
+    assert token_ticks(labels, 0, 40, 16) == [[(0.5, "t0"), (16.5, "t16"), (32.5, "t32")]]
+    assert token_ticks(labels, 10.2, 13.7) == [[(i + 0.5, f"t{i}") for i in range(10, 15)]]
+    # 256 tokens on 300 pixels, labels 14 px apart: every 16th (16 * 300 / 256 >= 14)
+    assert token_every(256, 300, 14) == 16
+    assert token_every(8, 300, 14) == 1
+
+
+def test_many_tokens_get_only_the_labels_that_fit(view, qtbot):
+    tokens = [token_label(b) for b in (b"abcdefgh" * 32)]  # 256 tokens
+    view.set_matrix(np.zeros((256, 256)), row_labels=tokens, col_labels=tokens)
+    qtbot.wait(20)
+    shown = [t for level in view.row_axis._tickLevels for t in level]
+    assert 4 <= len(shown) <= 40  # a few hundred pixels cannot hold 256 labels
+    for position, label in shown:  # each label sits on its own token
+        assert label == tokens[int(position)] and position % 1 == 0.5
+    # zoomed in on rows 100..110 every token is labelled
+    view.plot_item.getViewBox().setRange(yRange=(100, 110), padding=0)
+    qtbot.wait(20)
+    rows = sorted(int(p) for level in view.row_axis._tickLevels for p, _ in level)
+    assert set(range(100, 110)) <= set(rows)
 
 
 def test_colour_maps_follow_the_data(view):
