@@ -1,7 +1,7 @@
 """The module tree (left pane): the model's hierarchy with a filter box.
 
-:class:`ModuleTreeModel` is a thin ``QAbstractItemModel`` over ``Trace.modules`` (plain
-``ModuleInfo`` records); :class:`ModuleFilterProxy` keeps the rows whose path or type
+:class:`ModuleTreeModel` mirrors ``Trace.modules`` (plain ``ModuleInfo`` records) as
+standard items; :class:`ModuleFilterProxy` keeps the rows whose path or type
 contains the filter text, with their ancestors; :class:`ModuleTree` is the widget (a filter
 line edit over a tree view) and emits ``moduleActivated(path)`` when the user picks a row.
 """
@@ -11,14 +11,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import (
-    QAbstractItemModel,
     QModelIndex,
     QPersistentModelIndex,
     QSortFilterProxyModel,
     Qt,
     Signal,
 )
-from PySide6.QtGui import QColor
+from PySide6.QtGui import QColor, QStandardItem, QStandardItemModel
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHeaderView,
@@ -34,7 +33,6 @@ if TYPE_CHECKING:  # pragma: no cover
 COLUMNS = ("Module", "Type", "Output", "Params")
 PATH_ROLE = Qt.ItemDataRole.UserRole + 1  # the module's dotted path
 _Index = QModelIndex | QPersistentModelIndex
-_ROOT = QModelIndex()  # the invisible root, as a default argument
 
 
 def format_count(n: int) -> str:
@@ -46,152 +44,102 @@ def format_count(n: int) -> str:
     return str(n) if n else ""
 
 
-class ModuleTreeModel(QAbstractItemModel):
-    """Rows are modules; children in definition order. Internal ids index ``self._paths``."""
+class ModuleTreeModel(QStandardItemModel):
+    """Rows are modules, children in definition order; columns name, type, output, params.
+
+    Built once per trace as standard items, so painting the tree (on every step) never
+    calls back into Python. ``PATH_ROLE`` holds each row's dotted module path.
+    """
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self._paths: list[str] = []
-        self._ids: dict[str, int] = {}
-        self._children: dict[str, list[str]] = {}
-        self._row: dict[str, int] = {}
+        self._items: dict[str, QStandardItem] = {}
         self._info: dict[str, Any] = {}
-        self._output: dict[str, str] = {}
-        self._ran: set[str] = set()
+        self._paths: list[str] = []
+        self.setHorizontalHeaderLabels(list(COLUMNS))
 
     def set_trace(self, trace: Trace | None) -> None:
-        self.beginResetModel()
-        self._paths, self._ids, self._children, self._row = [], {}, {}, {}
-        self._info, self._output, self._ran = {}, {}, set()
+        self.clear()
+        self.setHorizontalHeaderLabels(list(COLUMNS))
+        self._items, self._info, self._paths = {}, {}, []
         if trace is not None:
             self._build(trace)
-        self.endResetModel()
 
     def _build(self, trace: Trace) -> None:
         from app.diagram import shape_label
 
         modules = trace.modules
         self._info = dict(modules)
-        for path, info in modules.items():
-            kids = [c for c in info.children if c in modules]
-            self._children[path] = kids
-            for row, child in enumerate(kids):
-                self._row[child] = row
+        output: dict[str, str] = {}
+        ran: set[str] = set()
+        for step in trace.steps:
+            if step.kind == "module" and step.module not in ran:
+                ran.add(step.module)
+                if step.outputs:
+                    output[step.module] = shape_label(trace, step.outputs[0])
+        muted, shape_colour, type_colour = QColor("#6b7385"), QColor("#8fd3ff"), QColor("#9aa3b2")
+        flags = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
+
+        def row_for(path: str) -> list[QStandardItem]:
+            info = modules[path]
+            tip = [f"{path or '<root>'} ({info.type})"]
+            if info.extra:
+                tip.append(info.extra)
+            tip.append(f"{info.params_total:,} parameters")
+            if path not in ran:
+                tip.append("did not run in this forward pass")
+            texts = (
+                info.name if path else "model",
+                info.type,
+                output.get(path, ""),
+                format_count(info.params_total),
+            )
+            items = []
+            for column, text in enumerate(texts):
+                item = QStandardItem(text)
+                item.setFlags(flags)
+                item.setData(path, PATH_ROLE)
+                item.setToolTip("\n".join(tip))
+                if path not in ran:
+                    item.setForeground(muted)
+                elif column == 2:
+                    item.setForeground(shape_colour)
+                elif column in (1, 3):
+                    item.setForeground(type_colour)
+                if column == 3:
+                    item.setTextAlignment(
+                        Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
+                    )
+                items.append(item)
+            return items
+
         roots = [
             p for p, info in modules.items() if info.parent is None or info.parent not in modules
         ]
-        self._children[None] = roots  # type: ignore[index]
-        for row, path in enumerate(roots):
-            self._row[path] = row
-        # only modules reachable from the roots are rows
-        stack = list(reversed(roots))
+        stack: list[tuple[str, QStandardItem]] = [
+            (p, self.invisibleRootItem()) for p in reversed(roots)
+        ]
         while stack:
-            path = stack.pop()
-            if path in self._ids:
+            path, parent = stack.pop()
+            if path in self._items:
                 continue
-            self._ids[path] = len(self._paths)
+            row = row_for(path)
+            parent.appendRow(row)
+            self._items[path] = row[0]
             self._paths.append(path)
-            stack.extend(reversed(self._children.get(path, [])))
-        for step in trace.steps:
-            if step.kind == "module" and step.module not in self._output:
-                self._ran.add(step.module)
-                if step.outputs:
-                    self._output[step.module] = shape_label(trace, step.outputs[0])
+            kids = [c for c in modules[path].children if c in modules]
+            stack.extend((c, row[0]) for c in reversed(kids))
 
     # ---- lookup
 
     def index_for_path(self, path: str) -> QModelIndex:
-        if path not in self._ids:
-            return QModelIndex()
-        return self.createIndex(self._row[path], 0, self._ids[path])
+        item = self._items.get(path)
+        return item.index() if item is not None else QModelIndex()
 
     def path_for_index(self, index: _Index) -> str | None:
         if not index.isValid():
             return None
-        return self._paths[index.internalId()]
-
-    # ---- QAbstractItemModel (Qt's camelCase names)
-
-    def index(self, row: int, column: int, parent: _Index = _ROOT) -> QModelIndex:
-        if column < 0 or column >= len(COLUMNS) or row < 0:
-            return QModelIndex()
-        parent_path = self.path_for_index(parent) if parent.isValid() else None
-        kids = self._children.get(parent_path, []) if self._paths else []  # type: ignore[arg-type]
-        if row >= len(kids):
-            return QModelIndex()
-        return self.createIndex(row, column, self._ids[kids[row]])
-
-    def parent(self, index: _Index = _ROOT) -> QModelIndex:  # type: ignore[override]
-        if not index.isValid():
-            return QModelIndex()
-        info = self._info[self._paths[index.internalId()]]
-        if info.parent is None or info.parent not in self._ids:
-            return QModelIndex()
-        return self.createIndex(self._row[info.parent], 0, self._ids[info.parent])
-
-    def rowCount(self, parent: _Index = _ROOT) -> int:
-        if not self._paths:
-            return 0
-        if parent.isValid():
-            if parent.column() != 0:
-                return 0
-            return len(self._children.get(self._paths[parent.internalId()], []))
-        return len(self._children.get(None, []))  # type: ignore[arg-type]
-
-    def columnCount(self, parent: _Index = _ROOT) -> int:
-        return len(COLUMNS)
-
-    def headerData(self, section: int, orientation, role: int = Qt.ItemDataRole.DisplayRole):
-        if (
-            orientation == Qt.Orientation.Horizontal
-            and role == Qt.ItemDataRole.DisplayRole
-            and 0 <= section < len(COLUMNS)
-        ):
-            return COLUMNS[section]
-        return None
-
-    def data(self, index: _Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if not index.isValid():
-            return None
-        path = self._paths[index.internalId()]
-        info = self._info[path]
-        column = index.column()
-        if role == Qt.ItemDataRole.DisplayRole:
-            if column == 0:
-                return info.name if path else "model"
-            if column == 1:
-                return info.type
-            if column == 2:
-                return self._output.get(path, "")
-            if column == 3:
-                return format_count(info.params_total)
-            return None
-        if role == PATH_ROLE:
-            return path
-        if role == Qt.ItemDataRole.ToolTipRole:
-            lines = [f"{path or '<root>'} ({info.type})"]
-            if info.extra:
-                lines.append(info.extra)
-            lines.append(f"{info.params_total:,} parameters")
-            if path not in self._ran:
-                lines.append("did not run in this forward pass")
-            return "\n".join(lines)
-        if role == Qt.ItemDataRole.ForegroundRole:
-            if path not in self._ran:
-                return QColor("#6b7385")
-            if column == 2:
-                return QColor("#8fd3ff")
-            if column in (1, 3):
-                return QColor("#9aa3b2")
-            return None
-        if role == Qt.ItemDataRole.TextAlignmentRole and column == 3:
-            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        return None
-
-    def flags(self, index: _Index) -> Qt.ItemFlag:
-        if not index.isValid():
-            return Qt.ItemFlag.NoItemFlags
-        return Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
+        return self.data(index, PATH_ROLE)
 
 
 class ModuleFilterProxy(QSortFilterProxyModel):
@@ -243,9 +191,9 @@ class ModuleTree(QWidget):
         self.view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.view.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         header = self.view.header()
+        # sized once per trace (ResizeToContents would measure every row on every step)
         header.setStretchLastSection(True)
-        for col in (0, 1):
-            header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.view.setColumnHidden(3, True)  # parameter counts live in the tooltip
         self.view.selectionModel().currentChanged.connect(self._on_current_changed)
         layout = QVBoxLayout(self)
@@ -260,6 +208,19 @@ class ModuleTree(QWidget):
         root = self.proxy.index(0, 0)
         if root.isValid():
             self.view.expand(root)
+        self._fit_columns()
+
+    def _fit_columns(self) -> None:
+        """Width of the name and type columns from the text they hold (once per trace)."""
+        fm = self.view.fontMetrics()
+        depth = max((p.count(".") + 2 for p in self.model._paths), default=1)
+        names = [self.model._info[p].name for p in self.model._paths] or ["Module"]
+        types = [self.model._info[p].type for p in self.model._paths] or ["Type"]
+        indent = self.view.indentation()
+        name_w = max(fm.horizontalAdvance(n) for n in names) + indent * min(depth, 4) + 28
+        type_w = max(fm.horizontalAdvance(t) for t in types) + 16
+        self.view.setColumnWidth(0, min(name_w, 260))
+        self.view.setColumnWidth(1, min(type_w, 230))
 
     def set_filter(self, text: str) -> None:
         if self.filter_edit.text() != text:

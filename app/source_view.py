@@ -88,6 +88,8 @@ class SourceView(QPlainTextEdit):
         if self.document() is not doc:
             self.setDocument(doc)
             self._update_gutter_width()
+        elif self.current_file == source.file and self.current_line == source.line:
+            return  # already on show
         self.current_file = source.file
         self._highlight(source.line)
 

@@ -8,10 +8,10 @@ the named signals (``stepOverRequested``...) leave the rule to the window, which
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QFont, QPainter
 from PySide6.QtWidgets import (
     QHBoxLayout,
-    QLabel,
     QSizePolicy,
     QSlider,
     QSpinBox,
@@ -20,6 +20,53 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+
+
+class TextLine(QWidget):
+    """One line of text that never asks its layout to move (it is set on every step).
+
+    ``QLabel.setText`` re-runs the layout of every ancestor, which on a big window costs
+    tens of milliseconds; this widget has a fixed height, elides what does not fit and
+    only repaints itself.
+    """
+
+    def __init__(self, parent: QWidget | None = None, colour: str = "#e6e9ef", bold=False):
+        super().__init__(parent)
+        self._text = ""
+        self.colour = QColor(colour)
+        font = QFont("DejaVu Sans Mono")
+        font.setStyleHint(QFont.StyleHint.Monospace)
+        font.setBold(bold)
+        self.setFont(font)
+        self.setFixedHeight(self.fontMetrics().height() + 6)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+
+    def text(self) -> str:
+        return self._text
+
+    def setText(self, text: str) -> None:
+        if text != self._text:
+            self._text = text
+            self.setToolTip(text)
+            self.update()
+
+    def set_colour(self, colour: str) -> None:
+        if QColor(colour) != self.colour:
+            self.colour = QColor(colour)
+            self.update()
+
+    def sizeHint(self) -> QSize:
+        return QSize(200, self.fontMetrics().height() + 6)
+
+    def paintEvent(self, event) -> None:
+        painter = QPainter(self)
+        painter.setPen(self.colour)
+        rect = self.rect().adjusted(2, 0, -2, 0)
+        text = self.fontMetrics().elidedText(self._text, Qt.TextElideMode.ElideRight, rect.width())
+        painter.drawText(
+            rect, int(Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft), text
+        )
+        painter.end()
 
 
 class StepBar(QWidget):
@@ -91,13 +138,13 @@ class StepBar(QWidget):
         self.speed.setSuffix(" steps/s")
         self.speed.setToolTip("Play speed")
         self.speed.valueChanged.connect(self._on_speed)
-        self.status = QLabel("no trace", self)
+        self.status = TextLine(self, "#e6e9ef", bold=True)
         self.status.setObjectName("stepStatus")
-        self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.source_line = QLabel("", self)
+        self.status.setText("no trace")
+        self.status.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+        self.status.setMinimumWidth(self.status.fontMetrics().horizontalAdvance("x" * 58))
+        self.source_line = TextLine(self, "#8fd3ff")
         self.source_line.setObjectName("sourceLine")
-        self.source_line.setTextFormat(Qt.TextFormat.PlainText)
-        self.source_line.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
 
         self.timer = QTimer(self)
         self.timer.timeout.connect(self._tick)
@@ -172,9 +219,9 @@ class StepBar(QWidget):
             self.slider.setValue(index)
             self.slider.blockSignals(False)
         self.status.setText(status)
-        self.status.setProperty("error", error is not None)
+        self.status.set_colour("#ff7b7b" if error else "#e6e9ef")
         self.source_line.setText(f"✖ {error}" if error else source)
-        self.source_line.setToolTip(error or source)
+        self.source_line.set_colour("#ff7b7b" if error else "#8fd3ff")
 
     # ---- moves
 
