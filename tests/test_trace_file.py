@@ -209,6 +209,17 @@ def test_cache_keeps_only_the_most_recent_tensors(saved, monkeypatch):
     assert list(values._cache) == ["t2", "t1"]
 
 
+def test_cache_is_bounded_in_bytes_too(saved, monkeypatch):
+    _, path = saved
+    monkeypatch.setattr(trace_file, "VALUE_CACHE_BYTES", 60)  # t1 is 48 bytes, t3 is 72
+    values = tracing.load(path).values
+    values["t1"]
+    values["t2"]
+    assert list(values._cache) == ["t2"]  # 48 + 48 > 60
+    values["t3"]
+    assert list(values._cache) == ["t3"]  # the last one read stays even when over budget
+
+
 def test_opening_does_not_read_tensor_data(saved):
     """Scribbling over the data section leaves opening (header only) unaffected."""
     trace, path = saved

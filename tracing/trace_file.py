@@ -49,8 +49,10 @@ target, so an interrupted save never leaves a file that looks complete.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
@@ -92,6 +94,9 @@ over 100 MB, and escaping them as JSON strings can grow them by a half."""
 
 VALUE_CACHE_SIZE = 16
 """How many tensors a loaded trace keeps in memory after reading them (least recent out)."""
+
+VALUE_CACHE_BYTES = 256 * 2**20
+"""...and at most this many bytes of them (the last one read is always kept)."""
 
 # safetensors dtype codes -> torch dtype names (as TensorRecord.dtype spells them)
 _ST_DTYPES = {
@@ -406,15 +411,21 @@ def load(path: str | os.PathLike) -> Trace:
     except OSError as e:
         raise TraceFileError(f"{path}: cannot read: {e.strerror or e}") from None
 
+    # Decoding builds many small lists and records at once; the cyclic garbage collector
+    # would otherwise walk the growing heap again and again (several times the parse).
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
     try:
-        header = handle.metadata() or {}
-        stored = _stored_specs(handle)
+        header, stored = _read_header(path)
         manifest = _read_manifest(header, handle, stored)
         trace = _validate(manifest, stored)
     except _Invalid as e:
         raise TraceFileError(f"{path}: {e}") from None
-    except SafetensorError as e:
+    except (SafetensorError, OSError) as e:
         raise TraceFileError(f"{path}: {_describe_container_error(e)}") from None
+    finally:
+        if gc_was_enabled:
+            gc.enable()
 
     value_keys = [k for k in stored if not k.startswith(RESERVED_PREFIX)]
     trace.values = LazyValues(path, handle, value_keys)
@@ -454,14 +465,21 @@ def _describe_container_error(e: Exception) -> str:
     return f"not a safetensors file ({reason})"
 
 
-def _stored_specs(handle: Any) -> dict[str, tuple[tuple[int, ...], str]]:
-    """Shape and dtype (torch name) of every entry, from the header alone."""
+def _read_header(path: Path) -> tuple[dict[str, str], dict[str, tuple[tuple[int, ...], str]]]:
+    """The header's metadata and every entry's shape and dtype (torch name).
+
+    Read directly (8-byte length, then JSON) because asking the safetensors handle entry by
+    entry costs tens of microseconds each; ``safe_open`` has already checked the layout.
+    """
+    with open(path, "rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(length))
+    metadata = header.pop("__metadata__", None) or {}
     specs = {}
-    for key in handle.keys():  # noqa: SIM118 - a safe_open handle is not iterable
-        sl = handle.get_slice(key)
-        code = sl.get_dtype()
-        specs[key] = (tuple(sl.get_shape()), _ST_DTYPES.get(code, code.lower()))
-    return specs
+    for key, entry in header.items():
+        code = entry["dtype"]
+        specs[key] = (tuple(entry["shape"]), _ST_DTYPES.get(code, code.lower()))
+    return metadata, specs
 
 
 def _read_manifest(
@@ -769,6 +787,7 @@ class LazyValues(Mapping):
         self._keys = keys
         self._key_set = frozenset(keys)
         self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
+        self._cached_bytes = 0
         self._cache_size = VALUE_CACHE_SIZE if cache_size is None else cache_size
         self._lock = threading.Lock()
 
@@ -787,8 +806,12 @@ class LazyValues(Mapping):
             except (SafetensorError, OSError) as e:
                 raise TraceFileError(f"{self.path}: cannot read tensor {key!r}: {e}") from None
             self._cache[key] = t
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
+            self._cached_bytes += _nbytes(t)
+            while len(self._cache) > 1 and (
+                len(self._cache) > self._cache_size or self._cached_bytes > VALUE_CACHE_BYTES
+            ):
+                _, old = self._cache.popitem(last=False)
+                self._cached_bytes -= _nbytes(old)
             return t
 
     def __iter__(self) -> Iterator[str]:
@@ -804,7 +827,12 @@ class LazyValues(Mapping):
         """Forget cached tensors and release the file."""
         with self._lock:
             self._cache.clear()
+            self._cached_bytes = 0
             self._handle = None
 
     def __repr__(self) -> str:
         return f"LazyValues({str(self.path)!r}, {len(self)} tensors, {len(self._cache)} cached)"
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
