@@ -109,6 +109,12 @@ def test_first_divergence_is_the_op_that_uses_the_changed_weight(value_traces):
             assert e.status == "equal", e.label
     assert d.for_step_a(ta.steps[-1].index).status == "changed"  # the LM head op
     assert d.counts()["only_a"] == d.counts()["only_b"] == 0
+    delta = d.difference(first)  # A - B, for the app's difference heatmap
+    ref = ta.value(ta.steps[first.a_index].outputs[0]) - tb.value(
+        tb.steps[first.b_index].outputs[0]
+    )
+    torch.testing.assert_close(delta, ref)
+    assert float(delta.abs().max()) == pytest.approx(first.max_abs)
     scores = d.module_scores()
     assert scores["blocks.0"] == 0 and scores["blocks.1.self_attn"] == 0
     assert scores["blocks.1.feed_forward.linear1"] > 0 and scores["blocks.2"] > 0
@@ -134,6 +140,7 @@ def test_different_prompt_lengths_align_with_shape_changes(model_pair):
     assert any(o.shape_a == (1, 5, 64) and o.shape_b == (1, 8, 64) for e in shape_entries
                for o in e.outputs)  # fmt: skip
     assert math.isinf(d.module_scores()["blocks.0"])
+    assert d.difference(shape_entries[0]) is None  # shapes differ: no A - B
 
 
 class _TwoLayer(nn.Module):

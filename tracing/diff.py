@@ -147,6 +147,8 @@ class TraceDiff:
     entries: list[StepDiff] = field(default_factory=list)
     meta_a: dict = field(default_factory=dict)
     meta_b: dict = field(default_factory=dict)
+    trace_a: Trace | None = field(default=None, repr=False, compare=False)
+    trace_b: Trace | None = field(default=None, repr=False, compare=False)
 
     # ---- queries
 
@@ -195,6 +197,27 @@ class TraceDiff:
             cached = {getattr(e, attr): e for e in self.entries if getattr(e, attr) is not None}
             self.__dict__[cache_name] = cached
         return cached
+
+    def difference(self, entry: StepDiff, output: int = 0) -> torch.Tensor | None:
+        """``A - B`` for one output of an aligned step (the app's difference heatmap).
+
+        ``None`` when the step is on one side only, the shapes differ, or a side kept no
+        value. Computed in float32 (float64 stays float64).
+        """
+        import torch
+
+        if entry.one_sided or self.trace_a is None or self.trace_b is None:
+            return None
+        sa = self.trace_a.steps[entry.a_index]
+        sb = self.trace_b.steps[entry.b_index]
+        if output >= min(len(sa.outputs), len(sb.outputs)):
+            return None
+        va = _value(self.trace_a, self.trace_a.tensors[sa.outputs[output]])
+        vb = _value(self.trace_b, self.trace_b.tensors[sb.outputs[output]])
+        if va is None or vb is None or va.shape != vb.shape:
+            return None
+        dtype = torch.float64 if torch.float64 in (va.dtype, vb.dtype) else torch.float32
+        return va.to(dtype) - vb.to(dtype)
 
     def module_scores(self) -> dict[str, float | None]:
         """A divergence score per module path, for colouring diagram boxes.
@@ -305,7 +328,7 @@ def diff(a: Trace, b: Trace) -> TraceDiff:
             outs = tuple(_one_side(b, t, side="b") for t in _named_outputs(b.steps[j]))
             span = order_b[j]  # keeps B-only steps in their own order
             entries.append(StepDiff("only_b", keys_b[j], None, j, outs, order=anchor + span * 1e-9))
-    return TraceDiff(entries, dict(a.meta), dict(b.meta))
+    return TraceDiff(entries, dict(a.meta), dict(b.meta), trace_a=a, trace_b=b)
 
 
 # --------------------------------------------------------------------------- comparing
