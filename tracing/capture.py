@@ -326,7 +326,6 @@ class Tracer:
         self._paused = False
         self._mode = None
         self._skipped_values = 0
-        self._attention_owner: dict[int, int] = {}  # module step -> attention record id
         self._attention_types: dict[str, bool] = {}
 
     # ---- tensor records
@@ -501,18 +500,21 @@ class Tracer:
         if not stack:
             self.output = output
         # attention weights returned by an attention module: (output, weights)
-        if len(tensors) >= 2 and self._is_attention_module(path, module):
-            weights = tensors[1]
-            if weights.dim() == 4 and weights.shape[-1] == weights.shape[-2]:
-                rid = step[5][1]
-                self._mark_attention(rid, weights)
-                self._attention_owner[index] = rid
+        if (
+            len(tensors) >= 2
+            and names[1] == "output[1]"
+            and tensors[1].dim() == 4
+            and self._is_attention_module(path, module)
+        ):
+            self._mark_attention(step[5][1], tensors[1])
 
     def _is_attention_module(self, path: str, module: nn.Module) -> bool:
+        """Attention modules by type name: ours, ``nn.MultiheadAttention``, HF ``*Attention``."""
         name = type(module).__name__
         known = self._attention_types.get(name)
         if known is None:
-            known = "ScaledDotProduct" in name or name.endswith("DotProductAttention")
+            lowered = name.lower()
+            known = "attention" in lowered or "attn" in lowered
             self._attention_types[name] = known
         return known
 
@@ -595,7 +597,6 @@ class Tracer:
         if "attention" in tname or "attn" in tname or "attn" in leaf or "attention" in leaf:
             rid = self._steps[index][5][0]
             self._mark_attention(rid, out)
-            self._attention_owner.setdefault(parent, rid)
 
     # ---- failure
 
@@ -636,10 +637,8 @@ class Tracer:
         param_paths = {rid: name for name, rid in self._param_record_names()}
         tensors = []
         for rid, (shape, dtype, device, stats, key, producer, role) in enumerate(self._tensors):
-            if producer is not None:
-                context = raw_steps[producer][1]
-            else:
-                context = param_paths.get(rid, "")
+            # the module a tensor came from breaks ties between equal sizes (F == V)
+            context = param_paths.get(rid, "") if producer is None else raw_steps[producer][1]
             dims = namer(shape, context)
             if role == "attention" and dims is not None and len(dims) == 4:
                 dims = ("B", "H", "T", "T") if dims[:2] == ("B", "H") else dims
