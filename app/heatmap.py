@@ -90,23 +90,38 @@ def _colormap(name: str) -> pg.ColorMap:
 _CMAP_CACHE: dict[str, pg.ColorMap] = {}
 
 
+def nice_ceiling(x: float) -> float:
+    """The smallest of 1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8 (x 10^k) that is >= ``x`` > 0.
+
+    Colour ranges end on such numbers, so the colour bar shows a round top value and
+    stays put (no re-layout) while stepping through tensors of similar range.
+    """
+    if not math.isfinite(x) or x <= 0:
+        return 1.0
+    scale = 10.0 ** math.floor(math.log10(x))
+    for mantissa in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10):
+        if mantissa * scale >= x * (1 - 1e-9):
+            return mantissa * scale
+    return 10 * scale  # pragma: no cover - the loop always returns
+
+
 def choose_levels(data: np.ndarray, scale: Scale) -> tuple[str, tuple[float, float]]:
     """Pick the colour map and level range for ``data`` (which may hold NaN, never Inf).
 
     ``"auto"`` means: sequential for data that never goes below zero, diverging and
-    symmetric around zero otherwise, so white always means exactly 0.
+    symmetric around zero otherwise, so white always means exactly 0. Symmetric and
+    probability ranges end on a round number (``nice_ceiling``).
     """
     finite = data[np.isfinite(data)] if np.isnan(data).any() else data
     lo = float(finite.min()) if finite.size else 0.0
     hi = float(finite.max()) if finite.size else 0.0
     if scale == "probability":
-        return PROBABILITY_CMAP, (0.0, hi if hi > 0 else 1.0)
+        return PROBABILITY_CMAP, (0.0, nice_ceiling(hi))
     if scale == "sequential" or (scale == "auto" and lo >= 0):
         if hi <= lo:
             lo, hi = lo - 0.5, lo + 0.5
         return SEQUENTIAL_CMAP, (lo, hi)
-    bound = max(abs(lo), abs(hi)) or 1.0
-    return SIGNED_CMAP, (-bound, bound)
+    return SIGNED_CMAP, (-nice_ceiling(max(abs(lo), abs(hi))), nice_ceiling(max(abs(lo), abs(hi))))
 
 
 def _as_numpy(matrix: torch.Tensor | np.ndarray) -> np.ndarray:

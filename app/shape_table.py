@@ -75,8 +75,6 @@ class ShapeTableModel(QAbstractTableModel):
         self._rows: list[tuple[str, str, TensorRecord]] = []
         self._bold = QFont()
         self._bold.setBold(True)
-        self._mono = QFont("monospace")
-        self._mono.setStyleHint(QFont.StyleHint.TypeWriter)
 
     # ---- feeding
 
@@ -91,9 +89,7 @@ class ShapeTableModel(QAbstractTableModel):
             if self._trace is None:
                 raise ValueError("set_trace() first: there is no trace to take a step from")
             step = self._trace.steps[step]
-        self.beginResetModel()
-        self._step = step
-        self._rows = []
+        rows: list[tuple[str, str, TensorRecord]] = []
         if step is not None and self._trace is not None:
             for direction, ids, names in (
                 ("in", step.inputs, step.input_names),
@@ -101,8 +97,18 @@ class ShapeTableModel(QAbstractTableModel):
             ):
                 for k, tensor_id in enumerate(ids):
                     name = names[k] if k < len(names) else f"{direction}[{k}]"
-                    self._rows.append((direction, name, self._trace.tensors[tensor_id]))
-        self.endResetModel()
+                    rows.append((direction, name, self._trace.tensors[tensor_id]))
+        self._step = step
+        if len(rows) == len(self._rows) and rows:
+            # same number of rows (most steps): new cell data, no reset, so the view keeps
+            # its layout and selection and only repaints
+            self._rows = rows
+            last = self.index(len(rows) - 1, len(self.COLUMNS) - 1)
+            self.dataChanged.emit(self.index(0, 0), last)
+        else:
+            self.beginResetModel()
+            self._rows = rows
+            self.endResetModel()
 
     @property
     def step(self) -> Step | None:
@@ -181,11 +187,8 @@ class ShapeTableModel(QAbstractTableModel):
                 return QBrush(NONFINITE_FOREGROUND)
             if column == self.NAME:
                 return QBrush(DIRECTION_COLOURS[direction])
-        if role == Qt.ItemDataRole.FontRole:
-            if column == self.NONFINITE and nonfinite:
-                return self._bold
-            if column in (self.SHAPE, self.DIMS):
-                return self._mono
+        if role == Qt.ItemDataRole.FontRole and column == self.NONFINITE and nonfinite:
+            return self._bold
         return None
 
     # ---- cell text

@@ -16,6 +16,7 @@ from app.heatmap import (
     SIGNED_CMAP,
     HeatmapView,
     _colormap,
+    nice_ceiling,
     token_every,
     token_ticks,
 )
@@ -111,15 +112,22 @@ def test_many_tokens_get_only_the_labels_that_fit(view, qtbot):
 
 
 def test_colour_maps_follow_the_data(view):
-    view.set_matrix(np.array([[-1.0, 3.0], [0.5, 2.0]]))
+    view.set_matrix(np.array([[-1.0, 2.7], [0.5, 2.0]]))
     assert view.colormap_name == SIGNED_CMAP
-    assert view.colorbar.levels() == (-3.0, 3.0)  # symmetric: white is exactly 0
+    assert view.colorbar.levels() == (-3.0, 3.0)  # symmetric (white is 0), round ends
     view.set_matrix(np.array([[0.0, 3.0], [0.5, 2.0]]))
     assert view.colormap_name == SEQUENTIAL_CMAP
     assert view.colorbar.levels() == (0.0, 3.0)
-    view.set_matrix(np.array([[0.2, 0.8], [0.6, 0.4]]), scale="probability")
+    view.set_matrix(np.array([[0.2, 0.7], [0.6, 0.4]]), scale="probability")
     assert view.colormap_name == PROBABILITY_CMAP
     assert view.colorbar.levels() == pytest.approx((0.0, 0.8))
+
+
+def test_nice_ceiling():
+    assert [nice_ceiling(x) for x in (0.7, 1.0, 1.01, 2.6, 7.0, 0.0123, 950)] == pytest.approx(
+        [0.8, 1.0, 1.2, 3.0, 8.0, 0.015, 1000]
+    )
+    assert nice_ceiling(0.0) == 1.0 and nice_ceiling(float("nan")) == 1.0
 
 
 def test_nonfinite_values_do_not_break_levels(view):
