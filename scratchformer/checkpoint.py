@@ -66,6 +66,7 @@ def save_checkpoint(
     tmp = path.with_name(path.name + ".tmp")
     save_file(state, str(tmp), metadata=metadata)
     os.replace(tmp, path)
+    os.chmod(path, 0o644)  # safetensors creates the file owner-only; a checkpoint is shareable
     return path
 
 
