@@ -233,7 +233,7 @@ class AttentionGrid(QWidget):
         if self._selected is not None:
             layer, head = self._selected
             if layer < layers and head < heads:
-                pen = QPen(palette.color(QPalette.ColorRole.Highlight), 3)
+                pen = QPen(palette.color(QPalette.ColorRole.Highlight).lighter(160), 3)
                 painter.setPen(pen)
                 painter.drawRect(self.cell_rect(layer, head).adjusted(-2, -2, 1, 1))
         painter.end()

@@ -49,6 +49,7 @@ MAX_DISPLAY = 768
 """Largest number of pixels per axis handed to the image; bigger matrices are strided."""
 
 SIGNED_CMAP = "CET-D1"  # blue - white - red, perceptually uniform, for data centred on 0
+SIGNED_CMAP_DARK = "CET-D4"  # blue - black - red: the same idea for a dark theme
 SEQUENTIAL_CMAP = "viridis"  # for non-negative data
 PROBABILITY_CMAP = "inferno"  # for attention probabilities (0..1)
 
@@ -142,6 +143,8 @@ class ElidedLabel(QLabel):
     def __init__(self, text: str = " ", parent: QWidget | None = None):
         super().__init__(text, parent)
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        # opaque: a new text repaints this label only, not the panes under it
+        self.setAutoFillBackground(True)
         self.setTextFormat(Qt.TextFormat.PlainText)
 
     def paintEvent(self, event) -> None:
@@ -176,6 +179,9 @@ class HeatmapView(QWidget):
         self._col_name = "col"
         self._shape: tuple[int, int] | None = None
         self._cmap_name = ""
+        # on a dark theme zero is drawn dark too, so near-zero tensors do not glare
+        dark = self.palette().color(QPalette.ColorRole.Base).lightness() < 128
+        self._signed_cmap = SIGNED_CMAP_DARK if dark else SIGNED_CMAP
         self._square = False
         self._axis_names: tuple[str, str] = ("", "")
         self._ticks_shown: dict[str, tuple] = {}  # axis -> (labels, first, last, every)
@@ -274,6 +280,11 @@ class HeatmapView(QWidget):
         return self._cmap_name
 
     @property
+    def signed_colormap(self) -> str:
+        """The diverging map used for signed data (light or dark centre, by theme)."""
+        return self._signed_cmap
+
+    @property
     def message(self) -> str:
         """The text shown instead of the plot, or "" while the plot is shown."""
         return self._message.text() if self._pages.currentIndex() == 1 else ""
@@ -328,6 +339,8 @@ class HeatmapView(QWidget):
             shown = np.where(np.isfinite(shown), shown, np.nan)
 
         cmap_name, auto_levels = choose_levels(shown, scale)
+        if cmap_name == SIGNED_CMAP:
+            cmap_name = self._signed_cmap
         levels = levels or auto_levels
         self._image.setImage(shown, autoLevels=False, levels=levels)
         self._image.setRect(QRectF(0, 0, shown.shape[1] * sc, shown.shape[0] * sr))

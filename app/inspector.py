@@ -130,7 +130,7 @@ class Inspector(QWidget):
         self._tensor_splitter.addWidget(self.tensor_view)
         self._tensor_splitter.setStretchFactor(0, 0)
         self._tensor_splitter.setStretchFactor(1, 1)
-        self._tensor_splitter.setSizes([170, 480])
+        self._tensor_splitter.setSizes([140, 520])
 
         # ---- Attention tab
         self.attention = AttentionPanel()

@@ -153,6 +153,7 @@ class TensorView(QWidget):
             self._add_spin()
         self._slice_label = QLabel()
         self._slice_label.setObjectName("sliceDescription")
+        self._slice_label.setAutoFillBackground(True)
         bar.addStretch(1)
         bar.addWidget(self._slice_label)
 

@@ -77,7 +77,9 @@ def test_selecting_a_row_shows_that_tensor(inspector, values_trace, qtbot):
     scores = values_trace.value(values_trace.steps[index].inputs[0])[0, 0]
     shown = torch.from_numpy(inspector.heatmap.matrix)
     torch.testing.assert_close(shown, scores)
-    assert inspector.heatmap.colormap_name == "CET-D1"  # signed data: diverging
+    heatmap = inspector.heatmap
+    assert heatmap.colormap_name == heatmap.signed_colormap  # signed data: diverging
+    assert heatmap.colorbar.levels()[0] == -heatmap.colorbar.levels()[1]
 
 
 def test_leading_index_is_kept_by_axis_name(inspector, values_trace):
