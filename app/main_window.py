@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QMenu,
     QProgressDialog,
+    QScrollArea,
     QSplitter,
     QStyle,
     QVBoxLayout,
@@ -99,7 +100,7 @@ class MainWindow(QMainWindow):
         self.splitter = QSplitter(Qt.Orientation.Horizontal, self)
         self.splitter.addWidget(_titled("Modules", self.tree))
         self.splitter.addWidget(self.centre)
-        self.splitter.addWidget(self.inspector)
+        self.splitter.addWidget(_contained(self.inspector))
         self.splitter.setStretchFactor(0, 0)
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setStretchFactor(2, 0)
@@ -725,6 +726,22 @@ class MainWindow(QMainWindow):
             self.job.cancel()
             self.job.wait(10_000)
         super().closeEvent(event)
+
+
+def _contained(widget: QWidget) -> QScrollArea:
+    """Hold a pane in a resizable scroll area: its relayouts stop there.
+
+    The inspector changes label texts and widget sizes on every step; inside a scroll area
+    that re-lays out the pane alone, not the whole window (a few milliseconds a step).
+    """
+    area = QScrollArea()
+    area.setObjectName("paneContainer")
+    area.setWidgetResizable(True)
+    area.setFrameShape(QScrollArea.Shape.NoFrame)
+    area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+    area.setWidget(widget)
+    area.setMinimumWidth(320)
+    return area
 
 
 def _titled(title: str, widget: QWidget) -> QWidget:

@@ -196,6 +196,12 @@ class ModuleTree(QWidget):
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.view.setColumnHidden(3, True)  # parameter counts live in the tooltip
         self.view.selectionModel().currentChanged.connect(self._on_current_changed)
+        from app.step_bar import make_opaque
+
+        for part in (self.view, self.view.verticalScrollBar(), self.view.horizontalScrollBar(),
+                     *self.view.findChildren(QWidget, "qt_scrollarea_vcontainer"),
+                     *self.view.findChildren(QWidget, "qt_scrollarea_hcontainer")):  # fmt: skip
+            make_opaque(part, QColor("#181a1f"))
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(4)

@@ -51,6 +51,14 @@ class SourceView(QPlainTextEdit):
         self.current_file: str | None = None
         self.current_line: int | None = None
         self._gutter = _Gutter(self)
+        self._gutter.setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent)
+        from app.step_bar import make_opaque
+
+        # scrolling to the line happens on every step: keep those repaints inside this pane
+        for part in (self, self.verticalScrollBar(), self.horizontalScrollBar(),
+                     *self.findChildren(QWidget, "qt_scrollarea_vcontainer"),
+                     *self.findChildren(QWidget, "qt_scrollarea_hcontainer")):  # fmt: skip
+            make_opaque(part, QColor("#16181d"))
         self.blockCountChanged.connect(self._update_gutter_width)
         self.updateRequest.connect(self._update_gutter)
         self._update_gutter_width()

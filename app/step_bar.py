@@ -9,7 +9,7 @@ the named signals (``stepOverRequested``...) leave the rule to the window, which
 from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QFont, QPainter
+from PySide6.QtGui import QColor, QFont, QPainter, QPalette
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QSizePolicy,
@@ -22,6 +22,14 @@ from PySide6.QtWidgets import (
 )
 
 
+def make_opaque(widget: QWidget, colour: QColor) -> None:
+    """Fill the widget's background itself, so updating it does not repaint its parents."""
+    palette = widget.palette()
+    palette.setColor(QPalette.ColorRole.Window, colour)
+    widget.setPalette(palette)
+    widget.setAutoFillBackground(True)
+
+
 class TextLine(QWidget):
     """One line of text that never asks its layout to move (it is set on every step).
 
@@ -30,10 +38,14 @@ class TextLine(QWidget):
     only repaints itself.
     """
 
+    BACKGROUND = QColor("#1a1c22")
+
     def __init__(self, parent: QWidget | None = None, colour: str = "#e6e9ef", bold=False):
         super().__init__(parent)
         self._text = ""
         self.colour = QColor(colour)
+        # opaque: a repaint stays inside this widget instead of repainting the window under it
+        self.setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent)
         font = QFont("DejaVu Sans Mono")
         font.setStyleHint(QFont.StyleHint.Monospace)
         font.setBold(bold)
@@ -60,6 +72,7 @@ class TextLine(QWidget):
 
     def paintEvent(self, event) -> None:
         painter = QPainter(self)
+        painter.fillRect(event.rect(), self.BACKGROUND)
         painter.setPen(self.colour)
         rect = self.rect().adjusted(2, 0, -2, 0)
         text = self.fontMetrics().elidedText(self._text, Qt.TextElideMode.ElideRight, rect.width())
@@ -131,6 +144,7 @@ class StepBar(QWidget):
         self.slider.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         self.slider.valueChanged.connect(self._on_slider)
         self.slider.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        make_opaque(self.slider, TextLine.BACKGROUND)
         self.speed = QSpinBox(self)
         self.speed.setObjectName("speed")
         self.speed.setRange(1, 120)
