@@ -14,7 +14,7 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QSettings, Qt, QTimer, Signal
+from PySide6.QtCore import QSettings, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
@@ -23,7 +23,6 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QMenu,
     QProgressDialog,
-    QScrollArea,
     QSplitter,
     QStyle,
     QVBoxLayout,
@@ -100,11 +99,11 @@ class MainWindow(QMainWindow):
         self.splitter = QSplitter(Qt.Orientation.Horizontal, self)
         self.splitter.addWidget(_titled("Modules", self.tree))
         self.splitter.addWidget(self.centre)
-        self.splitter.addWidget(_contained(self.inspector))
+        self.splitter.addWidget(_LayoutFirewall(self.inspector))
         self.splitter.setStretchFactor(0, 0)
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setStretchFactor(2, 0)
-        self.splitter.setSizes([360, 700, 440])
+        self.splitter.setSizes([400, 640, 460])
         for s in (self.splitter, self.centre):
             s.setChildrenCollapsible(False)
             s.setHandleWidth(5)
@@ -728,20 +727,27 @@ class MainWindow(QMainWindow):
         super().closeEvent(event)
 
 
-def _contained(widget: QWidget) -> QScrollArea:
-    """Hold a pane in a resizable scroll area: its relayouts stop there.
+class _LayoutFirewall(QWidget):
+    """Holds one pane without a layout, so the pane's relayouts stop here.
 
-    The inspector changes label texts and widget sizes on every step; inside a scroll area
-    that re-lays out the pane alone, not the whole window (a few milliseconds a step).
+    The inspector changes label texts and widget sizes on every step; a parent with a
+    layout would pass each change up and re-lay out the whole window (milliseconds a
+    step). Here the pane is simply kept at this widget's size.
     """
-    area = QScrollArea()
-    area.setObjectName("paneContainer")
-    area.setWidgetResizable(True)
-    area.setFrameShape(QScrollArea.Shape.NoFrame)
-    area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-    area.setWidget(widget)
-    area.setMinimumWidth(320)
-    return area
+
+    def __init__(self, child: QWidget):
+        super().__init__()
+        self.child = child
+        child.setParent(self)
+
+    def resizeEvent(self, event) -> None:
+        self.child.setGeometry(self.rect())
+
+    def sizeHint(self) -> QSize:
+        return self.child.sizeHint()
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(320, 240)
 
 
 def _titled(title: str, widget: QWidget) -> QWidget:

@@ -225,8 +225,8 @@ class ModuleTree(QWidget):
         indent = self.view.indentation()
         name_w = max(fm.horizontalAdvance(n) for n in names) + indent * min(depth, 4) + 28
         type_w = max(fm.horizontalAdvance(t) for t in types) + 16
-        self.view.setColumnWidth(0, min(name_w, 260))
-        self.view.setColumnWidth(1, min(type_w, 230))
+        self.view.setColumnWidth(0, min(name_w, 190))
+        self.view.setColumnWidth(1, min(type_w, 175))
 
     def set_filter(self, text: str) -> None:
         if self.filter_edit.text() != text:

@@ -156,7 +156,7 @@ class StepBar(QWidget):
         self.status.setObjectName("stepStatus")
         self.status.setText("no trace")
         self.status.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
-        self.status.setMinimumWidth(self.status.fontMetrics().horizontalAdvance("x" * 58))
+        self.status.setMinimumWidth(self.status.fontMetrics().horizontalAdvance("x" * 64))
         self.source_line = TextLine(self, "#8fd3ff")
         self.source_line.setObjectName("sourceLine")
 
