@@ -36,7 +36,9 @@ def build(name: str) -> tuple[torch.nn.Module, int]:
     raise SystemExit(f"unknown model {name!r}")
 
 
-def bench(name: str, tokens: int, levels: list[str], repeat: int, warmup: int) -> dict:
+def bench(
+    name: str, tokens: int, levels: list[str], repeat: int, warmup: int, clock=time.perf_counter
+) -> dict:
     model, vocab = build(name)
     block = getattr(getattr(model, "config", None), "block_size", tokens)
     tokens = min(tokens, block or tokens)
@@ -46,15 +48,15 @@ def bench(name: str, tokens: int, levels: list[str], repeat: int, warmup: int) -
     extra: dict[str, str] = {}
     with torch.no_grad():
         for round_ in range(warmup + repeat):
-            start = time.perf_counter()
+            start = clock()
             model(ids)
-            plain = time.perf_counter() - start
+            plain = clock() - start
             if round_ >= warmup:
                 times["plain"].append(plain)
             for level in levels:
-                start = time.perf_counter()
+                start = clock()
                 t = tracing.trace(model, ids, capture=level)
-                elapsed = time.perf_counter() - start
+                elapsed = clock() - start
                 if round_ >= warmup:
                     times[level].append(elapsed / plain)
                 if level == "values":
@@ -82,12 +84,19 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="wall time, or this process's CPU time (steadier on a loaded machine)",
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     levels = [s for s in args.levels.split(",") if s]
     for name in args.model or ["demo", "gpt2-small"]:
-        bench(name, args.tokens, levels, args.repeat, args.warmup)
+        clock = time.perf_counter if args.clock == "wall" else time.process_time
+        bench(name, args.tokens, levels, args.repeat, args.warmup, clock)
 
 
 if __name__ == "__main__":

@@ -75,7 +75,17 @@ _SKIP_NAMES = frozenset(
 # Properties whose value is a tensor but no computation (aliases of the same data).
 _SKIP_PROPERTIES = frozenset({"data", "grad", "_base", "_grad", "grad_fn"})
 
+_DTYPE_NAMES = {
+    getattr(torch, name): name
+    for name in (
+        "float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8",
+        "uint8", "bool", "complex64", "complex128",
+    )
+}  # fmt: skip
+
 _SKIP = "skip"
+# id(model) -> (weakref to it, (module ids, parameter ids), its module infos)
+_INFO_CACHE: dict[int, tuple[Any, tuple, dict[str, ModuleInfo]]] = {}
 _func_info: dict[Any, str] = {}  # func -> op name, or _SKIP
 
 
@@ -250,17 +260,17 @@ class Tracer:
             raise RuntimeError("this Tracer is already active")
         self._reset()
         model = self.model
-        self._training = [(m, m.training) for _, m in self._named]
-        model.train(self.train)
+        want = self.train
+        # remember only the flags we change; model.train() is skipped when none differ
+        self._training = [(m, m.training) for _, m in self._named if m.training != want]
+        if self._training:
+            model.train(want)
         self._handles = []
         try:
-            for path, module in self._named:
-                self._handles.append(
-                    module.register_forward_pre_hook(self._pre_hook_for(path), with_kwargs=True)
-                )
-                self._handles.append(
-                    module.register_forward_hook(self._post_hook_for(path), with_kwargs=True)
-                )
+            pre, post = self._pre_hook, self._post_hook
+            for _, module in self._named:
+                self._handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+                self._handles.append(module.register_forward_hook(post, with_kwargs=True))
             if self.ops:
                 self._mode = _OpMode(self)
                 self._mode.__enter__()
@@ -306,17 +316,20 @@ class Tracer:
         self._tensors: list[list] = []
         self._values: dict[str, torch.Tensor] = {}
         self._ids: dict[int, tuple] = {}  # id(tensor) -> (weakref, version, record id)
-        self._param_ids: dict[int, int] = {}  # id(parameter) -> record id
         self._named = list(self.model.named_modules())
+        self._paths = {id(m): p for p, m in self._named}
         self._param_names = {}  # id(parameter or buffer) -> dotted name (first one wins)
+        param_ids = []
         for path, module in reversed(self._named):
             prefix = f"{path}." if path else ""
             for name, p in module._parameters.items():
                 if p is not None:
                     self._param_names[id(p)] = prefix + name
+                    param_ids.append(id(p))
             for name, b in module._buffers.items():
                 if b is not None:
                     self._param_names[id(b)] = prefix + name
+        self._param_sig = tuple(param_ids)
         self._stack: list[int] = []  # open module steps, innermost last
         self._stack_modules: list[nn.Module] = []
         self._calls: dict[str, int] = {}
@@ -344,21 +357,31 @@ class Tracer:
         and kept value are derived from the input's instead of computed again.
         """
         key = id(t)
-        pid = self._param_ids.get(key)
-        if pid is not None:
-            return pid
         if version is None:
             version = t._version
         entry = self._ids.get(key)
         if entry is not None and entry[1] == version and entry[0]() is t:
             return entry[2]
-        if key in self._param_names:
-            return self._new_param(t)
         rid = len(self._tensors)
-        record = [tuple(t.shape), str(t.dtype)[6:], str(t.device), None, None, producer, None]
+        dtype = t.dtype
+        record = [
+            t.shape,  # a torch.Size (a tuple); made a plain tuple in _finish
+            _DTYPE_NAMES.get(dtype) or str(dtype)[6:],
+            "cpu" if t.is_cpu else str(t.device),
+            None,
+            None,
+            producer,
+            None,
+        ]
         self._tensors.append(record)
-        with contextlib.suppress(TypeError):  # tensor subclasses without weakref support
+        try:
             self._ids[key] = (weakref.ref(t), version, rid)
+        except TypeError:  # pragma: no cover - tensor subclasses without weakref support
+            pass
+        if key in self._param_names:  # a parameter or buffer: no stats, no copy
+            record[5] = None
+            record[6] = "param" if isinstance(t, nn.Parameter) else "buffer"
+            return rid
         if self.capture == "shapes" or version != t._version:
             return rid
         view = _view_of(t, source[0]) if source is not None and source[0] is not t else None
@@ -380,18 +403,23 @@ class Tracer:
             self._keep_value(rid, t)
         return rid
 
-    def _param_record_names(self):
-        for key, rid in self._param_ids.items():
-            yield self._param_names.get(key, ""), rid
+    def _module_infos(self) -> dict[str, ModuleInfo]:
+        """``module_infos`` of the model, cached while its modules and parameters stay the
+        same objects (tracing one model many times pays for it once)."""
+        model = self.model
+        signature = (tuple(id(m) for _, m in self._named), self._param_sig)
+        cached = _INFO_CACHE.get(id(model))
+        if cached is not None and cached[0]() is model and cached[1] == signature:
+            return dict(cached[2])
+        infos = module_infos(model, self._named)
+        _INFO_CACHE[id(model)] = (weakref.ref(model), signature, infos)
+        return dict(infos)
 
-    def _new_param(self, t: torch.Tensor) -> int:
-        rid = len(self._tensors)
-        role = "param" if isinstance(t, nn.Parameter) else "buffer"
-        self._tensors.append(
-            [tuple(t.shape), str(t.dtype)[6:], str(t.device), None, None, None, role]
-        )
-        self._param_ids[id(t)] = rid
-        return rid
+    def _param_record_names(self):
+        for key, (_, _, rid) in self._ids.items():
+            name = self._param_names.get(key)
+            if name is not None:
+                yield name, rid
 
     def _keep_value(self, rid: int, t: torch.Tensor, force: bool = False) -> None:
         rec = self._tensors[rid]
@@ -426,19 +454,13 @@ class Tracer:
 
     # ---- module hooks
 
-    def _pre_hook_for(self, path: str):
-        def pre_hook(module: nn.Module, args: tuple, kwargs: dict):
-            with _Disable():
-                self._enter_module(path, module, args, kwargs)
+    def _pre_hook(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        with _Disable():  # our own tensor calls must not reach the op mode
+            self._enter_module(self._paths[id(module)], module, args, kwargs)
 
-        return pre_hook
-
-    def _post_hook_for(self, path: str):
-        def post_hook(module: nn.Module, args: tuple, kwargs: dict, output: Any):
-            with _Disable():
-                self._exit_module(path, module, output)
-
-        return post_hook
+    def _post_hook(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        with _Disable():
+            self._exit_module(self._paths[id(module)], module, output)
 
     def _enter_module(self, path: str, module: nn.Module, args: tuple, kwargs: dict) -> None:
         stack = self._stack
@@ -636,7 +658,8 @@ class Tracer:
         raw_steps = self._steps
         param_paths = {rid: name for name, rid in self._param_record_names()}
         tensors = []
-        for rid, (shape, dtype, device, stats, key, producer, role) in enumerate(self._tensors):
+        for rid, (size, dtype, device, stats, key, producer, role) in enumerate(self._tensors):
+            shape = tuple(size)
             # the module a tensor came from breaks ties between equal sizes (F == V)
             context = param_paths.get(rid, "") if producer is None else raw_steps[producer][1]
             dims = namer(shape, context)
@@ -668,7 +691,7 @@ class Tracer:
         meta.update(self.extra_meta)
         return Trace(
             steps=steps,
-            modules=module_infos(model, self._named),
+            modules=self._module_infos(),
             tensors=tensors,
             meta=meta,
             values=self._values,

@@ -203,11 +203,16 @@ class DimNamer:
     def __init__(self, sizes: Mapping[str, int]):
         self.sizes = dict(sizes)
         self._cache: dict[tuple, tuple[str, ...] | None] = {}
+        self._contexts: dict[str, str | None] = {}
         ffn = dict(self.sizes)
         self._tie_break = "V" in ffn and "F" in ffn and ffn["V"] == ffn["F"]
 
     def __call__(self, shape: tuple[int, ...], context: str = "") -> tuple[str, ...] | None:
-        kind = _context(context) if self._tie_break and context else None
+        kind = None
+        if self._tie_break and context:
+            kind = self._contexts.get(context, 0)
+            if kind == 0:
+                kind = self._contexts[context] = _context(context)
         key = (shape, kind)
         if key in self._cache:
             return self._cache[key]

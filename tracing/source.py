@@ -28,13 +28,17 @@ _TRACING_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # Wrappers that only forward a module call (``Module.__call__`` and subclasses' overrides)
 _CALL_WRAPPERS = frozenset({"__call__", "_call_impl", "_wrapped_call_impl"})
 
-_skip_code: dict[CodeType, bool] = {}
-_locations: dict[tuple[CodeType, int], SourceLocation] = {}
+# Keyed by id(code): hashing a code object hashes its bytecode and constants on every
+# call, which made this lookup the most expensive part of recording a step. The code
+# objects themselves are kept alive in _codes, so an id is never reused.
+_skip_code: dict[int, bool] = {}
+_codes: list[CodeType] = []
+_locations: dict[tuple[int, int], SourceLocation] = {}
 
 
 def _is_library_code(code: CodeType) -> bool:
     """True for code in torch/ or tracing/, and for ``__call__`` forwarding wrappers."""
-    skip = _skip_code.get(code)
+    skip = _skip_code.get(id(code))
     if skip is None:
         filename = code.co_filename
         if not filename.startswith("<"):
@@ -44,7 +48,8 @@ def _is_library_code(code: CodeType) -> bool:
             or filename.startswith(_TRACING_DIR)
             or code.co_name in _CALL_WRAPPERS
         )
-        _skip_code[code] = skip
+        _codes.append(code)
+        _skip_code[id(code)] = skip
     return skip
 
 
@@ -60,7 +65,7 @@ def user_frame(start: int = 1) -> FrameType | None:
     skip = _skip_code
     while frame is not None:
         code = frame.f_code
-        flag = skip.get(code)
+        flag = skip.get(id(code))
         if flag is None:
             flag = _is_library_code(code)
         if not flag:
@@ -74,9 +79,10 @@ def location_of(frame: FrameType | None) -> SourceLocation | None:
     if frame is None:
         return None
     code = frame.f_code
-    key = (code, frame.f_lineno)
+    key = (id(code), frame.f_lineno)
     loc = _locations.get(key)
     if loc is None:
+        _is_library_code(code)  # keeps the code object alive, so its id stays unique
         line = frame.f_lineno or 0
         text = linecache.getline(code.co_filename, line).strip() if line else ""
         loc = SourceLocation(file=code.co_filename, line=line, text=text, function=code.co_name)
