@@ -56,6 +56,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--tokens", type=int, default=256, help="tokens for the large model")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--tmp", metavar="DIR", help="folder for the trace files (default: system)")
+    p.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="time forwards by wall clock (default) or by this process's CPU time, which "
+        "is steadier when other programs load the machine",
+    )
     p.set_defaults(func=run)
 
 
@@ -73,8 +80,14 @@ class Overhead:
     values_trace: Any = None
 
 
-def measure_overhead(model, ids, levels=LEVELS, repeat: int = 7, warmup: int = 2) -> Overhead:
-    """Interleaved rounds: plain forward, then each capture level, every round."""
+def measure_overhead(
+    model, ids, levels=LEVELS, repeat: int = 7, warmup: int = 2, clock=time.perf_counter
+) -> Overhead:
+    """Interleaved rounds: plain forward, then each capture level, every round.
+
+    ``clock`` is wall time by default; ``time.process_time`` (CPU time of this process,
+    all threads) is steadier on a machine other work is loading.
+    """
     import torch
 
     import tracing
@@ -88,13 +101,13 @@ def measure_overhead(model, ids, levels=LEVELS, repeat: int = 7, warmup: int = 2
         for round_ in range(warmup + repeat):
             values_trace = None  # free the previous round's copies before timing
             gc.collect()
-            start = time.perf_counter()
+            start = clock()
             model(ids)
-            p = time.perf_counter() - start
+            p = clock() - start
             for lvl in levels:
-                start = time.perf_counter()
+                start = clock()
                 t = tracing.trace(model, ids, capture=lvl)
-                elapsed = time.perf_counter() - start
+                elapsed = clock() - start
                 if round_ >= warmup:
                     ratios[lvl].append(elapsed / p)
                     traced[lvl].append(elapsed)
@@ -316,13 +329,15 @@ def run(args: argparse.Namespace) -> int:
 
     say(
         f"scratchformer bench{' --quick' if args.quick else ''}: torch {torch.__version__}, "
-        f"CPU, {torch.get_num_threads()} threads, {repeat} interleaved rounds"
+        f"CPU, {torch.get_num_threads()} threads, {repeat} interleaved rounds, "
+        f"{args.clock} clock"
     )
     models = _models(args.quick, args.tokens)
     large_trace = None
     large_model = large_ids = None
     for label, key, model, ids in models:
-        fig = measure_overhead(model, ids, repeat=repeat, warmup=warmup)
+        clock = time.perf_counter if args.clock == "wall" else time.process_time
+        fig = measure_overhead(model, ids, repeat=repeat, warmup=warmup, clock=clock)
         say()
         say(f"{label}: plain forward {fig.plain_ms:.1f} ms, {fig.steps} steps traced")
         for lvl in LEVELS:
