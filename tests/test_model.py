@@ -16,6 +16,15 @@ from scratchformer import (
 )
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models run fastest on one thread (and a shared CI box is not thrashed)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
 def tiny(**overrides) -> ModelConfig:
     base = dict(vocab_size=50, block_size=16, d_model=24, n_heads=3, n_layers=2, d_ff=48)
     return ModelConfig(**{**base, **overrides})
