@@ -374,7 +374,7 @@ class Tracer:
             None,
         ]
         self._tensors.append(record)
-        try:
+        try:  # noqa: SIM105 - try/except costs nothing here; suppress() is a call
             self._ids[key] = (weakref.ref(t), version, rid)
         except TypeError:  # pragma: no cover - tensor subclasses without weakref support
             pass
