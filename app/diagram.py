@@ -254,9 +254,29 @@ class DiagramLayout:
     # ---- edges
 
     def _edges(self, top: list[int]) -> list[tuple[int, int]]:
+        """Data-flow edges between visible nodes.
+
+        A tensor comes from the *last* step that handed it on before the consumer ran, not
+        only from the op that created it: a dropout in eval mode returns its input
+        unchanged, and the next block should hang below the dropout, not beside it. A
+        module call counts as handing a tensor on once it has returned.
+        """
         trace, owner, nodes = self.trace, self.owner, self.nodes
         seen: set[tuple[int, int]] = set()
         edges: list[tuple[int, int]] = []
+        handed_on: dict[int, list[Step]] = {}
+        for st in trace.steps:
+            for tid in st.outputs:
+                handed_on.setdefault(tid, []).append(st)
+
+        def source_of(tid: int, consumer: int) -> int | None:
+            for st in reversed(handed_on.get(tid, ())):
+                if st.kind == "module":
+                    if st.end is not None and st.end < consumer and st.parent is not None:
+                        return st.index
+                elif st.index < consumer:
+                    return st.index
+            return trace.tensors[tid].producer
 
         def add(u: int, v: int) -> None:
             if u == v or (u, v) in seen or u not in nodes or v not in nodes:
@@ -266,12 +286,12 @@ class DiagramLayout:
             seen.add((u, v))
             edges.append((u, v))
 
-        for s in trace.steps:
-            target = owner[s.index]
+        for st in trace.steps:
+            target = owner[st.index]
             if nodes[target].frame:  # an expanded call: its children carry the edges
                 continue
-            for tid in s.inputs:
-                producer = trace.tensors[tid].producer
+            for tid in st.inputs:
+                producer = source_of(tid, st.index)
                 if producer is None:
                     if tid in self.root_inputs:
                         add(INPUT, target)
@@ -280,7 +300,7 @@ class DiagramLayout:
                     add(owner[producer], target)
         if OUTPUT in nodes:
             for tid in self.root_outputs:
-                producer = trace.tensors[tid].producer
+                producer = source_of(tid, len(trace.steps))
                 if producer is not None and 0 <= producer < len(owner):
                     add(owner[producer], OUTPUT)
         return edges
@@ -314,7 +334,8 @@ class DiagramLayout:
             widths.append(fs.horizontalAdvance(node.subtitle))
         is_op = not node.subtitle
         lines = 2 if is_op else 3
-        w = max(OP_MIN_W if is_op else MODULE_MIN_W, max(widths) + 2 * H_PAD + 8)
+        badge = 22 if node.expandable else 0  # room for the "+" in the corner
+        w = max(OP_MIN_W if is_op else MODULE_MIN_W, max(widths) + 2 * H_PAD + 8 + badge)
         h = lines * self.line_h + (10 if is_op else 14)
         return QSize(int(w + 0.5), int(h + 0.5))
 

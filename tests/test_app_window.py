@@ -269,3 +269,12 @@ def test_excepthook_shows_a_dialog(window, errors):
     finally:
         sys.excepthook = previous
     assert errors == [("Unexpected error", "KeyError: 'surprise'")]
+
+
+def test_app_command_rejects_a_missing_file(capsys):
+    from app.cli import build_parser, main
+
+    args = build_parser().parse_args(["app"])
+    assert args.trace is None and args.func.__module__ == "app.commands.app"
+    assert main(["app", "/no/such/trace.safetensors"]) == 2
+    assert "no such trace file" in capsys.readouterr().err
