@@ -1,0 +1,623 @@
+"""The generation view: a token timeline over a traced ``generate()`` call.
+
+::
+
+    ┌ Generation · “ab|” → “ba.” · 3 passes ───────────────────────┐
+    │  a  b  |  → [b]  a  .                                        │  prompt chips muted;
+    │               ▆▆   ▆  ▆                                      │  a bar under each new
+    │  ◀ Prev pass  Next pass ▶  pass 1 / 3 · saw 3 tokens · ...   │  token: its probability
+    ├──────────────────────────────────────────────────────────────┤
+    │  Layer [blocks.1 ▾] Head [2]   this pass's attention (T × T) │  grows one row and one
+    └──────────────────────────────────────────────────────────────┘  column per pass
+
+Autoregressive generation runs one forward pass per new token over the whole sequence so
+far (:func:`tracing.generation.trace_generate`). Selecting a token selects the pass that
+chose it: the view emits :attr:`GenerationView.passSelected` and the main window loads
+that pass's ``Trace``, at the same step index, so a person steps *within* a pass with the
+usual controls and *across* passes here, and watches the heatmaps grow with the sequence.
+
+:func:`run_generation` does the work without Qt (build the model, encode, trace every pass,
+report progress, honour a cancel flag); :class:`GenerationJob` runs it off the GUI thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from PySide6.QtCore import QObject, QRectF, QSize, Qt, QThread, Signal, Slot
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QKeyEvent, QMouseEvent, QPainter, QPen
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFormLayout,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QScrollArea,
+    QSizePolicy,
+    QSpinBox,
+    QStyle,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.heatmap import HeatmapView
+from app.session import DEFAULT_CAPTURE, ModelSource, SessionError
+from app.tensor_view import token_label
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch.nn as nn
+
+    from tracing import Trace
+    from tracing.generation import GenerationTrace
+
+ProgressCallback = Any  # (done: int, total: int) -> None
+
+MAX_NEW_TOKENS = 256
+
+# --------------------------------------------------------------------------- the work
+
+
+class GenerationCancelled(Exception):
+    """Raised inside a pass when the user pressed Cancel."""
+
+
+@dataclass
+class GenerationRequest:
+    """What the "Trace generation…" dialog asks for."""
+
+    prompt: str
+    max_new_tokens: int = 8
+    source: ModelSource = field(default_factory=ModelSource)
+    capture: str = DEFAULT_CAPTURE
+    temperature: float = 0.0  # 0: greedy (argmax), like generate(temperature=0)
+
+
+@dataclass
+class GenerationOutcome:
+    generation: GenerationTrace | None
+    model: nn.Module | None = None
+    status: Literal["complete", "cancelled"] = "complete"
+
+
+def run_generation(
+    request: GenerationRequest,
+    progress: ProgressCallback | None = None,
+    cancel: threading.Event | None = None,
+) -> GenerationOutcome:
+    """Build the model, encode the prompt and trace ``max_new_tokens`` passes.
+
+    Progress counts passes (a pre-hook on the root module sees each one start); once
+    ``cancel`` is set the next pass raises :class:`GenerationCancelled` and the outcome is
+    ``"cancelled"``. Problems the user can fix raise :class:`app.session.SessionError`.
+    """
+    import torch
+
+    import tracing
+    from app import session
+    from tracing.generation import trace_generate
+
+    if not 1 <= request.max_new_tokens <= MAX_NEW_TOKENS:
+        raise SessionError(
+            f"Generate between 1 and {MAX_NEW_TOKENS} new tokens "
+            f"(asked for {request.max_new_tokens})."
+        )
+    if request.capture not in tracing.CAPTURE_LEVELS:
+        raise SessionError(f"Unknown capture level {request.capture!r}")
+    model, tokenizer = session.build_model(request.source)
+    ids = session.encode_prompt(tokenizer, request.prompt, model)  # (B=1, T)
+    total = request.max_new_tokens
+    passes = 0
+
+    def pre_hook(_module: torch.nn.Module, _args: Any) -> None:
+        nonlocal passes
+        if cancel is not None and cancel.is_set():
+            raise GenerationCancelled()
+        if progress is not None:
+            progress(passes, total)
+        passes += 1
+
+    decode = getattr(tokenizer, "decode", None)
+    handle = model.register_forward_pre_hook(pre_hook)
+    try:
+        generation = trace_generate(
+            model,
+            ids,
+            request.max_new_tokens,
+            temperature=request.temperature,
+            generator=torch.Generator().manual_seed(0),
+            capture=request.capture,
+            decode=decode,
+            meta={"model_source": request.source.describe()},
+        )
+    except tracing.TraceError as e:
+        if session._caused_by(e, GenerationCancelled):
+            return GenerationOutcome(None, None, "cancelled")
+        raise SessionError(f"The forward pass raised during generation: {e}") from e
+    except GenerationCancelled:
+        return GenerationOutcome(None, None, "cancelled")
+    finally:
+        handle.remove()
+    if progress is not None:
+        progress(total, total)
+    return GenerationOutcome(generation, model, "complete")
+
+
+class GenerationJob(QObject):
+    """One generation request run off the GUI thread (like :class:`app.workers.TraceJob`)."""
+
+    progress = Signal(int, int)  # passes done, passes asked for
+    finished = Signal(object)  # GenerationOutcome
+    failed = Signal(str, str)  # title, text
+
+    def __init__(self, request: GenerationRequest):
+        super().__init__()
+        self.request = request
+        self.cancel_flag = threading.Event()
+        self.thread = QThread()
+        self.thread.setObjectName("generation-worker")
+        self.moveToThread(self.thread)
+        self.thread.started.connect(self._run)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def cancel(self) -> None:
+        self.cancel_flag.set()
+
+    def wait(self, ms: int = 60_000) -> bool:
+        return self.thread.wait(ms)
+
+    @Slot()
+    def _run(self) -> None:
+        try:
+            outcome = run_generation(
+                self.request, progress=self.progress.emit, cancel=self.cancel_flag
+            )
+            self.finished.emit(outcome)
+        except SessionError as e:
+            self.failed.emit("Cannot trace the generation", str(e))
+        except Exception as e:  # never let a worker take the app down
+            self.failed.emit(
+                "Tracing the generation failed",
+                f"{type(e).__name__}: {e}\n\n" + "".join(traceback.format_exception(e)[-6:]),
+            )
+        finally:
+            self.thread.quit()
+
+
+class TraceGenerationDialog(QDialog):
+    """Prompt, number of new tokens and capture level for "Trace generation…"."""
+
+    def __init__(self, parent: QWidget | None = None, prompt: str = "", source_text: str = ""):
+        super().__init__(parent)
+        self.setWindowTitle("Trace generation")
+        self.setMinimumWidth(480)
+        import tracing
+
+        self.prompt_edit = QPlainTextEdit(self)
+        self.prompt_edit.setPlaceholderText("Text the model continues…")
+        self.prompt_edit.setPlainText(prompt)
+        self.prompt_edit.setFixedHeight(70)
+        self.tokens_spin = QSpinBox(self)
+        self.tokens_spin.setRange(1, MAX_NEW_TOKENS)
+        self.tokens_spin.setValue(8)
+        self.tokens_spin.setSuffix(" new tokens")
+        self.capture_combo = QComboBox(self)
+        self.capture_combo.addItems(tracing.CAPTURE_LEVELS)
+        self.capture_combo.setCurrentText(DEFAULT_CAPTURE)
+        hint = QLabel(
+            "One traced forward pass per new token (greedy: the most likely token). "
+            f"Model: {source_text or 'the bundled demo'}."
+        )
+        hint.setObjectName("hint")
+        hint.setWordWrap(True)
+        form = QFormLayout()
+        form.addRow("Prompt", self.prompt_edit)
+        form.addRow("Generate", self.tokens_spin)
+        form.addRow("Capture", self.capture_combo)
+        form.addRow("", hint)
+        buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel, self
+        )
+        buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Trace")
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(buttons)
+
+    def request(self, source: ModelSource | None = None) -> GenerationRequest:
+        return GenerationRequest(
+            prompt=self.prompt_edit.toPlainText(),
+            max_new_tokens=self.tokens_spin.value(),
+            source=source or ModelSource("demo"),
+            capture=self.capture_combo.currentText(),
+        )
+
+
+# --------------------------------------------------------------------------- timeline
+
+CHIP_H = 30
+BAR_H = 5
+CHIP_GAP = 4
+PROMPT_FILL = QColor("#22252c")
+PROMPT_TEXT = QColor("#7f8898")
+NEW_FILL = QColor("#262a33")
+NEW_BORDER = QColor("#3a404d")
+SELECTED = QColor("#ffb547")
+BAR = QColor("#5f87b8")
+TEXT = QColor("#e6e9ef")
+
+
+class TokenTimeline(QWidget):
+    """The sequence as chips: prompt tokens muted, then one chip per generated token.
+
+    A generated chip carries a bar as wide as the probability its pass gave it. Click a
+    chip (or Left / Right) to select its pass; ``passClicked(n)`` says which.
+    """
+
+    passClicked = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("tokenTimeline")
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        self.setMouseTracking(True)
+        self.prompt: list[int] = []
+        self.tokens: list[int] = []
+        self.probs: list[float | None] = []
+        self.selected = -1
+        self._rects: list[QRectF] = []  # one per chip, prompt first
+        font = QFont("DejaVu Sans Mono")
+        font.setStyleHint(QFont.StyleHint.Monospace)
+        font.setPointSizeF(font.pointSizeF() + 1)
+        self.setFont(font)
+        self._small = QFont(self.font())
+        self._small.setPointSizeF(max(6.5, self.font().pointSizeF() - 3))
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+        self.setFixedHeight(CHIP_H + BAR_H + 26)
+
+    def set_sequence(self, prompt: list[int], tokens: list[int], probs: list[float | None]) -> None:
+        self.prompt, self.tokens, self.probs = list(prompt), list(tokens), list(probs)
+        self.selected = -1
+        self._layout_chips()
+        self.update()
+
+    def set_selected(self, n: int) -> None:
+        if n != self.selected:
+            self.selected = n
+            self.update()
+            if 0 <= n < len(self.tokens):
+                rect = self._rects[len(self.prompt) + n]
+                self._ensure_visible(rect)
+
+    def chip_rect(self, pass_index: int) -> QRectF:
+        """Where the chip of generated token ``pass_index`` is drawn (widget coordinates)."""
+        return self._rects[len(self.prompt) + pass_index]
+
+    def pass_at(self, x: float, y: float) -> int | None:
+        for i, rect in enumerate(self._rects):
+            if rect.adjusted(-CHIP_GAP / 2, 0, CHIP_GAP / 2, BAR_H + 6).contains(x, y):
+                n = i - len(self.prompt)
+                return n if n >= 0 else None
+        return None
+
+    def _layout_chips(self) -> None:
+        metrics = QFontMetrics(self.font())
+        x = 8.0
+        self._rects = []
+        for token in [*self.prompt, *self.tokens]:
+            w = max(24.0, metrics.horizontalAdvance(token_label(token)) + 14.0)
+            self._rects.append(QRectF(x, 8, w, CHIP_H))
+            x += w + CHIP_GAP
+            if len(self._rects) == len(self.prompt):
+                x += 14  # a gap between prompt and answer, where the arrow goes
+        self.setMinimumWidth(int(x + 8))
+
+    def sizeHint(self) -> QSize:
+        return QSize(self.minimumWidth(), self.height())
+
+    def _ensure_visible(self, rect: QRectF) -> None:
+        scroll = self.parent().parent() if self.parent() is not None else None
+        if isinstance(scroll, QScrollArea):
+            scroll.ensureVisible(int(rect.center().x()), int(rect.center().y()), 60, 0)
+
+    # ---- Qt virtuals
+
+    def paintEvent(self, event) -> None:
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        n_prompt = len(self.prompt)
+        labels = [token_label(t) for t in [*self.prompt, *self.tokens]]
+        for i, (rect, label) in enumerate(zip(self._rects, labels)):
+            generated = i >= n_prompt
+            n = i - n_prompt
+            selected = generated and n == self.selected
+            if selected:
+                glow = QColor(SELECTED)
+                glow.setAlpha(60)
+                painter.setPen(QPen(glow, 6))
+                painter.setBrush(Qt.BrushStyle.NoBrush)
+                painter.drawRoundedRect(rect, 6, 6)
+            painter.setPen(QPen(SELECTED if selected else NEW_BORDER, 2 if selected else 1))
+            painter.setBrush(
+                QColor("#3a3424") if selected else (NEW_FILL if generated else PROMPT_FILL)
+            )
+            if not generated:
+                painter.setPen(Qt.PenStyle.NoPen)
+            painter.drawRoundedRect(rect, 6, 6)
+            painter.setFont(self.font())
+            painter.setPen(TEXT if generated else PROMPT_TEXT)
+            painter.drawText(rect, int(Qt.AlignmentFlag.AlignCenter), label)
+            if generated:
+                prob = self.probs[n] if n < len(self.probs) else None
+                track = QRectF(rect.left() + 3, rect.bottom() + 4, rect.width() - 6, BAR_H)
+                painter.setPen(Qt.PenStyle.NoPen)
+                painter.setBrush(QColor("#2c3039"))
+                painter.drawRoundedRect(track, 2, 2)
+                if prob is not None:
+                    fill = QRectF(track.left(), track.top(), track.width() * prob, BAR_H)
+                    painter.setBrush(SELECTED if selected else BAR)
+                    painter.drawRoundedRect(fill, 2, 2)
+        if n_prompt and self.tokens:  # an arrow between the prompt and the answer
+            last = self._rects[n_prompt - 1]
+            x = last.right() + CHIP_GAP + 3
+            y = last.center().y()
+            painter.setPen(QPen(QColor("#6b7385"), 1.5))
+            painter.drawLine(int(x), int(y), int(x + 8), int(y))
+            painter.drawLine(int(x + 8), int(y), int(x + 4), int(y - 4))
+            painter.drawLine(int(x + 8), int(y), int(x + 4), int(y + 4))
+        painter.setFont(self._small)
+        painter.setPen(PROMPT_TEXT)
+        if self.prompt:
+            first = self._rects[0]
+            painter.drawText(
+                QRectF(first.left(), first.bottom() + BAR_H + 6, 200, 14),
+                int(Qt.AlignmentFlag.AlignLeft),
+                "prompt",
+            )
+        if self.tokens:
+            first = self._rects[n_prompt]
+            painter.drawText(
+                QRectF(first.left(), first.bottom() + BAR_H + 6, 300, 14),
+                int(Qt.AlignmentFlag.AlignLeft),
+                "generated · bar = probability",
+            )
+        painter.end()
+
+    def mousePressEvent(self, event: QMouseEvent) -> None:
+        n = self.pass_at(event.position().x(), event.position().y())
+        if n is not None:
+            self.passClicked.emit(n)
+
+    def mouseMoveEvent(self, event: QMouseEvent) -> None:
+        n = self.pass_at(event.position().x(), event.position().y())
+        if n is None:
+            self.setCursor(Qt.CursorShape.ArrowCursor)
+            self.setToolTip("")
+            return
+        self.setCursor(Qt.CursorShape.PointingHandCursor)
+        prob = self.probs[n] if n < len(self.probs) else None
+        p = "" if prob is None else f" with p = {prob:.3f}"
+        self.setToolTip(f"pass {n + 1}: chose {token_label(self.tokens[n])}{p}")
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        if event.key() == Qt.Key.Key_Right and self.selected + 1 < len(self.tokens):
+            self.passClicked.emit(self.selected + 1)
+        elif event.key() == Qt.Key.Key_Left and self.selected > 0:
+            self.passClicked.emit(self.selected - 1)
+        else:
+            super().keyPressEvent(event)
+
+
+# --------------------------------------------------------------------------- the view
+
+
+class GenerationView(QWidget):
+    """Token timeline, pass navigation and the selected pass's attention map.
+
+    ``set_generation(gen)``, then listen to :attr:`passSelected` (pass index) and
+    :attr:`traceSelected` (that pass's ``Trace``) to show it in the main view.
+    """
+
+    passSelected = Signal(int)
+    traceSelected = Signal(object)
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("generationView")
+        self.generation: GenerationTrace | None = None
+        self.current = -1
+        SP = QStyle.StandardPixmap
+
+        self.title = QLabel("Generation")
+        self.title.setObjectName("generationTitle")
+        font = QFont(self.title.font())
+        font.setBold(True)
+        font.setPointSizeF(font.pointSizeF() + 1)
+        self.title.setFont(font)
+
+        self.timeline = TokenTimeline()
+        self.timeline.passClicked.connect(self.select_pass)
+        self.scroll = QScrollArea()
+        self.scroll.setWidget(self.timeline)
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.scroll.setFixedHeight(self.timeline.height() + 12)
+
+        self.prev_button = QToolButton()
+        self.prev_button.setObjectName("prevPass")
+        self.prev_button.setIcon(self.style().standardIcon(SP.SP_MediaSeekBackward))
+        self.prev_button.setText("Prev pass")
+        self.prev_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.prev_button.setToolTip("The pass before: one token less in the sequence")
+        self.prev_button.clicked.connect(lambda: self.select_pass(self.current - 1))
+        self.next_button = QToolButton()
+        self.next_button.setObjectName("nextPass")
+        self.next_button.setIcon(self.style().standardIcon(SP.SP_MediaSeekForward))
+        self.next_button.setText("Next pass")
+        self.next_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.next_button.setToolTip("The pass after: one token more in the sequence")
+        self.next_button.clicked.connect(lambda: self.select_pass(self.current + 1))
+        self.info = QLabel(" ")
+        self.info.setObjectName("generationInfo")
+        self.info.setTextFormat(Qt.TextFormat.RichText)
+
+        nav = QHBoxLayout()
+        nav.setSpacing(6)
+        nav.addWidget(self.prev_button)
+        nav.addWidget(self.next_button)
+        nav.addSpacing(10)
+        nav.addWidget(self.info, 1)
+
+        # ---- the selected pass's attention map: it grows with the sequence
+        self.layer_combo = QComboBox()
+        self.layer_combo.setObjectName("generationLayer")
+        self.layer_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.layer_combo.currentIndexChanged.connect(lambda _i: self._show_attention())
+        self.head_spin = QSpinBox()
+        self.head_spin.setObjectName("generationHead")
+        self.head_spin.setMinimumWidth(56)
+        self.head_spin.valueChanged.connect(lambda _v: self._show_attention())
+        self.attention_caption = QLabel(" ")
+        self.attention_caption.setObjectName("hint")
+        controls = QHBoxLayout()
+        controls.setSpacing(6)
+        label = QLabel("ATTENTION IN THIS PASS")
+        label.setObjectName("paneTitle")
+        controls.addWidget(label)
+        controls.addSpacing(10)
+        controls.addWidget(QLabel("Layer"))
+        controls.addWidget(self.layer_combo)
+        controls.addWidget(QLabel("Head"))
+        controls.addWidget(self.head_spin)
+        controls.addSpacing(10)
+        controls.addWidget(self.attention_caption, 1)
+        self.heatmap = HeatmapView()
+        self.heatmap.setObjectName("generationHeatmap")
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 8, 8, 8)
+        layout.setSpacing(6)
+        layout.addWidget(self.title)
+        layout.addWidget(self.scroll)
+        layout.addLayout(nav)
+        layout.addLayout(controls)
+        layout.addWidget(self.heatmap, 1)
+        self.set_generation(None)
+
+    # --------------------------------------------------------------------- input
+
+    def set_generation(self, generation: GenerationTrace | None, select: int = 0) -> None:
+        """Show a traced generation and select pass ``select`` (emits the selection)."""
+        self.generation = generation
+        self.current = -1
+        if generation is None or not generation.passes:
+            self.timeline.set_sequence([], [], [])
+            self.title.setText("Generation")
+            self.info.setText(
+                "<span style='color:#7f8898'>No generation traced. "
+                "Use <b>File ▸ Trace generation…</b></span>"
+            )
+            self.heatmap.show_message("Trace a generation to see its passes.")
+            self._update_buttons()
+            return
+        self.timeline.set_sequence(generation.prompt, generation.tokens, generation.probs)
+        prompt = "".join(token_label(t) for t in generation.prompt)
+        answer = "".join(token_label(t) for t in generation.tokens)
+        n = len(generation.passes)
+        self.title.setText(
+            f"Generation · “{prompt}” → “{answer}” · {n} pass{'es' if n != 1 else ''}"
+        )
+        maps = generation.attention_maps(0)
+        self.layer_combo.blockSignals(True)
+        self.layer_combo.clear()
+        self.layer_combo.addItems(list(maps))
+        self.layer_combo.setCurrentIndex(max(0, len(maps) - 1))  # the last layer first
+        self.layer_combo.blockSignals(False)
+        self.select_pass(select)
+
+    def select_pass(self, n: int) -> None:
+        """Select pass ``n``: timeline, info line, attention map; emit the selection."""
+        gen = self.generation
+        if gen is None or not gen.passes:
+            return
+        n = max(0, min(n, len(gen.passes) - 1))
+        if n == self.current:
+            return
+        self.current = n
+        self.timeline.set_selected(n)
+        entry = gen.timeline()[n]
+        trace = gen.passes[n]
+        p = "" if entry.prob is None else f" (p = {entry.prob:.3f})"
+        self.info.setText(
+            f"<b>pass {n + 1} / {len(gen.passes)}</b> · saw {entry.context_length} tokens · "
+            f"chose <b style='color:#ffb547'>{token_label(entry.token)}</b>{p} · "
+            f"{len(trace.steps)} steps"
+        )
+        self._update_buttons()
+        self._show_attention()
+        self.passSelected.emit(n)
+        self.traceSelected.emit(trace)
+
+    @property
+    def current_trace(self) -> Trace | None:
+        if self.generation is None or self.current < 0:
+            return None
+        return self.generation.passes[self.current]
+
+    # --------------------------------------------------------------------- internals
+
+    def _update_buttons(self) -> None:
+        count = len(self.generation.passes) if self.generation is not None else 0
+        self.prev_button.setEnabled(self.current > 0)
+        self.next_button.setEnabled(0 <= self.current < count - 1)
+
+    def _show_attention(self) -> None:
+        gen = self.generation
+        if gen is None or self.current < 0:
+            return
+        maps = gen.attention_maps(self.current)
+        name = self.layer_combo.currentText()
+        if name not in maps:
+            self.heatmap.show_message("This pass recorded no attention map for that layer.")
+            return
+        w = maps[name]  # (B, H, T, T)
+        H = int(w.shape[1])
+        self.head_spin.blockSignals(True)
+        self.head_spin.setRange(0, max(0, H - 1))
+        self.head_spin.blockSignals(False)
+        head = self.head_spin.value()
+        trace = gen.passes[self.current]
+        ids = trace.meta.get("tokens") or gen.sequence[: w.shape[-1]]
+        labels = [token_label(int(t)) for t in ids][-w.shape[-1] :]
+        self.heatmap.set_matrix(
+            w[0, head],
+            row_labels=labels,
+            col_labels=labels,
+            row_name="query",
+            col_name="key",
+            scale="probability",
+            levels=(0.0, 1.0),
+            square=True,
+        )
+        self.attention_caption.setText(f"{name} · head {head} · {w.shape[-2]} × {w.shape[-1]}")
+
+
+__all__ = [
+    "GenerationJob",
+    "GenerationOutcome",
+    "GenerationRequest",
+    "GenerationView",
+    "TokenTimeline",
+    "TraceGenerationDialog",
+    "run_generation",
+]
