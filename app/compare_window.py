@@ -1,0 +1,928 @@
+"""The compare window: two traces side by side, stepped together, coloured by divergence.
+
+::
+
+    ┌ Compare ─ A: before.trace  ◆  B: after.trace ───────────────────────────────────────┐
+    │ A · before.trace            │ B · after.trace             │ FIRST DIVERGENCE         │
+    │ ┌──────┐                    │ ┌──────┐                    │ blocks.1.ff.linear1 ·    │
+    │ │ box  │◀ ring + badge      │ │ box  │                    │ linear  rel L2 3.1e-2    │
+    │ └──────┘  coloured by       │ └──────┘                    │ THIS STEP  metrics table │
+    │           divergence        │                             │ A − B heatmap            │
+    ├─────────────────────────────┴─────────────────────────────┴──────────────────────────┤
+    │ |◀ ◀ ▶ ▶▶ ▶|  ─────●──────────  entry 37 / 104 · blocks.1.self_attn · matmul · equal │
+    └──────────────────────────────────────────────────────────────────────────────────────┘
+
+The comparison itself is :func:`tracing.diff.diff`: it aligns the two traces step by step
+(by module, op, call and occurrence, so two prompts or two versions of a model line up)
+and compares every aligned pair of outputs. This window only shows it:
+
+- **Synchronised stepping** over the aligned entries: both diagrams highlight their side's
+  step (a step that exists on one side only leaves the other side without a highlight).
+  Clicking a box on either side jumps to its entry; expanding a box expands its partner.
+- **Divergence colours**: every box gets a ring and a badge coloured by its divergence —
+  module boxes by :meth:`TraceDiff.module_scores` (largest relative L2 of that module's
+  outputs), op boxes by their own step. Green is identical, then yellow to red on a log
+  scale up to a relative L2 of 1; magenta marks a changed shape or a step on one side only;
+  grey means nothing could be compared (no values or statistics kept).
+- **A − B** for the current step as a heatmap (a diverging map: dark is zero), with a
+  slice bar for the leading axes, and the metrics of every output in a table.
+- **First divergence**: the earliest step, in execution order, whose outputs differ — when
+  one weight changed, the op that first used it. The window opens there.
+"""
+
+from __future__ import annotations
+
+import html
+import itertools
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QPointF, QRectF, QSize, Qt, Signal
+from PySide6.QtGui import (
+    QAction,
+    QBrush,
+    QColor,
+    QFont,
+    QFontMetricsF,
+    QKeySequence,
+    QLinearGradient,
+    QPainter,
+    QPen,
+)
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFrame,
+    QGraphicsItem,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QMainWindow,
+    QPushButton,
+    QSizePolicy,
+    QSpinBox,
+    QSplitter,
+    QStyleOptionGraphicsItem,
+    QTableWidget,
+    QTableWidgetItem,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.diagram import DiagramView, FrameItem
+from app.heatmap import HeatmapView
+from app.step_bar import StepBar
+from app.tensor_view import as_matrix, axis_names, leading_axes, token_labels
+from tracing.diff import StepDiff, TraceDiff
+from tracing.diff import diff as diff_traces
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from tracing import Trace
+
+# --------------------------------------------------------------------------- colours
+
+IDENTICAL = QColor("#3fb68b")
+NOT_COMPARED = QColor("#6b7385")
+STRUCTURAL = QColor("#ff5cc8")  # a changed shape, a step on one side only
+SCALE_STOPS = (
+    (0.0, "#3fb68b"),
+    (0.35, "#b5d66b"),
+    (0.55, "#e5c07b"),
+    (0.78, "#f08a4b"),
+    (1.0, "#ff5c5c"),
+)
+LOG_FLOOR = -7.0  # relative L2 of 1e-7 and below sits at the green end of the scale
+
+STATUS_TEXT = {
+    "equal": "equal",
+    "changed": "values differ",
+    "shape": "shape changed",
+    "only_a": "only in A",
+    "only_b": "only in B",
+}
+
+
+def divergence_fraction(score: float) -> float:
+    """Where a positive finite score sits on the colour scale: 0 (1e-7 or less) .. 1 (>= 1)."""
+    if score <= 0:
+        return 0.0
+    return min(1.0, max(0.0, (math.log10(score) - LOG_FLOOR) / -LOG_FLOOR))
+
+
+def divergence_colour(score: float | None) -> QColor:
+    """The colour of a divergence score (relative L2; ``inf``: structural; None: unknown)."""
+    if score is None:
+        return QColor(NOT_COMPARED)
+    if math.isnan(score) or math.isinf(score):
+        return QColor(STRUCTURAL)
+    if score == 0:
+        return QColor(IDENTICAL)
+    return _scale_colour(divergence_fraction(score))
+
+
+def _scale_colour(t: float) -> QColor:
+    for (t0, c0), (t1, c1) in itertools.pairwise(SCALE_STOPS):
+        if t <= t1:
+            a, b = QColor(c0), QColor(c1)
+            f = 0.0 if t1 == t0 else (t - t0) / (t1 - t0)
+            return QColor(
+                round(a.red() + (b.red() - a.red()) * f),
+                round(a.green() + (b.green() - a.green()) * f),
+                round(a.blue() + (b.blue() - a.blue()) * f),
+            )
+    return QColor(SCALE_STOPS[-1][1])
+
+
+def score_text(score: float | None, status: str | None = None) -> str:
+    """A badge's text: ``0``, ``3.1e-02``, ``shape``, ``A only``, ``?``."""
+    if status == "only_a":
+        return "A only"
+    if status == "only_b":
+        return "B only"
+    if score is None:
+        return "?"
+    if math.isnan(score):
+        return "NaN"
+    if math.isinf(score):
+        return "shape" if status in (None, "shape") else "∞"
+    if score == 0:
+        return "0"
+    return f"{score:.1e}".replace("e-0", "e-").replace("e+0", "e")
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    if value == 0:
+        return "0"
+    return f"{value:.{digits}g}"
+
+
+# --------------------------------------------------------------------------- diagram marks
+
+
+class DivergenceMark(QGraphicsItem):
+    """A coloured ring around a box and a badge with its score (a child of the box item)."""
+
+    def __init__(self, parent: QGraphicsItem, size: QSize, score, status, frame: bool):
+        super().__init__(parent)
+        self.score = score
+        self.status = status
+        self.colour = (
+            divergence_colour(score) if status not in ("only_a", "only_b") else QColor(STRUCTURAL)
+        )
+        self.text = score_text(score, status)
+        self.frame = frame
+        self._w, self._h = float(size.width()), float(size.height())
+        font = QFont()
+        font.setPointSizeF(7.5)
+        font.setBold(True)
+        self.font = font
+        tw = QFontMetricsF(font).horizontalAdvance(self.text)
+        bw, bh = tw + 12, 15.0
+        if frame:  # in the title bar, left of the collapse badge
+            self.badge = QRectF(self._w - 30 - bw, 8, bw, bh)
+        else:  # straddling the top edge, left of the expand badge
+            self.badge = QRectF(self._w - 28 - bw, -bh / 2, bw, bh)
+        self.setAcceptedMouseButtons(Qt.MouseButton.NoButton)
+        self.setAcceptHoverEvents(False)
+        self.setToolTip(f"divergence: {self.text}")
+
+    def boundingRect(self) -> QRectF:
+        return QRectF(0, 0, self._w, self._h).adjusted(-6, -10, 6, 6).united(self.badge)
+
+    def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        ring = QColor(self.colour)
+        if self.frame:
+            ring.setAlpha(150)
+            painter.setPen(QPen(ring, 1.6, Qt.PenStyle.DashLine))
+            painter.setBrush(Qt.BrushStyle.NoBrush)
+            painter.drawRoundedRect(QRectF(0, 0, self._w, self._h).adjusted(-3, -3, 3, 3), 12, 12)
+        else:
+            painter.setPen(QPen(ring, 2.2))
+            painter.setBrush(Qt.BrushStyle.NoBrush)
+            painter.drawRoundedRect(QRectF(0, 0, self._w, self._h).adjusted(-3, -3, 3, 3), 9, 9)
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.setBrush(self.colour)
+        painter.drawRoundedRect(self.badge, self.badge.height() / 2, self.badge.height() / 2)
+        painter.setFont(self.font)
+        painter.setPen(QColor("#111318") if self.colour.lightness() > 110 else QColor("#ffffff"))
+        painter.drawText(self.badge, int(Qt.AlignmentFlag.AlignCenter), self.text)
+
+
+class DivergenceOverlay:
+    """Keeps a :class:`DivergenceMark` on every box of one :class:`DiagramView`.
+
+    The view rebuilds its scene on every expand or collapse (deleting the marks with it),
+    so the marks are added again after each ``layoutChanged``.
+    """
+
+    def __init__(self, view: DiagramView, scores: dict[int, tuple[float | None, str | None]]):
+        self.view = view
+        self.scores = scores  # step index -> (score, status)
+        self.marks: dict[int, DivergenceMark] = {}
+        view.layoutChanged.connect(self.apply)
+
+    def apply(self) -> None:
+        self.marks = {}
+        layout = self.view.layout_
+        if layout is None:
+            return
+        for key, item in self.view.items_by_key.items():
+            if key < 0 or key not in self.scores:
+                continue
+            node = layout.nodes[key]
+            score, status = self.scores[key]
+            size = QSize(int(node.rect.width()), int(node.rect.height()))
+            self.marks[key] = DivergenceMark(
+                item, size, score, status, frame=isinstance(item, FrameItem)
+            )
+
+
+def step_scores(
+    d: TraceDiff, trace: Trace, side: str
+) -> dict[int, tuple[float | None, str | None]]:
+    """Score and status for every step of one side: modules by their module's score,
+    ops by their own entry (relative L2; ``inf`` for a changed shape; None: not compared)."""
+    modules = d.module_scores()
+    lookup = d.for_step_a if side == "a" else d.for_step_b
+    out: dict[int, tuple[float | None, str | None]] = {}
+    for s in trace.steps:
+        entry = lookup(s.index)
+        status = entry.status if entry is not None else None
+        if entry is not None and entry.one_sided:
+            out[s.index] = (math.inf, status)
+        elif s.kind == "module":
+            out[s.index] = (modules.get(s.module), status)
+        else:
+            out[s.index] = (entry_score(entry), status)
+    return out
+
+
+def entry_score(entry: StepDiff | None) -> float | None:
+    """One entry's divergence: its relative L2, ``inf`` for a structural change, or the
+    statistics delta when no values were kept (None when nothing could be compared)."""
+    if entry is None:
+        return None
+    if entry.one_sided or entry.status == "shape":
+        return math.inf
+    if entry.rel_l2 is not None:
+        return entry.rel_l2
+    deltas = [o.stats_delta for o in entry.outputs if o.stats_delta is not None]
+    if deltas:
+        return max(deltas)
+    return 0.0 if not entry.outputs else None
+
+
+# --------------------------------------------------------------------------- small widgets
+
+
+class DivergenceLegend(QWidget):
+    """The colour scale: identical · 1e-6 · 1e-3 · ≥ 1 (relative L2), shape, not compared."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setFixedHeight(34)
+        self.setMinimumWidth(460)
+        self.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
+
+    def sizeHint(self) -> QSize:
+        return QSize(520, 34)
+
+    def paintEvent(self, event) -> None:
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        font = QFont(self.font())
+        font.setPointSizeF(max(7.0, font.pointSizeF() - 1.5))
+        painter.setFont(font)
+        muted = QColor("#9aa3b2")
+        painter.setPen(muted)
+        painter.drawText(
+            QRectF(0, 0, 96, 20), int(Qt.AlignmentFlag.AlignVCenter), "rel. L2 (A − B)"
+        )
+        bar = QRectF(100, 5, 220, 10)
+        gradient = QLinearGradient(bar.topLeft(), bar.topRight())
+        for t, c in SCALE_STOPS:
+            gradient.setColorAt(t, QColor(c))
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.setBrush(QBrush(gradient))
+        painter.drawRoundedRect(bar, 4, 4)
+        painter.setPen(muted)
+        for label, value in (("0", 0.0), ("1e-5", 1e-5), ("1e-3", 1e-3), ("≥ 1", 1.0)):
+            x = bar.left() + bar.width() * (divergence_fraction(value) if value else 0.0)
+            painter.drawLine(QPointF(x, bar.bottom() + 1), QPointF(x, bar.bottom() + 4))
+            painter.drawText(
+                QRectF(x - 20, bar.bottom() + 4, 40, 14), int(Qt.AlignmentFlag.AlignCenter), label
+            )
+        x = bar.right() + 16
+        for colour, label in ((STRUCTURAL, "shape / one side"), (NOT_COMPARED, "not compared")):
+            painter.setPen(Qt.PenStyle.NoPen)
+            painter.setBrush(colour)
+            painter.drawRoundedRect(QRectF(x, 5, 10, 10), 3, 3)
+            painter.setPen(muted)
+            painter.drawText(QRectF(x + 14, 0, 110, 20), int(Qt.AlignmentFlag.AlignVCenter), label)
+            x += 14 + painter.fontMetrics().horizontalAdvance(label) + 14
+        painter.end()
+
+
+class _SliceBar(QWidget):
+    """One spin box per leading axis of the difference tensor (``B [0]  H [2]``)."""
+
+    changed = Signal()
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self._layout = QHBoxLayout(self)
+        self._layout.setContentsMargins(0, 0, 0, 0)
+        self._layout.setSpacing(6)
+        self._widgets: list[QWidget] = []
+        self.spins: list[QSpinBox] = []
+        self.description = QLabel(" ")
+        self.description.setObjectName("hint")
+        self._layout.addStretch(1)
+        self._layout.addWidget(self.description)
+        self._chosen: dict[str, int] = {}
+
+    def set_axes(self, axes: list[tuple[str, int]]) -> None:
+        for w in self._widgets:
+            w.deleteLater()
+        self._widgets, self.spins = [], []
+        for i, (name, size) in enumerate(axes):
+            label = QLabel(name)
+            spin = QSpinBox()
+            spin.setRange(0, max(0, size - 1))
+            spin.setValue(min(self._chosen.get(name, 0), max(0, size - 1)))
+            spin.setEnabled(size > 1)
+            spin.setMinimumWidth(52)
+            spin.setToolTip(f"index along axis {name} (size {size})")
+            spin.valueChanged.connect(lambda v, n=name: self._on_changed(n, v))
+            self._layout.insertWidget(2 * i, label)
+            self._layout.insertWidget(2 * i + 1, spin)
+            self._widgets += [label, spin]
+            self.spins.append(spin)
+
+    def index(self) -> tuple[int, ...]:
+        return tuple(s.value() for s in self.spins)
+
+    def _on_changed(self, name: str, value: int) -> None:
+        self._chosen[name] = value
+        self.changed.emit()
+
+
+def _card_title(text: str) -> QLabel:
+    label = QLabel(text.upper())
+    label.setObjectName("paneTitle")
+    return label
+
+
+# --------------------------------------------------------------------------- the window
+
+
+class CompareWindow(QMainWindow):
+    """Two traces side by side, stepped over their aligned steps.
+
+    ``CompareWindow(trace_a, trace_b, name_a="before.trace", name_b="after.trace")``, or
+    :meth:`from_files`. ``entryChanged(position)`` follows every move.
+    """
+
+    entryChanged = Signal(int)
+
+    def __init__(
+        self,
+        trace_a: Trace,
+        trace_b: Trace,
+        name_a: str = "A",
+        name_b: str = "B",
+        *,
+        atol: float = 0.0,
+        parent: QWidget | None = None,
+    ):
+        super().__init__(parent)
+        self.setObjectName("compareWindow")
+        self.setWindowTitle(f"Compare {name_a} ◆ {name_b} — Scratchformer")
+        self.resize(1600, 940)
+        self.trace_a, self.trace_b = trace_a, trace_b
+        self.name_a, self.name_b = name_a, name_b
+        self.atol = atol
+        self.diff: TraceDiff = diff_traces(trace_a, trace_b)
+        self.entries: list[StepDiff] = list(self.diff.entries)
+        self.divergent: list[StepDiff] = self.diff.divergent(atol)
+        self.first: StepDiff | None = self.divergent[0] if self.divergent else None
+        self._position_of = {id(e): i for i, e in enumerate(self.entries)}
+        self.position = -1
+        self._syncing = False
+        self._tokens_a = token_labels(trace_a)
+
+        # ---- the two diagrams
+        self.diagram_a = DiagramView(self)
+        self.diagram_b = DiagramView(self)
+        self.overlay_a = DivergenceOverlay(self.diagram_a, step_scores(self.diff, trace_a, "a"))
+        self.overlay_b = DivergenceOverlay(self.diagram_b, step_scores(self.diff, trace_b, "b"))
+        side_a = self._side_pane("A", name_a, trace_a, self.diagram_a)
+        side_b = self._side_pane("B", name_b, trace_b, self.diagram_b)
+
+        # ---- right panel: first divergence, this step, A − B
+        self.summary = QLabel()
+        self.summary.setObjectName("compareSummary")
+        self.summary.setWordWrap(True)
+        self.summary.setTextFormat(Qt.TextFormat.RichText)
+        self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.first_button = QPushButton("Go to first divergence")
+        self.first_button.setObjectName("goToFirstDivergence")
+        self.first_button.clicked.connect(self.go_to_first_divergence)
+        self.next_div_button = QPushButton("Next divergence ▶")
+        self.next_div_button.setObjectName("nextDivergence")
+        self.next_div_button.setToolTip("The next aligned step whose outputs differ (D)")
+        self.next_div_button.clicked.connect(self.next_divergence)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.first_button)
+        buttons.addWidget(self.next_div_button)
+        buttons.addStretch(1)
+
+        self.step_title = QLabel(" ")
+        self.step_title.setObjectName("compareStepTitle")
+        self.step_title.setTextFormat(Qt.TextFormat.RichText)
+        self.step_title.setWordWrap(True)
+        self.metrics = QTableWidget(0, 6)
+        self.metrics.setObjectName("compareMetrics")
+        self.metrics.setHorizontalHeaderLabels(
+            ["output", "shape A", "shape B", "max |A−B|", "rel L2", "cosine"]
+        )
+        self.metrics.verticalHeader().hide()
+        self.metrics.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.metrics.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
+        self.metrics.setShowGrid(False)
+        self.metrics.setAlternatingRowColors(True)
+        self.metrics.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        self.metrics.verticalHeader().setDefaultSectionSize(self.metrics.fontMetrics().height() + 8)
+        self.metrics.setFixedHeight(3 * (self.metrics.fontMetrics().height() + 8) + 30)
+
+        self.slice_bar = _SliceBar()
+        self.slice_bar.changed.connect(self._render_difference)
+        self.difference_heatmap = HeatmapView()
+        self.difference_heatmap.setObjectName("differenceHeatmap")
+        self.difference_caption = QLabel(" ")
+        self.difference_caption.setObjectName("hint")
+        diff_page = QWidget()
+        diff_layout = QVBoxLayout(diff_page)
+        diff_layout.setContentsMargins(4, 6, 4, 4)
+        diff_layout.setSpacing(4)
+        diff_layout.addWidget(self.slice_bar)
+        diff_layout.addWidget(self.difference_heatmap, 1)
+        diff_layout.addWidget(self.difference_caption)
+
+        self.divergent_list = QListWidget()
+        self.divergent_list.setObjectName("divergentSteps")
+        self.divergent_list.setUniformItemSizes(True)
+        self.divergent_list.itemActivated.connect(self._on_divergent_item)
+        self.divergent_list.itemClicked.connect(self._on_divergent_item)
+        self._fill_divergent_list()
+
+        self.tabs = QTabWidget()
+        self.tabs.setDocumentMode(True)
+        self.tabs.addTab(diff_page, "A − B")
+        self.tabs.addTab(self.divergent_list, f"Divergent steps ({len(self.divergent)})")
+
+        right = QWidget()
+        right_layout = QVBoxLayout(right)
+        right_layout.setContentsMargins(8, 6, 8, 6)
+        right_layout.setSpacing(6)
+        right_layout.addWidget(_card_title("First divergence"))
+        right_layout.addWidget(self.summary)
+        right_layout.addLayout(buttons)
+        right_layout.addWidget(_separator())
+        right_layout.addWidget(_card_title("This step"))
+        right_layout.addWidget(self.step_title)
+        right_layout.addWidget(self.metrics)
+        right_layout.addWidget(self.tabs, 1)
+
+        self.splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.splitter.addWidget(side_a)
+        self.splitter.addWidget(side_b)
+        self.splitter.addWidget(right)
+        self.splitter.setChildrenCollapsible(False)
+        self.splitter.setHandleWidth(5)
+        self.splitter.setSizes([560, 560, 480])
+
+        # ---- step bar over the aligned entries (reused; the module-stepping buttons hidden)
+        self.step_bar = StepBar(self)
+        for b in (self.step_bar.over_button, self.step_bar.out_button, self.step_bar.nan_button):
+            b.hide()
+        self.step_bar.stepRequested.connect(self.go_to)
+        self.legend = DivergenceLegend()
+        bottom = QWidget()
+        bottom.setObjectName("stepBar")
+        bottom_layout = QHBoxLayout(bottom)
+        bottom_layout.setContentsMargins(0, 0, 8, 0)
+        bottom_layout.addWidget(self.step_bar, 1)
+        bottom_layout.addWidget(self.legend, 0, Qt.AlignmentFlag.AlignVCenter)
+
+        central = QWidget()
+        layout = QVBoxLayout(central)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(0)
+        layout.addWidget(self.splitter, 1)
+        layout.addWidget(bottom)
+        self.setCentralWidget(central)
+        self.counts_label = QLabel(self._counts_text())
+        self.statusBar().addWidget(self.counts_label, 1)
+
+        # ---- wiring
+        self.diagram_a.stepActivated.connect(lambda i: self.go_to_step("a", i))
+        self.diagram_b.stepActivated.connect(lambda i: self.go_to_step("b", i))
+        self.diagram_a.layoutChanged.connect(lambda: self._sync_expansion("a"))
+        self.diagram_b.layoutChanged.connect(lambda: self._sync_expansion("b"))
+        self._actions()
+
+        # ---- content
+        self.diagram_a.set_trace(trace_a)
+        self.diagram_b.set_trace(trace_b)
+        self.overlay_a.apply()
+        self.overlay_b.apply()
+        self._fill_summary()
+        self.step_bar.set_count(len(self.entries))
+        start = self._position_of[id(self.first)] if self.first is not None else 0
+        if self.entries:
+            self.go_to(start)
+
+    # --------------------------------------------------------------------- building
+
+    @classmethod
+    def from_files(cls, path_a: str | Path, path_b: str | Path, **kwargs) -> CompareWindow:
+        """Open two trace files (``app.session.SessionError`` names a bad one)."""
+        from app import session
+
+        a = session.open_trace(path_a)
+        b = session.open_trace(path_b)
+        return cls(a, b, Path(path_a).name, Path(path_b).name, **kwargs)
+
+    def _side_pane(self, side: str, name: str, trace: Trace, view: DiagramView) -> QWidget:
+        box = QWidget()
+        layout = QVBoxLayout(box)
+        layout.setContentsMargins(6, 6, 0, 0)
+        layout.setSpacing(2)
+        title = QLabel(f"<b style='color:#ffb547'>{side}</b>&nbsp;&nbsp;{html.escape(name)}")
+        title.setObjectName("compareSideTitle")
+        title.setTextFormat(Qt.TextFormat.RichText)
+        font = QFont(title.font())
+        font.setPointSizeF(font.pointSizeF() + 1)
+        title.setFont(font)
+        meta = trace.meta
+        parts = [str(meta.get("model_class", "model")).rsplit(".", 1)[-1]]
+        if isinstance(meta.get("text"), str) and meta["text"]:
+            parts.append(f"“{meta['text']}”")
+        if meta.get("capture"):
+            parts.append(f"capture {meta['capture']}")
+        parts.append(f"{len(trace.steps)} steps")
+        sub = QLabel(" · ".join(parts))
+        sub.setObjectName("hint")
+        layout.addWidget(title)
+        layout.addWidget(sub)
+        layout.addWidget(view, 1)
+        return box
+
+    def _actions(self) -> None:
+        def action(text: str, keys: list[str], slot) -> QAction:
+            a = QAction(text, self)
+            a.setShortcuts([QKeySequence(k) for k in keys])
+            a.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+            a.triggered.connect(lambda _checked=False: slot())
+            self.addAction(a)
+            return a
+
+        self.next_action = action("Next aligned step", ["Right", "F11"], self.next)
+        self.prev_action = action("Previous aligned step", ["Left", "F7"], self.prev)
+        self.first_step_action = action("First step", ["Home"], lambda: self.go_to(0))
+        self.last_step_action = action(
+            "Last step", ["End"], lambda: self.go_to(len(self.entries) - 1)
+        )
+        self.next_div_action = action("Next divergence", ["D"], self.next_divergence)
+        self.prev_div_action = action("Previous divergence", ["Shift+D"], self.prev_divergence)
+        self.fit_action = action("Fit both diagrams", ["F"], self.fit)
+        self.close_action = action("Close", ["Ctrl+W", "Escape"], self.close)
+
+    # --------------------------------------------------------------------- moving
+
+    @property
+    def current_entry(self) -> StepDiff | None:
+        return self.entries[self.position] if 0 <= self.position < len(self.entries) else None
+
+    def go_to(self, position: int) -> None:
+        """Move both sides to aligned entry ``position`` (clamped)."""
+        if not self.entries:
+            return
+        position = max(0, min(int(position), len(self.entries) - 1))
+        if position == self.position:
+            return
+        self.position = position
+        e = self.entries[position]
+        self.diagram_a.set_current(e.a_index if e.a_index is not None else -1)
+        self.diagram_b.set_current(e.b_index if e.b_index is not None else -1)
+        step = self._step_of(e)
+        source = ""
+        if step is not None and step.source is not None:
+            source = f"{Path(step.source.file).name}:{step.source.line} · {step.source.text}"
+        status = (
+            f"entry {position + 1} / {len(self.entries)} · {e.label} · "
+            f"{STATUS_TEXT.get(e.status, e.status)}"
+        )
+        self.step_bar.set_position(position, status, source)
+        self.step_bar.status.set_colour("#ffb547" if e.differs(self.atol) else "#e6e9ef")
+        self._show_entry(e)
+        self.entryChanged.emit(position)
+
+    def go_to_step(self, side: str, index: int) -> None:
+        """Jump to the entry holding step ``index`` of side ``"a"`` or ``"b"``."""
+        entry = self.diff.for_step_a(index) if side == "a" else self.diff.for_step_b(index)
+        if entry is not None:
+            self.go_to(self._position_of[id(entry)])
+
+    def next(self) -> None:
+        self.go_to(self.position + 1)
+
+    def prev(self) -> None:
+        self.go_to(self.position - 1)
+
+    def go_to_first_divergence(self) -> None:
+        if self.first is not None:
+            self.go_to(self._position_of[id(self.first)])
+
+    def next_divergence(self) -> None:
+        for i in range(self.position + 1, len(self.entries)):
+            if self.entries[i].differs(self.atol):
+                self.go_to(i)
+                return
+        self.statusBar().showMessage("No divergent step after this one.", 3000)
+
+    def prev_divergence(self) -> None:
+        for i in range(self.position - 1, -1, -1):
+            if self.entries[i].differs(self.atol):
+                self.go_to(i)
+                return
+
+    def fit(self) -> None:
+        self.diagram_a.fit()
+        self.diagram_b.fit()
+
+    def box_score(self, side: str, step_index: int) -> tuple[float | None, str | None]:
+        """The (score, status) that colours the box of ``step_index`` on one side."""
+        overlay = self.overlay_a if side == "a" else self.overlay_b
+        return overlay.scores.get(step_index, (None, None))
+
+    # --------------------------------------------------------------------- showing
+
+    def _step_of(self, e: StepDiff):
+        if e.a_index is not None:
+            return self.trace_a.steps[e.a_index]
+        return self.trace_b.steps[e.b_index]
+
+    def _show_entry(self, e: StepDiff) -> None:
+        colour = divergence_colour(entry_score(e)).name()
+        where = []
+        if e.a_index is not None:
+            where.append(f"A step {e.a_index + 1}")
+        if e.b_index is not None:
+            where.append(f"B step {e.b_index + 1}")
+        self.step_title.setText(
+            f"<b>{html.escape(e.label)}</b> · {' · '.join(where)}<br>"
+            f"<span style='color:{colour}'>● {STATUS_TEXT.get(e.status, e.status)}</span>"
+        )
+        self.metrics.setRowCount(len(e.outputs))
+        for row, o in enumerate(e.outputs):
+            cells = [
+                o.name,
+                _shape(o.shape_a),
+                _shape(o.shape_b),
+                fmt(o.max_abs),
+                fmt(o.rel_l2)
+                if o.rel_l2 is not None
+                else (f"Δstats {fmt(o.stats_delta)}" if o.stats_delta is not None else "–"),
+                fmt(o.cosine, 6),
+            ]
+            for col, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                if col == 4 and o.differs(self.atol):
+                    item.setForeground(
+                        divergence_colour(o.rel_l2 if not o.shape_changed else math.inf)
+                    )
+                self.metrics.setItem(row, col, item)
+        self._prepare_difference(e)
+
+    def _prepare_difference(self, e: StepDiff) -> None:
+        self._difference: torch.Tensor | None = None
+        self._difference_record = None
+        if e.one_sided:
+            side = "A" if e.status == "only_a" else "B"
+            self._no_difference(f"This step exists in {side} only: nothing to subtract.")
+            return
+        if not e.outputs:
+            self._no_difference("This step has no outputs.")
+            return
+        o = e.outputs[0]
+        if o.shape_changed:
+            self._no_difference(
+                f"The output's shape changed: {_shape(o.shape_a)} in A, {_shape(o.shape_b)} "
+                "in B. Values of different shapes cannot be subtracted."
+            )
+            return
+        value = self.diff.difference(e)
+        if value is None:
+            capture = self.trace_a.meta.get("capture"), self.trace_b.meta.get("capture")
+            why = (
+                "A trace kept no values (capture " + " / ".join(str(c) for c in capture) + ")."
+                if "values" not in capture or capture[0] != capture[1]
+                else "No values were kept for this tensor (over the capture's size cap)."
+            )
+            delta = (
+                f" The statistics differ by up to {fmt(o.stats_delta)}." if o.stats_delta else ""
+            )
+            self._no_difference(f"<b>No A − B heatmap.</b><br>{why}{delta}")
+            return
+        self._difference = value
+        record = self.trace_a.tensors[self.trace_a.steps[e.a_index].outputs[0]]
+        self._difference_record = replace(record, role=None)
+        if value.dim() == 0:
+            self.slice_bar.set_axes([])
+            self.difference_heatmap.show_message(
+                f"<p style='font-size:15pt'>{float(value):.6g}</p><p>A − B (a scalar)</p>"
+            )
+            self.difference_caption.setText(" ")
+            return
+        self.slice_bar.set_axes(leading_axes(self._difference_record))
+        self._render_difference()
+
+    def _render_difference(self) -> None:
+        value, record = self._difference, self._difference_record
+        if value is None or record is None or value.dim() == 0:
+            return
+        names = axis_names(record)
+        matrix = as_matrix(value, self.slice_bar.index())
+        row_name, col_name = ("", names[0]) if value.dim() == 1 else (names[-2], names[-1])
+        tokens = self._tokens_a
+        rows, cols = matrix.shape
+        self.difference_heatmap.set_matrix(
+            matrix,
+            row_labels=tokens if tokens and row_name == "T" and len(tokens) == rows else None,
+            col_labels=tokens if tokens and col_name == "T" and len(tokens) == cols else None,
+            row_name=row_name or " ",
+            col_name=col_name,
+            scale="signed",
+        )
+        cut = ", ".join(
+            f"{n}={i}" for (n, _), i in zip(leading_axes(record), self.slice_bar.index())
+        )
+        biggest = float(value.abs().max()) if value.numel() else 0.0
+        self.slice_bar.description.setText(
+            (f"[{cut}] → " if cut else "") + f"{row_name or 'row'} × {col_name}"
+        )
+        self.difference_caption.setText(
+            "A − B · identical here (every element equal)"
+            if biggest == 0
+            else f"A − B · max |A − B| = {fmt(biggest)} over the whole tensor"
+        )
+
+    def _no_difference(self, text: str) -> None:
+        self.slice_bar.set_axes([])
+        self.slice_bar.description.setText(" ")
+        self.difference_heatmap.show_message(text)
+        self.difference_caption.setText(" ")
+
+    def _fill_summary(self) -> None:
+        c = self.diff.counts()
+        first = self.first
+        if first is None:
+            self.summary.setText(
+                f"<span style='color:{IDENTICAL.name()}; font-size:12pt'><b>● No divergence</b>"
+                f"</span><br>The traces agree at all {len(self.entries)} aligned steps"
+                + (f" (atol {self.atol:g})." if self.atol else ".")
+            )
+            self.first_button.setEnabled(False)
+            self.next_div_button.setEnabled(False)
+            return
+        step = self._step_of(first)
+        colour = divergence_colour(entry_score(first)).name()
+        where = []
+        if first.a_index is not None:
+            where.append(f"A step {first.a_index + 1}")
+        if first.b_index is not None:
+            where.append(f"B step {first.b_index + 1}")
+        lines = [
+            f"<span style='color:{colour}; font-size:12pt'><b>● {html.escape(first.label)}"
+            f"</b></span>",
+            f"{' · '.join(where)} · {STATUS_TEXT.get(first.status, first.status)}",
+        ]
+        if first.rel_l2 is not None:
+            lines.append(
+                f"rel L2 <b>{fmt(first.rel_l2)}</b> · max |A−B| <b>{fmt(first.max_abs)}</b> · "
+                f"cosine {fmt(first.cosine, 6)}"
+            )
+        if step.source is not None and step.source.text:
+            lines.append(
+                f"<code style='color:#8fd3ff'>{html.escape(Path(step.source.file).name)}:"
+                f"{step.source.line}  {html.escape(step.source.text)}</code>"
+            )
+        lines.append(
+            f"<span style='color:#9aa3b2'>{len(self.divergent)} of {len(self.entries)} aligned "
+            f"steps differ · {c['shape']} changed shape · {c['only_a']} only in A · "
+            f"{c['only_b']} only in B</span>"
+        )
+        self.summary.setText("<br>".join(lines))
+
+    def _fill_divergent_list(self) -> None:
+        self.divergent_list.clear()
+        for e in self.divergent[:2000]:
+            where = f"A{e.a_index + 1}" if e.a_index is not None else f"B{e.b_index + 1}"
+            score = entry_score(e)
+            item = QListWidgetItem(f"{where:>6}  {e.label}   {score_text(score, e.status)}")
+            item.setForeground(divergence_colour(score))
+            item.setData(Qt.ItemDataRole.UserRole, self._position_of[id(e)])
+            self.divergent_list.addItem(item)
+        if not self.divergent:
+            item = QListWidgetItem("No step differs.")
+            item.setFlags(Qt.ItemFlag.NoItemFlags)
+            self.divergent_list.addItem(item)
+
+    def _on_divergent_item(self, item: QListWidgetItem) -> None:
+        position = item.data(Qt.ItemDataRole.UserRole)
+        if position is not None:
+            self.go_to(int(position))
+
+    def _counts_text(self) -> str:
+        c = self.diff.counts()
+        return (
+            f"{len(self.entries)} aligned entries · {c['equal']} equal · {c['changed']} values "
+            f"differ · {c['shape']} shape changed · {c['only_a']} only in A · "
+            f"{c['only_b']} only in B"
+        )
+
+    # --------------------------------------------------------------------- expansion sync
+
+    def _sync_expansion(self, source: str) -> None:
+        """Expanding a box on one side expands its partner on the other."""
+        if self._syncing:
+            return
+        src, dst = (
+            (self.diagram_a, self.diagram_b) if source == "a" else (self.diagram_b, self.diagram_a)
+        )
+        lookup = self.diff.for_step_a if source == "a" else self.diff.for_step_b
+        partner = {}
+        for key in src.expanded:
+            entry = lookup(key)
+            other = None if entry is None else (entry.b_index if source == "a" else entry.a_index)
+            if other is not None:
+                partner[key] = other
+        wanted = set(partner.values())
+        if wanted == dst.expanded:
+            return
+        self._syncing = True
+        try:
+            dst.set_expanded(wanted)
+        finally:
+            self._syncing = False
+
+
+def _shape(s) -> str:
+    return "–" if s is None else "(" + ", ".join(str(x) for x in s) + ")"
+
+
+def _separator() -> QFrame:
+    line = QFrame()
+    line.setFrameShape(QFrame.Shape.HLine)
+    line.setStyleSheet("color: #2c3039;")
+    return line
+
+
+def open_compare(
+    trace_a: Trace, trace_b: Trace, name_a: str = "A", name_b: str = "B", parent=None
+) -> CompareWindow:
+    """Build and show a compare window (kept alive by its parent, or by the caller)."""
+    window = CompareWindow(trace_a, trace_b, name_a, name_b, parent=parent)
+    if parent is not None:
+        window.setWindowFlag(Qt.WindowType.Window, True)
+        window.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose, True)
+    window.show()
+    return window
+
+
+__all__ = [
+    "CompareWindow",
+    "DivergenceLegend",
+    "DivergenceMark",
+    "DivergenceOverlay",
+    "divergence_colour",
+    "entry_score",
+    "open_compare",
+    "score_text",
+    "step_scores",
+]
