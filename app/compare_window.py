@@ -289,16 +289,21 @@ def entry_score(entry: StepDiff | None) -> float | None:
 
 
 class DivergenceLegend(QWidget):
-    """The colour scale: identical · 1e-6 · 1e-3 · ≥ 1 (relative L2), shape, not compared."""
+    """The colour scale: identical · 1e-5 · 1e-3 · ≥ 1 (relative L2); structural; n/a (not
+    compared: no values or statistics kept)."""
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.setFixedHeight(34)
-        self.setMinimumWidth(460)
+        self.setMinimumWidth(self.sizeHint().width())
         self.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
 
     def sizeHint(self) -> QSize:
-        return QSize(520, 34)
+        font = QFont(self.font())
+        font.setPointSizeF(max(7.0, font.pointSizeF() - 1.5))
+        metrics = QFontMetricsF(font)
+        labels = sum(metrics.horizontalAdvance(t) + 28 for t in ("shape / one side", "n/a"))
+        return QSize(int(336 + labels + 8), 34)
 
     def paintEvent(self, event) -> None:
         painter = QPainter(self)
@@ -326,7 +331,7 @@ class DivergenceLegend(QWidget):
                 QRectF(x - 20, bar.bottom() + 4, 40, 14), int(Qt.AlignmentFlag.AlignCenter), label
             )
         x = bar.right() + 16
-        for colour, label in ((STRUCTURAL, "shape / one side"), (NOT_COMPARED, "not compared")):
+        for colour, label in ((STRUCTURAL, "shape / one side"), (NOT_COMPARED, "n/a")):
             painter.setPen(Qt.PenStyle.NoPen)
             painter.setBrush(colour)
             painter.drawRoundedRect(QRectF(x, 5, 10, 10), 3, 3)
@@ -355,7 +360,9 @@ class _SliceBar(QWidget):
         self._chosen: dict[str, int] = {}
 
     def set_axes(self, axes: list[tuple[str, int]]) -> None:
-        for w in self._widgets:
+        for w in self._widgets:  # hidden and detached now, deleted later
+            w.hide()
+            self._layout.removeWidget(w)
             w.deleteLater()
         self._widgets, self.spins = [], []
         for i, (name, size) in enumerate(axes):
@@ -464,7 +471,9 @@ class CompareWindow(QMainWindow):
         self.metrics.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
         self.metrics.setShowGrid(False)
         self.metrics.setAlternatingRowColors(True)
-        self.metrics.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        header = self.metrics.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         self.metrics.verticalHeader().setDefaultSectionSize(self.metrics.fontMetrics().height() + 8)
         self.metrics.setFixedHeight(3 * (self.metrics.fontMetrics().height() + 8) + 30)
 
@@ -633,10 +642,7 @@ class CompareWindow(QMainWindow):
         source = ""
         if step is not None and step.source is not None:
             source = f"{Path(step.source.file).name}:{step.source.line} · {step.source.text}"
-        status = (
-            f"entry {position + 1} / {len(self.entries)} · {e.label} · "
-            f"{STATUS_TEXT.get(e.status, e.status)}"
-        )
+        status = f"{position + 1} / {len(self.entries)} · {e.label}"
         self.step_bar.set_position(position, status, source)
         self.step_bar.status.set_colour("#ffb547" if e.differs(self.atol) else "#e6e9ef")
         self._show_entry(e)
