@@ -41,6 +41,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QListView,
     QMenu,
+    QPushButton,
     QSizePolicy,
     QStyle,
     QStyledItemDelegate,
@@ -368,11 +369,9 @@ class BreakpointsPanel(QWidget):
         self.placeholder.setWordWrap(True)
 
         # ---- run
-        self.run_button = QToolButton(self)
+        self.run_button = QPushButton("Run to next breakpoint", self)
         self.run_button.setObjectName("runToBreakpoint")
-        self.run_button.setText("Run to next breakpoint")
         self.run_button.setIcon(style.standardIcon(SP.SP_MediaPlay))
-        self.run_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
         self.run_button.setToolTip(
             "From the current step to the next step where a breakpoint holds (F5)"
         )
@@ -626,7 +625,8 @@ class _HitsDelegate(QStyledItemDelegate):
         font = QFont(option.font)
         font.setPointSizeF(max(7.0, font.pointSizeF() - 1))
         painter.setFont(font)
-        painter.setPen(QColor("#ffb547" if hits else "#5c6370"))
+        enabled = index.data(Qt.ItemDataRole.CheckStateRole) == Qt.CheckState.Checked
+        painter.setPen(QColor("#ffb547" if hits and enabled else "#5c6370"))
         text = f"{hits} hit" + ("" if hits == 1 else "s")
         rect = option.rect.adjusted(0, 0, -8, 0)
         painter.drawText(

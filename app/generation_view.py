@@ -248,7 +248,7 @@ CHIP_H = 30
 BAR_H = 5
 CHIP_GAP = 4
 PROMPT_FILL = QColor("#22252c")
-PROMPT_TEXT = QColor("#7f8898")
+PROMPT_TEXT = QColor("#9aa3b2")
 NEW_FILL = QColor("#262a33")
 NEW_BORDER = QColor("#3a404d")
 SELECTED = QColor("#ffb547")
@@ -282,7 +282,7 @@ class TokenTimeline(QWidget):
         self._small = QFont(self.font())
         self._small.setPointSizeF(max(6.5, self.font().pointSizeF() - 3))
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
-        self.setFixedHeight(CHIP_H + BAR_H + 26)
+        self.setFixedHeight(CHIP_H + BAR_H + 34)
 
     def set_sequence(self, prompt: list[int], tokens: list[int], probs: list[float | None]) -> None:
         self.prompt, self.tokens, self.probs = list(prompt), list(tokens), list(probs)
@@ -379,14 +379,14 @@ class TokenTimeline(QWidget):
         if self.prompt:
             first = self._rects[0]
             painter.drawText(
-                QRectF(first.left(), first.bottom() + BAR_H + 6, 200, 14),
+                QRectF(first.left(), first.bottom() + BAR_H + 5, 200, 18),
                 int(Qt.AlignmentFlag.AlignLeft),
                 "prompt",
             )
         if self.tokens:
             first = self._rects[n_prompt]
             painter.drawText(
-                QRectF(first.left(), first.bottom() + BAR_H + 6, 300, 14),
+                QRectF(first.left(), first.bottom() + BAR_H + 5, 300, 18),
                 int(Qt.AlignmentFlag.AlignLeft),
                 "generated · bar = probability",
             )
@@ -607,7 +607,6 @@ class GenerationView(QWidget):
             col_name="key",
             scale="probability",
             levels=(0.0, 1.0),
-            square=True,
         )
         self.attention_caption.setText(f"{name} · head {head} · {w.shape[-2]} × {w.shape[-1]}")
 

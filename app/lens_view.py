@@ -245,7 +245,10 @@ class LensView(QWidget):
         self.grid.setShowGrid(True)
         self.grid.setWordWrap(False)
         self.grid.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.grid.setStyleSheet("QTableView#lensGrid { gridline-color: #1b1d23; }")
+        self.grid.setStyleSheet(
+            "QTableView#lensGrid { gridline-color: #1b1d23; }"
+            "QTableView#lensGrid QTableCornerButton::section { background: #1f2229; border: none; }"
+        )
         self.grid.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         self.grid.horizontalHeader().setMinimumSectionSize(80)
         self.grid.verticalHeader().setDefaultSectionSize(self.grid.fontMetrics().height() + 10)
