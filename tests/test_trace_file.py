@@ -182,6 +182,39 @@ def test_downcast_values_are_accepted_when_meta_says_so(tmp_path):
     assert tracing.load(tmp_path / "h.sft").values["t1"].dtype == torch.float16
 
 
+@pytest.mark.parametrize("chunk", [64, 1 << 24])
+def test_writer_output_is_read_back_exactly_by_safetensors_itself(tmp_path, monkeypatch, chunk):
+    """Views, strides, offsets and shared memory, through the block-by-block path too."""
+    from safetensors.torch import load_file
+
+    monkeypatch.setattr(trace_file, "WRITE_CHUNK_BYTES", chunk)
+    base = torch.arange(2 * 3 * 5 * 7, dtype=torch.float32).reshape(2, 3, 5, 7)
+    tensors = {
+        "transposed": base.transpose(1, 2),  # (2, 5, 3, 7), non-contiguous
+        "permuted": base.permute(3, 1, 0, 2),
+        "strided_1d": base.reshape(-1)[::3],
+        "offset_view": base[1, 2],  # contiguous, storage offset != 0
+        "whole": base,  # shares memory with every view above
+        "half": torch.linspace(-1, 1, 9, dtype=torch.float16),
+        "bf16": torch.linspace(-1, 1, 5, dtype=torch.bfloat16),
+        "flags": torch.tensor([True, False, True]),
+        "ids": torch.tensor([[3, 1], [4, 1]], dtype=torch.int64),
+        "bytes": torch.arange(7, dtype=torch.uint8),
+        "scalar": torch.tensor(2.5, dtype=torch.float64),
+        "empty": torch.zeros(0, 4),
+    }
+    path = tmp_path / "w.safetensors"
+    trace_file.write_safetensors(tensors, path, {"k": "v"})
+    back = load_file(str(path))
+    assert set(back) == set(tensors)
+    for key, t in tensors.items():
+        assert same_tensor(back[key], t.contiguous()), key
+    with safe_open(str(path), framework="pt") as f:
+        assert f.metadata() == {"k": "v"}
+    (header_len,) = struct.unpack("<Q", path.read_bytes()[:8])
+    assert header_len % 8 == 0
+
+
 # --------------------------------------------------------------------------- laziness
 
 
@@ -240,11 +273,11 @@ def test_interrupted_save_leaves_the_old_file_and_no_partial_one(saved, monkeypa
     trace, path = saved
     before = path.read_bytes()
 
-    def exploding_save_file(tensors, filename, metadata=None):
+    def exploding_write(tensors, filename, metadata):
         Path(filename).write_bytes(b"half a file")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(trace_file, "save_file", exploding_save_file)
+    monkeypatch.setattr(trace_file, "write_safetensors", exploding_write)
     with pytest.raises(KeyboardInterrupt):
         trace.save(path)
     assert path.read_bytes() == before

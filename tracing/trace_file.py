@@ -64,7 +64,6 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_file
 
 from tracing.errors import TraceFileError
 from tracing.record import (
@@ -118,6 +117,8 @@ _ST_DTYPES = {
     "C64": "complex64",
 }
 
+_TORCH_DTYPES = {name: code for code, name in _ST_DTYPES.items()}
+
 _STEP_KINDS = ("module", "op")
 _STATS_FIELDS = tuple(f.name for f in fields(TensorStats))
 
@@ -144,7 +145,7 @@ def save(trace: Trace, path: str | os.PathLike) -> Path:
     manifest = encode_manifest(trace)
     text = json.dumps(manifest, separators=(",", ":"), ensure_ascii=False, default=_json_default)
     graph = _graph_data(trace)
-    tensors = tensors_to_store(trace, path)
+    tensors = _values_to_write(trace, path)
 
     metadata = {"format": FORMAT_NAME, "schema": str(SCHEMA_VERSION)}
     header_budget = MANIFEST_INLINE_LIMIT
@@ -166,26 +167,19 @@ def save(trace: Trace, path: str | os.PathLike) -> Path:
         raise TraceFileError(f"cannot write {path}: the folder {directory} does not exist")
     tmp = directory / f".{path.name}.{os.getpid()}.{threading.get_ident()}.partial"
     try:
-        save_file(tensors, str(tmp), metadata=metadata)
+        write_safetensors(tensors, tmp, metadata)
         os.replace(tmp, path)
     except BaseException as e:
         tmp.unlink(missing_ok=True)
         if isinstance(e, OSError):
             raise TraceFileError(f"cannot write {path}: {e.strerror or e}") from None
-        if isinstance(e, SafetensorError):
-            raise TraceFileError(f"cannot write {path}: {e}") from None
         raise
     return path
 
 
-def tensors_to_store(trace: Trace, path: Path) -> dict[str, torch.Tensor]:
-    """Every kept value as a dense, contiguous CPU tensor owning its own storage slot.
-
-    safetensors refuses non-contiguous tensors and tensors sharing memory; a copy is made
-    only for those (and for values living on another device).
-    """
+def _values_to_write(trace: Trace, path: Path) -> dict[str, torch.Tensor]:
+    """Every kept value as a dense CPU tensor (views and shared memory are fine here)."""
     out: dict[str, torch.Tensor] = {}
-    seen_storage: set[int] = set()
     referenced = {r.value_key for r in trace.tensors if r.value_key is not None}
     for key in list(trace.values.keys()):
         if not isinstance(key, str) or key.startswith(RESERVED_PREFIX):
@@ -201,6 +195,30 @@ def tensors_to_store(trace: Trace, path: Path) -> dict[str, torch.Tensor]:
             t = t.to_dense()
         if t.device.type != "cpu":
             t = t.cpu()
+        if _dtype_name(t) not in _TORCH_DTYPES:
+            raise TraceFileError(
+                f"cannot save trace to {path}: value {key!r} has dtype {t.dtype}, which "
+                "safetensors cannot store"
+            )
+        out[key] = t
+    missing = sorted(referenced - out.keys())
+    if missing:
+        raise TraceFileError(
+            f"cannot save trace to {path}: tensor records name values that the trace does "
+            f"not hold: {', '.join(missing[:5])}"
+        )
+    return out
+
+
+def tensors_to_store(trace: Trace, path: Path) -> dict[str, torch.Tensor]:
+    """The kept values as ``safetensors.torch.save_file`` needs them: contiguous, unshared.
+
+    ``save`` does not need this (its writer handles views and shared memory without
+    copies); benchmarks use it to give a plain ``save_file`` the same tensors.
+    """
+    out: dict[str, torch.Tensor] = {}
+    seen_storage: set[int] = set()
+    for key, t in _values_to_write(trace, path).items():
         if not t.is_contiguous():
             t = t.contiguous()
         if t.numel():
@@ -210,13 +228,81 @@ def tensors_to_store(trace: Trace, path: Path) -> dict[str, torch.Tensor]:
                 ptr = t.untyped_storage().data_ptr()
             seen_storage.add(ptr)
         out[key] = t
-    missing = sorted(referenced - out.keys())
-    if missing:
-        raise TraceFileError(
-            f"cannot save trace to {path}: tensor records name values that the trace does "
-            f"not hold: {', '.join(missing[:5])}"
-        )
     return out
+
+
+# ---- the safetensors writer
+
+WRITE_CHUNK_BYTES = 16 * 2**20
+"""A non-contiguous tensor is written through a reusable buffer of this size."""
+
+
+def write_safetensors(
+    tensors: dict[str, torch.Tensor], path: str | os.PathLike, metadata: dict[str, str]
+) -> None:
+    """Write a standard safetensors file, straight from each tensor's memory.
+
+    The layout is the format's own: an 8-byte little-endian header length, the JSON header
+    (``__metadata__`` and, per entry, ``dtype``, ``shape`` and ``data_offsets``) padded
+    with spaces to a multiple of 8, then the data. Entries are ordered by element size,
+    largest first, so every entry starts aligned to its element size, as safetensors' own
+    writer does.
+
+    Unlike ``safetensors.torch.save_file`` it accepts views, tensors that share memory and
+    non-contiguous tensors: a contiguous tensor's bytes are written where they lie, and a
+    non-contiguous one is copied block by block through one reusable buffer, never as a
+    whole. So saving a trace allocates almost nothing.
+    """
+    entries = sorted(tensors.items(), key=lambda kv: (-kv[1].element_size(), kv[0]))
+    header: dict[str, Any] = {"__metadata__": metadata}
+    offset = 0
+    for name, t in entries:
+        n = t.numel() * t.element_size()
+        header[name] = {
+            "dtype": _TORCH_DTYPES[_dtype_name(t)],
+            "shape": list(t.shape),
+            "data_offsets": [offset, offset + n],
+        }
+        offset += n
+    head = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    head += b" " * (-len(head) % 8)
+    scratch: list[torch.Tensor] = []  # the reusable buffer, made on first need
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(head)))
+        f.write(head)
+        for _, t in entries:
+            _write_tensor(f, t, scratch)
+
+
+def _write_tensor(f: Any, t: torch.Tensor, scratch: list[torch.Tensor]) -> None:
+    nbytes = t.numel() * t.element_size()
+    if nbytes == 0:
+        return
+    if t.is_contiguous():
+        f.write(_raw_bytes(t))
+        return
+    if nbytes <= WRITE_CHUNK_BYTES:
+        if not scratch:
+            scratch.append(torch.empty(WRITE_CHUNK_BYTES, dtype=torch.uint8))
+        block = scratch[0][:nbytes].view(t.dtype).view(t.shape)
+        block.copy_(t)
+        f.write(_raw_bytes(block))
+        return
+    # too big for the buffer: write it as blocks of whole rows along the first axis
+    row_bytes = nbytes // t.shape[0]
+    rows = max(1, WRITE_CHUNK_BYTES // max(row_bytes, 1))
+    for start in range(0, t.shape[0], rows):
+        part = t[start : start + rows]
+        _write_tensor(f, part if rows > 1 else part[0], scratch)
+
+
+def _raw_bytes(t: torch.Tensor) -> Any:
+    """The bytes of a contiguous CPU tensor, without a copy."""
+    return t.reshape(-1).view(torch.uint8).numpy().data
+
+
+def _dtype_name(t: torch.Tensor) -> str:
+    return str(t.dtype).removeprefix("torch.")
 
 
 # --------------------------------------------------------------------------- encode
