@@ -130,6 +130,14 @@ def _classify(func: Any) -> str:
 # --------------------------------------------------------------------------- names
 
 
+def _arg_names(n: int) -> tuple[str, ...]:
+    """Names of an op's tensor arguments by position: ``self``, ``arg1``, ``arg2``..."""
+    return ("self", *(f"arg{i}" for i in range(1, n)))
+
+
+_ARG_NAMES = tuple(_arg_names(n) if n else () for n in range(9))
+
+
 _positional_names: dict[type, tuple[tuple[str, ...], bool]] = {}
 
 
@@ -332,6 +340,8 @@ class Tracer:
         self._param_sig = tuple(param_ids)
         self._stack: list[int] = []  # open module steps, innermost last
         self._stack_modules: list[nn.Module] = []
+        self._op_source: list[SourceLocation | None] = []  # per open module, see below
+        self._inherit: dict[type, bool] = {}
         self._calls: dict[str, int] = {}
         self._failed_step: int | None = None
         self._first_input_shape: tuple[int, ...] | None = None
@@ -469,13 +479,20 @@ class Tracer:
         self._calls[path] = call + 1
         parent = stack[-1] if stack else None
         source = caller_location(2)
+        cls = type(module)
         step = [
-            "module", path, type(module).__name__, source, (), (), (), (),
+            "module", path, cls.__name__, source, (), (), (), (),
             len(stack), parent, None, call, None,
         ]  # fmt: skip
         self._steps.append(step)
         stack.append(index)
         self._stack_modules.append(module)
+        # ops inside torch's own modules (nn.Linear...) have this step's source line: every
+        # frame between is torch code, so the frame walk can be skipped for them
+        inherit = self._inherit.get(cls)
+        if inherit is None:
+            inherit = self._inherit[cls] = cls.__module__.startswith("torch.")
+        self._op_source.append(source if inherit else None)
 
         tensors: list = []
         names: list = []
@@ -506,6 +523,7 @@ class Tracer:
         while stack:
             index = stack.pop()
             mod = self._stack_modules.pop()
+            self._op_source.pop()
             if mod is module and self._steps[index][1] == path:
                 break
             self._steps[index][12] = self._steps[index][12] or "raised (caught by the model)"
@@ -581,29 +599,37 @@ class Tracer:
         return result
 
     def _add_op_step(self, name, tensors, versions, outs, result) -> int:
-        index = len(self._steps)
+        steps = self._steps
+        index = len(steps)
         stack = self._stack
         parent = stack[-1]
-        source = caller_location(3)
+        source = self._op_source[-1]
+        if source is None:
+            source = caller_location(3)
         step = [
-            "op", self._steps[parent][1], name, source, (), (), (), (),
+            "op", steps[parent][1], name, source, (), (), (), (),
             len(stack), parent, None, 0, None,
         ]  # fmt: skip
-        self._steps.append(step)
-        ids = []
-        in_names = []
-        for i, (t, v) in enumerate(zip(tensors, versions)):
-            ids.append(self._tensor_id(t, None, v))
-            pname = self._param_names.get(id(t))
-            in_names.append(pname if pname is not None else ("self" if i == 0 else f"arg{i}"))
-        step[4] = tuple(ids)
-        step[6] = tuple(in_names)
+        steps.append(step)
+        tensor_id = self._tensor_id
+        n = len(tensors)
+        if n == 1:
+            ids = (tensor_id(tensors[0], None, versions[0]),)
+        else:
+            ids = tuple([tensor_id(t, None, v) for t, v in zip(tensors, versions)])
+        step[4] = ids
+        names = _ARG_NAMES[n] if n < len(_ARG_NAMES) else _arg_names(n)
+        params = self._param_names
+        if params.keys() & {id(t) for t in tensors}:
+            names = tuple(params.get(id(t)) or default for t, default in zip(tensors, names))
+        step[6] = names
         if outs:
-            source = (tensors[0], ids[0]) if tensors else None
-            step[5] = tuple(self._tensor_id(t, index, None, source) for t in outs)
+            source_pair = (tensors[0], ids[0]) if tensors else None
             if len(outs) == 1 and isinstance(result, _Tensor):
+                step[5] = (tensor_id(outs[0], index, None, source_pair),)
                 step[7] = ("output",)
             else:
+                step[5] = tuple([tensor_id(t, index, None, source_pair) for t in outs])
                 step[7] = tuple(f"output[{i}]" for i in range(len(outs)))
         return index
 

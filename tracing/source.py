@@ -90,9 +90,33 @@ def location_of(frame: FrameType | None) -> SourceLocation | None:
     return loc
 
 
+_by_instruction: dict[tuple[int, int], SourceLocation | None] = {}
+
+
 def caller_location(start: int = 1) -> SourceLocation | None:
-    """Source location of the user code that called the function ``start`` frames up."""
-    return location_of(user_frame(start + 1))
+    """Source location of the user code that called the function ``start`` frames up.
+
+    The hot path of the tracer: one dict lookup per frame walked, then one keyed by the
+    frame's current instruction (``f_lasti`` is free; ``f_lineno`` decodes a line table).
+    """
+    try:
+        frame: FrameType | None = sys._getframe(start + 1)
+    except ValueError:  # pragma: no cover - not that deep
+        return None
+    skip = _skip_code
+    while frame is not None:
+        code = frame.f_code
+        flag = skip.get(id(code))
+        if flag is None:
+            flag = _is_library_code(code)
+        if not flag:
+            key = (id(code), frame.f_lasti)
+            loc = _by_instruction.get(key)
+            if loc is None:
+                loc = _by_instruction[key] = location_of(frame)
+            return loc
+        frame = frame.f_back
+    return None
 
 
 def location_from_traceback(tb) -> SourceLocation | None:

@@ -54,14 +54,28 @@ def tensor_stats(t: torch.Tensor) -> TensorStats | None:
         if math.isfinite(lo) and math.isfinite(hi):
             mean, std = _mean_std(t, n)
             return TensorStats(float(lo), float(hi), mean, std, 0, 0)
-        # slow path: some element is NaN or +/-Inf
-        finite = torch.isfinite(t)
-        n_finite = int(finite.sum())
-        n_nan = int(torch.isnan(t).sum())
-        n_inf = n - n_finite - n_nan
-        if n_finite == 0:
-            return TensorStats(_NAN, _NAN, _NAN, _NAN, n_nan, n_inf)
-        kept = t[finite]
-        mn, mx = torch.aminmax(kept)
-        mean, std = _mean_std(kept, n_finite)
-        return TensorStats(float(mn.item()), float(mx.item()), mean, std, n_nan, n_inf)
+        return _nonfinite_stats(_as_float(t), n, lo, hi)
+
+
+def _nonfinite_stats(f: torch.Tensor, n: int, lo: float, hi: float) -> TensorStats:
+    """Statistics when some element is NaN or +/-Inf (a causal mask filled with -inf).
+
+    Built from ``nan_to_num`` (one fast pass each) and ``count_nonzero``; ``isfinite``,
+    ``where`` and boolean indexing are 10-100x slower on the CPU. ``aminmax`` already
+    told us whether any NaN is present: a NaN makes both ends NaN.
+    """
+    big = torch.finfo(f.dtype).max
+    zeroed = torch.nan_to_num(f, nan=0.0, posinf=0.0, neginf=0.0)
+    n_bad = int(torch.count_nonzero(zeroed != f))  # NaN != 0, +/-Inf != 0
+    n_nan = int(torch.count_nonzero(f != f)) if math.isnan(lo) or math.isnan(hi) else 0
+    n_inf = n_bad - n_nan
+    n_finite = n - n_bad
+    if n_finite == 0:
+        return TensorStats(_NAN, _NAN, _NAN, _NAN, n_nan, n_inf)
+    lo = torch.nan_to_num(f, nan=big, posinf=big, neginf=big).min().item()
+    hi = torch.nan_to_num(f, nan=-big, posinf=-big, neginf=-big).max().item()
+    mean = zeroed.sum() / n_finite
+    centred = (zeroed - mean).view(-1)  # the n_bad zeroed slots each add mean**2
+    var = (torch.dot(centred, centred) - n_bad * mean * mean) / n_finite
+    std = math.sqrt(max(var.item(), 0.0))
+    return TensorStats(float(lo), float(hi), mean.item(), std, n_nan, n_inf)
