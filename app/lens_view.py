@@ -28,6 +28,7 @@ the view is shown (a big vocabulary makes it seconds, not milliseconds).
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -222,6 +223,7 @@ class LensView(QWidget):
         self.head_layers: list[str] = []
         self.error = ""
         self._dirty = False
+        self._model_factory: Callable[[], nn.Module | None] | None = None
 
         # ---- header
         self.title = QLabel("Logit lens")
@@ -311,10 +313,19 @@ class LensView(QWidget):
 
     # --------------------------------------------------------------------- input
 
-    def set_trace(self, trace: Trace | None, model: nn.Module | None = None) -> None:
+    def set_trace(
+        self,
+        trace: Trace | None,
+        model: nn.Module | None = None,
+        model_factory: Callable[[], nn.Module | None] | None = None,
+    ) -> None:
         """Show the lens of ``trace`` (needs ``model`` for the weights). Computed lazily:
-        now when the view is visible, else the next time it is shown."""
+        now when the view is visible, else the next time it is shown.
+
+        ``model_factory`` builds the model on first need instead (the main window rebuilds
+        the demo, a seeded preset or a checkpoint only when the lens is actually shown)."""
         self.trace, self.model = trace, model
+        self._model_factory = model_factory if model is None else None
         self.lens, self.contributions, self.head_layers, self.error = None, None, [], ""
         self._dirty = True
         if self.isVisible():
@@ -342,6 +353,17 @@ class LensView(QWidget):
         if trace is None or not trace.steps:
             self._show_message("Open or trace a prompt to see the logit lens.")
             return
+        if model is None and self._model_factory is not None:
+            try:
+                model = self.model = self._model_factory()
+            except Exception as e:  # a checkpoint that moved away, a preset that fails
+                self._show_message(
+                    "<p style='font-size:12pt'><b>Cannot load the model for the lens.</b></p>"
+                    f"<p>{html.escape(str(e))}</p>"
+                )
+                return
+            finally:
+                self._model_factory = None
         if model is None:
             self._show_message(NO_MODEL_MESSAGE)
             return

@@ -116,3 +116,21 @@ def test_hidden_view_computes_when_shown(qtbot, model, demo_trace):
 def test_grid_model_passes_qt_model_tester(qtmodeltester, view, model, demo_trace):
     view.set_trace(demo_trace, model)
     qtmodeltester.check(view.table_model)
+
+
+def test_model_factory_runs_only_when_the_lens_is_shown(qtbot, model, demo_trace):
+    calls = []
+
+    def factory():
+        calls.append(1)
+        return model
+
+    v = LensView()
+    qtbot.addWidget(v)
+    v.set_trace(demo_trace, model_factory=factory)
+    assert calls == []  # hidden: nothing built
+    v.show()
+    qtbot.waitExposed(v)
+    assert calls == [1] and v.has_data
+    v.set_trace(demo_trace, model_factory=lambda: (_ for _ in ()).throw(OSError("gone")))
+    assert "Cannot load the model" in v.message_text and "gone" in v.message_text
