@@ -426,3 +426,56 @@ def test_tracer_is_reusable_and_hooks_are_removed(model, tokens):
         assert not m._forward_hooks and not m._forward_pre_hooks
     with pytest.raises(TypeError, match=r"nn\.Module"):
         Tracer(lambda x: x)
+
+
+# --------------------------------------------------------------------------- stats
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [1.0, 2.0, 4.0],
+        [1.0, float("-inf"), 3.0, float("inf")],
+        [float("nan"), 2.0, float("-inf"), 5.0, 1.0],
+        [float("nan"), float("inf")],
+        [7.0],
+    ],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
+def test_tensor_stats_against_numpy_style_reference(values, dtype):
+    from tracing.stats import tensor_stats
+
+    t = torch.tensor(values, dtype=dtype).repeat(3, 1).t()  # non-contiguous on purpose
+    st = tensor_stats(t)
+    flat = t.reshape(-1).double()
+    finite = flat[torch.isfinite(flat)]
+    assert st.nan == int(torch.isnan(flat).sum()) and st.inf == int(torch.isinf(flat).sum())
+    if finite.numel() == 0:
+        assert math.isnan(st.min) and math.isnan(st.mean)
+        return
+    assert st.min == finite.min().item() and st.max == finite.max().item()
+    assert st.mean == pytest.approx(finite.mean().item(), rel=1e-3)
+    assert st.std == pytest.approx(finite.std(correction=0).item(), rel=1e-3, abs=1e-6)
+
+
+def test_tensor_stats_integer_bool_and_empty():
+    from tracing.stats import tensor_stats
+
+    st = tensor_stats(torch.arange(10))
+    assert (st.min, st.max, st.mean) == (0, 9, 4.5)
+    assert st.std == pytest.approx(torch.arange(10.0).std(correction=0).item())
+    assert tensor_stats(torch.tensor([True, False, True, True])).mean == 0.75
+    assert tensor_stats(torch.empty(0, 3)) is None
+
+
+def test_ops_in_a_user_subclass_of_a_torch_module_get_their_own_line():
+    class Scaled(nn.Linear):
+        def forward(self, x):
+            y = super().forward(x)
+            return y * 2  # the line the mul step must point at
+
+    t = tracing.trace(Scaled(3, 3), torch.randn(2, 3))
+    mul = next(s for s in t.steps if s.op == "mul")
+    assert mul.source.text.startswith("return y * 2")
+    linear = next(s for s in t.steps if s.op == "linear")
+    assert linear.source.text == "y = super().forward(x)"
