@@ -667,3 +667,64 @@ __all__ = [
     "nonfinite_breakpoint",
     "op_breakpoint",
 ]
+
+
+# --------------------------------------------------------------------------- main window
+
+
+def attach(window) -> BreakpointsDock:
+    """Add the Breakpoints dock to the main window (hidden; View ▸ Breakpoints, Ctrl+B).
+
+    The dock follows the window's trace and current step; "Run to next breakpoint" (F5,
+    also in the Debug menu) moves the window to the step found.
+    """
+    from PySide6.QtGui import QAction
+
+    dock = BreakpointsDock(window)
+    window.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, dock)
+    dock.hide()
+    panel = dock.panel
+    panel.stepRequested.connect(window.go_to)
+    window.stepChanged.connect(panel.set_current_step)
+
+    def on_trace_changed() -> None:
+        panel.set_trace(window.trace)
+        panel.set_current_step(window.current if window.trace is not None else -1)
+
+    window.traceChanged.connect(on_trace_changed)
+    on_trace_changed()
+
+    toggle = dock.toggleViewAction()
+    toggle.setText("&Breakpoints")
+    toggle.setShortcut(QKeySequence("Ctrl+B"))
+    toggle.setStatusTip("Show the breakpoints panel")
+    run = QAction("Run to next &breakpoint", window)
+    run.setShortcut(QKeySequence("F5"))
+    run.setStatusTip("Run from the current step to the next step where a breakpoint holds")
+
+    def run_to_next() -> None:
+        dock.show()
+        dock.raise_()
+        panel.run_to_next()
+
+    run.triggered.connect(lambda _checked=False: run_to_next())
+    window.addAction(run)
+    window.addAction(toggle)
+    debug = _menu(window, "Debug")
+    if debug is not None:
+        debug.addSeparator()
+        debug.addAction(run)
+    view = _menu(window, "View")
+    if view is not None:
+        view.addSeparator()
+        view.addAction(toggle)
+    dock.run_action = run
+    return dock
+
+
+def _menu(window, title: str):
+    """The window's menu called ``title`` (``&`` ignored), or None."""
+    for action in window.menuBar().actions():
+        if action.text().replace("&", "") == title and action.menu() is not None:
+            return action.menu()
+    return None

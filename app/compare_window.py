@@ -39,7 +39,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QPointF, QRectF, QSize, Qt, Signal
+from PySide6.QtCore import QObject, QPointF, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import (
     QAction,
     QBrush,
@@ -932,3 +932,80 @@ __all__ = [
     "score_text",
     "step_scores",
 ]
+
+
+# --------------------------------------------------------------------------- main window
+
+
+class CompareLauncher(QObject):
+    """File ▸ Compare with…: the window's trace against a trace file, in a CompareWindow."""
+
+    def __init__(self, window):
+        super().__init__(window)
+        self.window = window
+        self.windows: list[CompareWindow] = []
+        self.action = QAction("&Compare with…", window)
+        self.action.setShortcut(QKeySequence("Ctrl+Shift+C"))
+        self.action.setStatusTip("Open a second trace and compare it step by step with this one")
+        self.action.triggered.connect(lambda _checked=False: self.open_dialog())
+        window.addAction(self.action)
+        for action in window.menuBar().actions():
+            menu = action.menu()
+            if menu is not None and action.text().replace("&", "") == "File":
+                actions = menu.actions()
+                after = getattr(window, "save_action", None)
+                index = actions.index(after) + 1 if after in actions else len(actions)
+                menu.insertAction(actions[index] if index < len(actions) else None, self.action)
+        window.traceChanged.connect(self._update_enabled)
+        self._update_enabled()
+
+    def _update_enabled(self) -> None:
+        trace = self.window.trace
+        self.action.setEnabled(trace is not None and bool(trace.steps))
+
+    def open_dialog(self) -> None:
+        from PySide6.QtWidgets import QFileDialog
+
+        start = self.window.trace_path.parent if self.window.trace_path else Path.cwd()
+        path, _ = QFileDialog.getOpenFileName(
+            self.window,
+            "Compare with trace",
+            str(start),
+            "Trace files (*.safetensors *.sftrace *.trace);;All files (*)",
+        )
+        if path:
+            self.open_with(path)
+
+    def open_with(self, path: str | Path) -> CompareWindow | None:
+        """Compare the window's trace (A) with the trace file at ``path`` (B)."""
+        from app import dialogs, session
+
+        trace = self.window.trace
+        if trace is None:
+            return None
+        try:
+            other = session.open_trace(path)
+        except session.SessionError as e:
+            dialogs.show_error(self.window, "Cannot compare", str(e))
+            return None
+        name_a = self.window.trace_path.name if self.window.trace_path else "current trace"
+        try:
+            compare = CompareWindow(trace, other, name_a, Path(path).name, parent=self.window)
+        except Exception as e:  # two traces the diff cannot align: say so, keep going
+            dialogs.show_error(self.window, "Cannot compare", f"{type(e).__name__}: {e}")
+            return None
+        compare.setWindowFlag(Qt.WindowType.Window, True)
+        compare.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose, True)
+        compare.destroyed.connect(lambda _obj=None, c=compare: self._forget(c))
+        self.windows.append(compare)
+        compare.show()
+        return compare
+
+    def _forget(self, compare: CompareWindow) -> None:
+        if compare in self.windows:
+            self.windows.remove(compare)
+
+
+def attach(window) -> CompareLauncher:
+    """Add File ▸ Compare with… (Ctrl+Shift+C) to the main window."""
+    return CompareLauncher(window)

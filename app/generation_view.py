@@ -620,3 +620,173 @@ __all__ = [
     "TraceGenerationDialog",
     "run_generation",
 ]
+
+
+# --------------------------------------------------------------------------- main window
+
+
+class GenerationController(QObject):
+    """File ▸ Trace generation… in the main window: the dialog, the worker, the dock.
+
+    Selecting a pass in the dock loads that pass's trace into the window at the same step
+    index, so stepping across passes keeps the place within a pass.
+    """
+
+    ended = Signal()  # a generation job finished, failed or was cancelled
+
+    def __init__(self, window):
+        super().__init__(window)
+        from PySide6.QtGui import QAction, QKeySequence
+        from PySide6.QtWidgets import QDockWidget
+
+        self.window = window
+        self.job: GenerationJob | None = None
+        self.progress_dialog = None
+        self.request: GenerationRequest | None = None
+        self.dock = QDockWidget("Generation", window)
+        self.dock.setObjectName("generationDock")
+        self.view = GenerationView(self.dock)
+        self.dock.setWidget(self.view)
+        window.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.dock)
+        self.dock.hide()
+        self.view.passSelected.connect(self._show_pass)
+        if not hasattr(window, "trace_models"):
+            window.trace_models = {}
+
+        self.action = QAction("Trace &generation…", window)
+        self.action.setShortcut(QKeySequence("Ctrl+G"))
+        self.action.setStatusTip("Generate tokens and trace one forward pass per new token")
+        self.action.triggered.connect(lambda _checked=False: self.open_dialog())
+        window.addAction(self.action)
+        window.installEventFilter(self)  # cancel a running job when the window closes
+        toggle = self.dock.toggleViewAction()
+        toggle.setText("&Generation timeline")
+        for action in window.menuBar().actions():
+            menu = action.menu()
+            if menu is None:
+                continue
+            title = action.text().replace("&", "")
+            if title == "File":
+                after = getattr(window, "new_action", None)
+                actions = menu.actions()
+                index = actions.index(after) + 1 if after in actions else 0
+                menu.insertAction(actions[index] if index < len(actions) else None, self.action)
+            elif title == "View":
+                menu.addAction(toggle)
+
+    # ---- running
+
+    def open_dialog(self) -> None:
+        source = ModelSource("demo")
+        prompt = self.request.prompt if self.request is not None else "transformer|"
+        dialog = TraceGenerationDialog(self.window, prompt, source.describe())
+        if dialog.exec():
+            self.start(dialog.request(source))
+
+    def eventFilter(self, watched, event) -> bool:
+        from PySide6.QtCore import QEvent
+
+        if watched is self.window and event.type() == QEvent.Type.Close:
+            self.shutdown()
+        return False
+
+    def start(self, request: GenerationRequest) -> GenerationJob | None:
+        """Run a generation off the GUI thread, with a progress dialog that can cancel it."""
+        from PySide6.QtWidgets import QProgressDialog
+
+        if self.job is not None:
+            self.window.statusBar().showMessage("A generation is already running.", 4000)
+            return None
+        self.request = request
+        job = GenerationJob(request)
+        self.job = job
+        progress = QProgressDialog("Tracing the generation…", "Cancel", 0, request.max_new_tokens)
+        progress.setParent(self.window, progress.windowFlags())
+        progress.setWindowTitle("Trace generation")
+        progress.setWindowModality(Qt.WindowModality.WindowModal)
+        progress.setMinimumDuration(400)
+        progress.setAutoClose(False)
+        progress.setAutoReset(False)
+        progress.canceled.connect(job.cancel)
+        self.progress_dialog = progress
+        job.progress.connect(self._on_progress)
+        job.finished.connect(self._on_finished)
+        job.failed.connect(self._on_failed)
+        self.window.statusBar().showMessage(
+            f"Tracing {request.max_new_tokens} generation passes with {request.source.describe()}…"
+        )
+        job.start()
+        return job
+
+    def _on_progress(self, done: int, total: int) -> None:
+        if self.progress_dialog is not None:
+            self.progress_dialog.setLabelText(f"Tracing pass {min(done + 1, total)} of {total}…")
+            self.progress_dialog.setValue(min(done, total))
+
+    def _on_finished(self, outcome: GenerationOutcome) -> None:
+        try:
+            self._close_progress()
+            if outcome.status == "cancelled" or outcome.generation is None:
+                self.window.statusBar().showMessage("Generation cancelled.", 5000)
+                return
+            self.show_generation(outcome.generation, outcome.model)
+            self.window.statusBar().showMessage(
+                f"Traced {len(outcome.generation.passes)} generation passes.", 5000
+            )
+        finally:
+            self._end_job()
+
+    def _on_failed(self, title: str, text: str) -> None:
+        from app import dialogs
+
+        self._close_progress()
+        try:
+            dialogs.show_error(self.window, title, text)
+        finally:
+            self._end_job()
+
+    def show_generation(self, generation: GenerationTrace, model=None) -> None:
+        """Show ``generation`` in the dock and its first pass in the window."""
+        self.window.trace_models.clear()
+        if model is not None:
+            for t in generation.passes:
+                self.window.trace_models[id(t)] = model
+        self.dock.show()
+        self.dock.raise_()
+        self.view.set_generation(generation)  # selects pass 0: loads it
+
+    def _show_pass(self, n: int) -> None:
+        gen = self.view.generation
+        if gen is None:
+            return
+        start = max(0, self.window.current) if self.window.trace is not None else 0
+        self.window.set_trace(gen.passes[n], path=None, start=start)
+        self.window.statusBar().showMessage(
+            f"Generation pass {n + 1} of {len(gen.passes)} ({len(gen.passes[n].steps)} steps)",
+            3000,
+        )
+
+    def _close_progress(self) -> None:
+        if self.progress_dialog is not None:
+            self.progress_dialog.reset()
+            self.progress_dialog.hide()
+            self.progress_dialog.deleteLater()
+            self.progress_dialog = None
+
+    def _end_job(self) -> None:
+        job, self.job = self.job, None
+        if job is not None:
+            job.wait()
+            job.deleteLater()
+        self.ended.emit()
+
+    def shutdown(self) -> None:
+        """Cancel a running generation and wait for its thread (the window is closing)."""
+        if self.job is not None:
+            self.job.cancel()
+            self.job.wait(10_000)
+
+
+def attach(window) -> GenerationController:
+    """File ▸ Trace generation… (Ctrl+G) and a Generation dock (View ▸ Generation timeline)."""
+    return GenerationController(window)

@@ -464,3 +464,61 @@ def _titled(title: str, widget: QWidget, hint: str = "") -> QWidget:
 
 
 __all__ = ["NO_MODEL_MESSAGE", "LensTableModel", "LensView", "short_layer"]
+
+
+# --------------------------------------------------------------------------- main window
+
+
+def attach(window):
+    """Add a Lens dock to the main window (hidden; View ▸ Lens, Ctrl+L).
+
+    The lens needs the model that produced the trace: for a trace the window traced itself
+    it rebuilds that model from the request (the bundled demo, a seeded preset, a
+    checkpoint) the first time the dock is shown; ``window.trace_models`` maps
+    ``id(trace)`` to a model already at hand (a traced generation fills it). A trace opened
+    from a file has no model, and the dock says so.
+    """
+    from PySide6.QtGui import QKeySequence
+    from PySide6.QtWidgets import QDockWidget
+
+    from app import session
+
+    dock = QDockWidget("Lens", window)
+    dock.setObjectName("lensDock")
+    view = LensView(dock)
+    dock.setWidget(view)
+    window.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, dock)
+    dock.hide()
+    if not hasattr(window, "trace_models"):
+        window.trace_models = {}
+
+    def model_factory_for(trace):
+        if trace is None or getattr(window, "trace_path", None) is not None:
+            return None  # opened from a file: no model
+        job = getattr(window, "job", None)
+        source = None
+        if job is not None and getattr(job, "request", None) is not None:
+            source = job.request.source  # the window is showing this job's outcome
+        elif trace.meta.get("model_source") == session.ModelSource("demo").describe():
+            source = session.ModelSource("demo")
+        if source is None:
+            return None
+        return lambda: session.build_model(source)[0]
+
+    def on_trace_changed() -> None:
+        trace = window.trace
+        model = window.trace_models.get(id(trace)) if trace is not None else None
+        view.set_trace(trace, model, model_factory=None if model else model_factory_for(trace))
+
+    window.traceChanged.connect(on_trace_changed)
+    on_trace_changed()
+    toggle = dock.toggleViewAction()
+    toggle.setText("&Lens (logit lens, heads)")
+    toggle.setShortcut(QKeySequence("Ctrl+L"))
+    toggle.setStatusTip("What each layer predicts, and what each head writes")
+    window.addAction(toggle)
+    for action in window.menuBar().actions():
+        if action.text().replace("&", "") == "View" and action.menu() is not None:
+            action.menu().addAction(toggle)
+    dock.view = view
+    return dock

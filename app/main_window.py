@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import dialogs, session
+from app import breakpoints_panel, compare_window, dialogs, generation_view, lens_view, session
 from app.diagram import DiagramView
 from app.inspector import Inspector
 from app.module_tree import ModuleTree
@@ -132,6 +132,11 @@ class MainWindow(QMainWindow):
         self._build_actions()
         self._build_menus()
         self._build_toolbar()
+        # ---- analysis: File ▸ Compare with… / Trace generation…, Breakpoints and Lens docks
+        self.compare = compare_window.attach(self)
+        self.breakpoints_dock = breakpoints_panel.attach(self)
+        self.lens_dock = lens_view.attach(self)
+        self.generation = generation_view.attach(self)
         self.set_trace(None)
 
     # --------------------------------------------------------------------- actions
