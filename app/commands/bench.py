@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import statistics
 import sys
 import tempfile
@@ -156,6 +157,12 @@ def tensor_bytes(tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
+def _flush_disk() -> None:
+    """Write back dirty pages (untimed) so each timed write starts from the same state."""
+    if hasattr(os, "sync"):
+        os.sync()
+
+
 def measure_file(trace, folder: Path, repeat: int = 3) -> FileFigures:
     """Save/load throughput of the trace file against plain safetensors, interleaved."""
     from safetensors.torch import load_file, save_file
@@ -168,21 +175,24 @@ def measure_file(trace, folder: Path, repeat: int = 3) -> FileFigures:
     plain_tensors = tensors_to_store(trace, plain)
     nbytes = tensor_bytes(plain_tensors.values())
     save_t, plain_save_t, load_t, plain_load_t, open_t = [], [], [], [], []
-    for _ in range(repeat):
-        for path in (ours, plain):
-            path.unlink(missing_ok=True)
-        gc.collect()
+
+    def save_plain() -> None:
         start = time.perf_counter()
         save_file(plain_tensors, str(plain))
         plain_save_t.append(time.perf_counter() - start)
+
+    def save_ours() -> None:
         start = time.perf_counter()
         tracing.save(trace, ours)
         save_t.append(time.perf_counter() - start)
 
+    def load_plain() -> None:
         start = time.perf_counter()
         loaded = load_file(str(plain))
         plain_load_t.append(time.perf_counter() - start)
         del loaded
+
+    def load_ours() -> None:
         start = time.perf_counter()
         t = tracing.load(ours)
         open_t.append(time.perf_counter() - start)
@@ -190,7 +200,20 @@ def measure_file(trace, folder: Path, repeat: int = 3) -> FileFigures:
             t.values[key]
         load_t.append(time.perf_counter() - start)
         t.values.close()
-        del t
+
+    for round_ in range(repeat):
+        for path in (ours, plain):
+            path.unlink(missing_ok=True)
+        # Alternate who goes first, and flush dirty pages before each write: otherwise the
+        # second writer of a round is throttled by the kernel writing back the first's.
+        saves, loads = [save_plain, save_ours], [load_plain, load_ours]
+        if round_ % 2:
+            saves.reverse()
+            loads.reverse()
+        for step in saves + loads:
+            gc.collect()
+            _flush_disk()
+            step()
     mb = nbytes / 1e6
     return FileFigures(
         tensors=len(plain_tensors),
