@@ -133,9 +133,9 @@ class _Invalid(Exception):
 def save(trace: Trace, path: str | os.PathLike) -> Path:
     """Write ``trace`` to ``path`` as one safetensors file and return the path.
 
-    The trace is checked first with the same rules ``load`` applies, so a file this writes
-    always opens. Raises ``TraceFileError`` when the trace is inconsistent or the file
-    cannot be written.
+    The trace's cross-references are checked first with the rules ``load`` applies, so a
+    file this writes opens again. Raises ``TraceFileError`` when the trace is inconsistent
+    or the file cannot be written.
     """
     path = Path(path)
     try:
@@ -507,7 +507,7 @@ def load(path: str | os.PathLike) -> Trace:
         trace = _validate(manifest, stored)
     except _Invalid as e:
         raise TraceFileError(f"{path}: {e}") from None
-    except (SafetensorError, OSError) as e:
+    except (SafetensorError, OSError, ValueError, KeyError, struct.error) as e:
         raise TraceFileError(f"{path}: {_describe_container_error(e)}") from None
     finally:
         if gc_was_enabled:
