@@ -154,3 +154,25 @@ def test_dock_holds_the_panel(qtbot):
     assert isinstance(dock.widget(), BreakpointsPanel)
     assert dock.panel.run_to_next() is None  # no trace: a message, no crash
     assert "No trace" in dock.panel.result.text()
+
+
+def test_main_window_dock_drives_the_step(qtbot, tmp_path, inf_trace):
+    from PySide6.QtCore import QSettings
+
+    from app.main_window import MainWindow
+
+    window = MainWindow(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    qtbot.addWidget(window)
+    window.show()
+    window.set_trace(inf_trace)
+    dock = window.breakpoints_dock
+    assert dock.panel.trace is inf_trace and not dock.isVisible()
+    dock.panel.add_nonfinite()
+    dock.run_action.trigger()  # F5: shows the dock and runs
+    expected = _first_nonfinite_op(inf_trace)
+    assert dock.isVisible() and window.current == expected
+    window.go_to(3)
+    assert dock.panel.current == 3  # the panel follows the window
+    dock.panel.set_current_step(expected)
+    dock.panel.add_current_module()  # "+ Module" takes the current step's module
+    assert dock.panel.breakpoints[-1].text == f"module {INF_LAYER}"

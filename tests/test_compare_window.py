@@ -155,3 +155,28 @@ def test_from_files_and_helpers(qtbot, tmp_path, demo_trace):
 
     with pytest.raises(SessionError):
         CompareWindow.from_files(tmp_path / "missing.trace", path)
+
+
+def test_main_window_compare_with_a_file(qtbot, tmp_path, monkeypatch, demo_trace, changed_trace):
+    from PySide6.QtCore import QSettings
+
+    from app import dialogs
+    from app.main_window import MainWindow
+
+    shown = []
+    monkeypatch.setattr(dialogs, "show_error", lambda parent, t, x, details="": shown.append(t))
+    window = MainWindow(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    qtbot.addWidget(window)
+    assert not window.compare.action.isEnabled()  # nothing to compare yet
+    window.set_trace(demo_trace)
+    assert window.compare.action.isEnabled()
+    path = tmp_path / "edited.trace"
+    changed_trace.save(path)
+    compare = window.compare.open_with(path)
+    assert compare is not None and compare.trace_a is demo_trace
+    assert compare.first is not None and compare.first.module == CHANGED
+    assert compare.name_b == "edited.trace"
+    compare.close()
+    (tmp_path / "junk.trace").write_bytes(b"not a trace")
+    assert window.compare.open_with(tmp_path / "junk.trace") is None
+    assert shown == ["Cannot compare"]

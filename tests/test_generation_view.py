@@ -122,3 +122,25 @@ def test_dialog_builds_the_request(qtbot):
 
 def _xy(point: QPointF) -> tuple[float, float]:
     return point.x(), point.y()
+
+
+def test_main_window_steps_within_and_across_passes(qtbot, tmp_path, outcome):
+    from PySide6.QtCore import QSettings
+
+    from app.main_window import MainWindow
+
+    window = MainWindow(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    qtbot.addWidget(window)
+    window.show()
+    gen = outcome.generation
+    controller = window.generation
+    assert controller.action.text() == "Trace &generation…"
+    controller.show_generation(gen, outcome.model)
+    assert window.trace is gen.passes[0] and controller.dock.isVisible()
+    softmax = next(s.index for s in gen.passes[0].steps if s.op == "softmax")
+    window.go_to(softmax)  # step within the pass ...
+    controller.view.select_pass(3)  # ... then across: same step, one pass later
+    assert window.trace is gen.passes[3] and window.current == softmax
+    T = len(PROMPT) + 3
+    assert window.inspector.heatmap.matrix.shape[-1] == T  # the attention map grew
+    assert window.trace_models[id(gen.passes[3])] is outcome.model  # the lens has the model

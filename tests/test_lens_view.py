@@ -134,3 +134,23 @@ def test_model_factory_runs_only_when_the_lens_is_shown(qtbot, model, demo_trace
     assert calls == [1] and v.has_data
     v.set_trace(demo_trace, model_factory=lambda: (_ for _ in ()).throw(OSError("gone")))
     assert "Cannot load the model" in v.message_text and "gone" in v.message_text
+
+
+def test_main_window_lens_dock_has_the_model_only_for_its_own_traces(qtbot, tmp_path, demo_trace):
+    from PySide6.QtCore import QSettings
+
+    from app.main_window import MainWindow
+
+    window = MainWindow(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    qtbot.addWidget(window)
+    window.show()
+    window.load_demo(background=False)  # the window traced the demo: the model is at hand
+    dock = window.lens_dock
+    dock.show()
+    qtbot.waitExposed(dock)
+    assert dock.view.has_data
+    assert dock.view.lens.shape == (3, len(scratchformer.DEMO_PROMPT))
+    path = tmp_path / "demo.trace"
+    demo_trace.save(path)
+    assert window.open_path(path)
+    assert "needs the model" in dock.view.message_text
