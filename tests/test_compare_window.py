@@ -180,3 +180,25 @@ def test_main_window_compare_with_a_file(qtbot, tmp_path, monkeypatch, demo_trac
     (tmp_path / "junk.trace").write_bytes(b"not a trace")
     assert window.compare.open_with(tmp_path / "junk.trace") is None
     assert shown == ["Cannot compare"]
+
+
+def test_command_line_compare(qtbot, qapp, tmp_path, monkeypatch, demo_trace, changed_trace):
+    from PySide6.QtWidgets import QApplication
+
+    from app.cli import main
+
+    a, b = tmp_path / "a.trace", tmp_path / "b.trace"
+    demo_trace.save(a)
+    changed_trace.save(b)
+    assert main(["app", "--compare", str(a), str(tmp_path / "missing.trace")]) == 2
+    assert main(["app", str(a), "--compare", str(a), str(b)]) == 2
+    monkeypatch.setattr(qapp, "exec", lambda: 0)  # do not enter the event loop
+    assert main(["app", "--compare", str(a), str(b)]) == 0
+    opened = [
+        w
+        for w in QApplication.topLevelWidgets()
+        if isinstance(w, CompareWindow) and w.isVisible() and w.name_b == "b.trace"
+    ]
+    assert len(opened) == 1 and opened[0].first.module == CHANGED
+    opened[0].close()
+    opened[0].deleteLater()

@@ -1,7 +1,8 @@
 """``scratchformer app [TRACE]``: the desktop debugger.
 
 With no file it traces the bundled demo model on its default prompt, so a person sees a
-real forward pass at once; with a trace file it opens that.
+real forward pass at once; with a trace file it opens that. ``--compare A B`` opens two
+trace files side by side instead (``app.compare_window``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "trace", nargs="?", type=Path, help="a trace file to open (default: trace the demo)"
     )
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        type=Path,
+        metavar=("A", "B"),
+        help="open two trace files side by side, stepped together and coloured by divergence",
+    )
     parser.set_defaults(func=run)
 
 
@@ -28,6 +36,13 @@ def run(args: argparse.Namespace) -> int:
 
     if args.trace is not None and not args.trace.is_file():
         raise UserError(f"no such trace file: {args.trace}")
+    compare = getattr(args, "compare", None)
+    if compare is not None:
+        if args.trace is not None:
+            raise UserError("give either a trace file or --compare A B, not both")
+        for path in compare:
+            if not path.is_file():
+                raise UserError(f"no such trace file: {path}")
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
@@ -38,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
     from app.main_window import MainWindow, apply_theme, install_excepthook
 
     apply_theme(qt_app)
+    if compare is not None:
+        return _run_compare(qt_app, *compare)
     window = MainWindow()
     install_excepthook(window)
     window.show()
@@ -45,4 +62,20 @@ def run(args: argparse.Namespace) -> int:
         QTimer.singleShot(0, lambda: window.open_path(args.trace))
     else:
         QTimer.singleShot(0, window.load_demo)
+    return qt_app.exec()
+
+
+def _run_compare(qt_app, path_a: Path, path_b: Path) -> int:
+    """``scratchformer app --compare A B``: the compare window on its own."""
+    from app.cli import UserError
+    from app.compare_window import CompareWindow
+    from app.main_window import install_excepthook
+    from app.session import SessionError
+
+    try:
+        window = CompareWindow.from_files(path_a, path_b)
+    except SessionError as e:
+        raise UserError(str(e)) from e
+    install_excepthook(window)
+    window.show()
     return qt_app.exec()
