@@ -31,7 +31,14 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt, Signal
+from PySide6.QtCore import (
+    QAbstractListModel,
+    QModelIndex,
+    QPersistentModelIndex,
+    QSize,
+    Qt,
+    Signal,
+)
 from PySide6.QtGui import QAction, QColor, QFont, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -397,6 +404,9 @@ class BreakpointsPanel(QWidget):
         self.model.modelReset.connect(self._update_enabled)
         self.model.dataChanged.connect(self._on_data_changed)
         self._update_enabled()
+
+    def sizeHint(self) -> QSize:
+        return QSize(330, 420)
 
     # --------------------------------------------------------------------- the trace
 
