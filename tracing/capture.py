@@ -198,7 +198,7 @@ class _OpMode(TorchFunctionMode):
             kwargs = {}
         name = _classify(func)
         tracer = self.tracer
-        if name is _SKIP or not tracer._stack or tracer._paused:
+        if name is _SKIP or not tracer._stack:
             return func(*args, **kwargs)
         return tracer._record_op(func, name, args, kwargs)
 
@@ -346,7 +346,6 @@ class Tracer:
         self._failed_step: int | None = None
         self._first_input_shape: tuple[int, ...] | None = None
         self._input_shapes: list[tuple[str, list[int]]] = []
-        self._paused = False
         self._mode = None
         self._skipped_values = 0
         self._attention_types: dict[str, bool] = {}
