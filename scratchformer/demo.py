@@ -32,9 +32,10 @@ DEMO_TASK = (
     "spot, and layer 0 has already copied each letter one position to the right."
 )
 
-DEMO_PROMPT = "softmax|xamtfos."
+DEMO_PROMPT = "wordplay|yalpdrow."
 """A complete example with distinct letters: one forward pass over it shows the
-anti-diagonal cleanly (repeated letters would blur it)."""
+anti-diagonal cleanly (repeated letters would blur it). Its 18 tokens differ from every
+size of the demo config (d_head 16, heads 4...), so symbolic dims are never ambiguous."""
 
 
 def demo_checkpoint_path():
