@@ -30,18 +30,23 @@ from typing import TYPE_CHECKING, Any, Literal
 from PySide6.QtCore import QObject, QRectF, QSize, Qt, QThread, Signal, Slot
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QKeyEvent, QMouseEvent, QPainter, QPen
 from PySide6.QtWidgets import (
+    QAbstractItemView,
     QComboBox,
     QDialog,
     QDialogButtonBox,
     QFormLayout,
     QFrame,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QPlainTextEdit,
     QScrollArea,
     QSizePolicy,
     QSpinBox,
+    QSplitter,
     QStyle,
+    QTableWidget,
+    QTableWidgetItem,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -246,7 +251,7 @@ class TraceGenerationDialog(QDialog):
 
 CHIP_H = 30
 BAR_H = 5
-CHIP_GAP = 4
+CHIP_GAP = 3
 PROMPT_FILL = QColor("#22252c")
 PROMPT_TEXT = QColor("#9aa3b2")
 NEW_FILL = QColor("#262a33")
@@ -314,7 +319,7 @@ class TokenTimeline(QWidget):
         x = 8.0
         self._rects = []
         for token in [*self.prompt, *self.tokens]:
-            w = max(24.0, metrics.horizontalAdvance(token_label(token)) + 14.0)
+            w = max(22.0, metrics.horizontalAdvance(token_label(token)) + 12.0)
             self._rects.append(QRectF(x, 8, w, CHIP_H))
             x += w + CHIP_GAP
             if len(self._rects) == len(self.prompt):
@@ -491,27 +496,61 @@ class GenerationView(QWidget):
         self.attention_caption.setObjectName("hint")
         controls = QHBoxLayout()
         controls.setSpacing(6)
-        label = QLabel("ATTENTION IN THIS PASS")
-        label.setObjectName("paneTitle")
-        controls.addWidget(label)
-        controls.addSpacing(10)
         controls.addWidget(QLabel("Layer"))
         controls.addWidget(self.layer_combo)
         controls.addWidget(QLabel("Head"))
         controls.addWidget(self.head_spin)
-        controls.addSpacing(10)
-        controls.addWidget(self.attention_caption, 1)
+        controls.addStretch(1)
         self.heatmap = HeatmapView()
         self.heatmap.setObjectName("generationHeatmap")
+
+        # one row per pass: what it saw, what it chose, how sure it was
+        self.pass_table = QTableWidget(0, 5)
+        self.pass_table.setObjectName("passTable")
+        self.pass_table.setHorizontalHeaderLabels(["pass", "saw", "chose", "p", "steps"])
+        self.pass_table.verticalHeader().hide()
+        self.pass_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.pass_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.pass_table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.pass_table.setShowGrid(False)
+        self.pass_table.setAlternatingRowColors(True)
+        self.pass_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        self.pass_table.verticalHeader().setDefaultSectionSize(
+            self.pass_table.fontMetrics().height() + 6
+        )
+        self.pass_table.currentCellChanged.connect(lambda row, *_: self.select_pass(row))
+
+        # timeline, navigation and passes on the left, the growing attention map on the right
+        left = QWidget()
+        left_layout = QVBoxLayout(left)
+        left_layout.setContentsMargins(0, 0, 0, 0)
+        left_layout.setSpacing(6)
+        left_layout.addWidget(self.scroll)
+        left_layout.addLayout(nav)
+        left_layout.addWidget(self.pass_table, 1)
+        right = QWidget()
+        right_layout = QVBoxLayout(right)
+        right_layout.setContentsMargins(0, 0, 0, 0)
+        right_layout.setSpacing(4)
+        label = QLabel("ATTENTION IN THIS PASS")
+        label.setObjectName("paneTitle")
+        right_layout.addWidget(label)
+        right_layout.addLayout(controls)
+        right_layout.addWidget(self.heatmap, 1)
+        right_layout.addWidget(self.attention_caption)
+        self.splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.splitter.addWidget(left)
+        self.splitter.addWidget(right)
+        self.splitter.setChildrenCollapsible(False)
+        self.splitter.setStretchFactor(0, 1)
+        self.splitter.setStretchFactor(1, 1)
+        self.splitter.setSizes([700, 560])
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 8, 8, 8)
         layout.setSpacing(6)
         layout.addWidget(self.title)
-        layout.addWidget(self.scroll)
-        layout.addLayout(nav)
-        layout.addLayout(controls)
-        layout.addWidget(self.heatmap, 1)
+        layout.addWidget(self.splitter, 1)
         self.set_generation(None)
 
     # --------------------------------------------------------------------- input
@@ -522,6 +561,7 @@ class GenerationView(QWidget):
         self.current = -1
         if generation is None or not generation.passes:
             self.timeline.set_sequence([], [], [])
+            self._fill_pass_table(None)
             self.title.setText("Generation")
             self.info.setText(
                 "<span style='color:#7f8898'>No generation traced. "
@@ -531,6 +571,7 @@ class GenerationView(QWidget):
             self._update_buttons()
             return
         self.timeline.set_sequence(generation.prompt, generation.tokens, generation.probs)
+        self._fill_pass_table(generation)
         prompt = "".join(token_label(t) for t in generation.prompt)
         answer = "".join(token_label(t) for t in generation.tokens)
         n = len(generation.passes)
@@ -555,6 +596,10 @@ class GenerationView(QWidget):
             return
         self.current = n
         self.timeline.set_selected(n)
+        if self.pass_table.currentRow() != n:
+            self.pass_table.blockSignals(True)
+            self.pass_table.selectRow(n)
+            self.pass_table.blockSignals(False)
         entry = gen.timeline()[n]
         trace = gen.passes[n]
         p = "" if entry.prob is None else f" (p = {entry.prob:.3f})"
@@ -575,6 +620,25 @@ class GenerationView(QWidget):
         return self.generation.passes[self.current]
 
     # --------------------------------------------------------------------- internals
+
+    def _fill_pass_table(self, gen: GenerationTrace | None) -> None:
+        table = self.pass_table
+        table.blockSignals(True)
+        entries = gen.timeline() if gen is not None else []
+        table.setRowCount(len(entries))
+        for row, e in enumerate(entries):
+            cells = [
+                str(row + 1),
+                f"{e.context_length} tokens",
+                token_label(e.token),
+                "–" if e.prob is None else f"{e.prob:.3f}",
+                str(len(gen.passes[row].steps)),
+            ]
+            for col, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                item.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
+                table.setItem(row, col, item)
+        table.blockSignals(False)
 
     def _update_buttons(self) -> None:
         count = len(self.generation.passes) if self.generation is not None else 0

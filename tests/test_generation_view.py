@@ -144,3 +144,15 @@ def test_main_window_steps_within_and_across_passes(qtbot, tmp_path, outcome):
     T = len(PROMPT) + 3
     assert window.inspector.heatmap.matrix.shape[-1] == T  # the attention map grew
     assert window.trace_models[id(gen.passes[3])] is outcome.model  # the lens has the model
+
+
+def test_pass_table_lists_every_pass_and_selects_it(view, outcome):
+    gen = outcome.generation
+    view.set_generation(gen)
+    table = view.pass_table
+    assert table.rowCount() == len(gen.passes)
+    for row, entry in enumerate(gen.timeline()):
+        assert table.item(row, 2).text() == chr(gen.tokens[row])  # letters of "drow."
+        assert table.item(row, 1).text() == f"{entry.context_length} tokens"
+    table.setCurrentCell(3, 0)
+    assert view.current == 3 and view.timeline.selected == 3
