@@ -25,6 +25,7 @@ the pixels, which keeps a step update to a few milliseconds.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -32,7 +33,7 @@ from typing import Literal
 import numpy as np
 import pyqtgraph as pg
 import torch
-from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QPainter, QPalette
 from PySide6.QtWidgets import (
     QLabel,
@@ -134,28 +135,176 @@ def _as_numpy(matrix: torch.Tensor | np.ndarray) -> np.ndarray:
     return np.asarray(matrix, dtype=np.float32)
 
 
+# --------------------------------------------------------------------------- axes
+
+
+class CachedAxisItem(pg.AxisItem):
+    """An ``AxisItem`` that keeps the pictures it drew and replays them when they fit again.
+
+    pyqtgraph throws an axis's picture away whenever its range or ticks are set, and
+    drawing a new one (choosing tick values, laying out each label) costs a few
+    milliseconds. Stepping through a trace shows the same few shapes and colour ranges
+    over and over, so the last ``PICTURES_KEPT`` pictures are kept, keyed by everything
+    a picture depends on (range, ticks, geometry, text space, pens, style), and a step
+    that comes back to a known axis only replays it.
+    """
+
+    PICTURES_KEPT = 64
+
+    def __init__(self, orientation: str, **kwargs):
+        super().__init__(orientation, **kwargs)
+        self._pictures: OrderedDict[tuple, object] = OrderedDict()
+        self.enableAutoSIPrefix(False)  # no units here; SI prefixes only re-set the label
+
+    def picture_key(self) -> tuple:
+        """Everything the axis picture depends on, as a hashable tuple."""
+        levels = self._tickLevels
+        ticks = None if levels is None else tuple(tuple(level) for level in levels)
+        view = self.linkedView()
+        grid_rect = (
+            view.mapRectToItem(self, view.boundingRect()).getRect()
+            if self.grid is not False and view is not None
+            else None
+        )
+        return (
+            tuple(self.range),
+            ticks,
+            self.mapRectFromParent(self.geometry()).getRect(),
+            grid_rect,
+            self.grid,
+            self.textWidth,
+            self.textHeight,
+            self.scale,
+            self.logMode,
+            self.autoSIPrefixScale,
+            self.pen().color().rgba(),
+            self.textPen().color().rgba(),
+            self.tickPen().color().rgba(),
+            repr(sorted(self.style.items())),
+        )
+
+    def paint(self, p, opt, widget) -> None:
+        if self.picture is None:
+            key = self.picture_key()
+            picture = self._pictures.get(key)
+            if picture is None:
+                super().paint(p, opt, widget)  # draws, and leaves the new picture behind
+                if self.picture is not None:
+                    self._pictures[key] = self.picture
+                    if len(self._pictures) > self.PICTURES_KEPT:
+                        self._pictures.popitem(last=False)
+                return
+            self._pictures.move_to_end(key)
+            self.picture = picture
+        self.picture.play(p)
+
+
+class ColourBar(pg.ColorBarItem):
+    """pyqtgraph's ``ColorBarItem`` with a value axis that keeps its pictures.
+
+    The colour range changes on most steps but returns to the same round numbers
+    (``nice_ceiling``), so its axis is a ``CachedAxisItem``.
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        axis = CachedAxisItem("right")
+        self.setAxisItems({"right": axis})
+        # what ColorBarItem.__init__ did to the axis it made
+        axis.setWidth(45)
+        axis.setStyle(showValues=True)
+        axis.unlinkFromView()
+        axis.setRange(*self.values)
+        self.axis = axis
+
+
 # --------------------------------------------------------------------------- widgets
 
 
-class ElidedLabel(QLabel):
-    """A one-line label that ends in "…" when too narrow (the full text is its tooltip)."""
+class ElidedLabel(QWidget):
+    """One line of text that ends in "…" when too narrow (the full text is then its tooltip).
+
+    Set on every step, so it is *quiet*: ``setText`` only repaints this widget. A ``QLabel``
+    would also call ``updateGeometry``, and the layouts above it would run again (and a
+    ``QTabWidget`` on the way up repaints everything it holds) — milliseconds a step.
+    Its height is fixed by its font; it fills its own background.
+    """
 
     def __init__(self, text: str = " ", parent: QWidget | None = None):
-        super().__init__(text, parent)
-        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        # opaque: a new text repaints this label only, not the panes under it
-        self.setAutoFillBackground(True)
-        self.setTextFormat(Qt.TextFormat.PlainText)
+        super().__init__(parent)
+        self._text = text
+        self._alignment = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
+        self._clipped = False
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+        self.setAutoFillBackground(True)  # opaque: a new text repaints this line only
+        self._fit_height()
+
+    def text(self) -> str:
+        return self._text
+
+    def setText(self, text: str) -> None:
+        if text != self._text:
+            self._text = text
+            self.update()
+
+    def alignment(self) -> Qt.AlignmentFlag:
+        return self._alignment
+
+    def setAlignment(self, alignment: Qt.AlignmentFlag) -> None:
+        self._alignment = alignment
+        self.update()
+
+    def sizeHint(self) -> QSize:
+        return QSize(self.fontMetrics().horizontalAdvance(self._text), self.height())
+
+    def changeEvent(self, event) -> None:
+        if event.type() == QEvent.Type.FontChange:
+            self._fit_height()
+        super().changeEvent(event)
+
+    def _fit_height(self) -> None:
+        self.setFixedHeight(self.fontMetrics().height() + 4)
 
     def paintEvent(self, event) -> None:
         painter = QPainter(self)
         painter.setPen(self.palette().color(self.foregroundRole()))
         rect = self.contentsRect()
-        text = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, rect.width())
-        painter.drawText(rect, int(self.alignment()), text)
-        if text != self.text():  # clipped: the full text on hover
-            self.setToolTip(self.text())
+        text = self.fontMetrics().elidedText(self._text, Qt.TextElideMode.ElideRight, rect.width())
+        painter.drawText(rect, int(self._alignment), text)
         painter.end()
+        clipped = text != self._text
+        if clipped or self._clipped:  # clipped: the full text on hover
+            self._clipped = clipped
+            tip = self._text if clipped else ""
+            if self.toolTip() != tip:
+                self.setToolTip(tip)
+
+
+class LayoutFirewall(QWidget):
+    """Holds one widget without a layout, so that widget's relayouts stop here.
+
+    A widget whose size hint may change (a word-wrapped label, a row of spin boxes that
+    come and go) asks every layout above it to run again; inside a ``QTabWidget`` that
+    ends in a repaint of the whole tab. Here the child simply fills this widget, which
+    keeps the size it was given: ``fixed_height`` (or the child's first size hint).
+    """
+
+    def __init__(self, child: QWidget, fixed_height: int | None = None):
+        super().__init__()
+        self.child = child
+        child.setParent(self)
+        height = fixed_height if fixed_height is not None else child.sizeHint().height()
+        self.setFixedHeight(height)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+
+    def resizeEvent(self, event) -> None:
+        self.child.setGeometry(self.rect())
+
+    def sizeHint(self) -> QSize:
+        return QSize(self.child.sizeHint().width(), self.height())
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(0, self.height())
 
 
 class HeatmapView(QWidget):
@@ -196,7 +345,9 @@ class HeatmapView(QWidget):
         self._canvas.setBackground(background)
         self._canvas.setMinimumSize(160, 120)
         self._canvas.ci.setContentsMargins(4, 4, 4, 12)
-        self._plot: pg.PlotItem = self._canvas.addPlot()
+        self._plot: pg.PlotItem = self._canvas.addPlot(
+            axisItems={name: CachedAxisItem(name) for name in ("left", "top", "right", "bottom")}
+        )
         self._plot.hideButtons()
         self._plot.setMenuEnabled(False)
         self._plot.showAxis("top")
@@ -211,7 +362,7 @@ class HeatmapView(QWidget):
             axis.setStyle(tickLength=-4, tickTextOffset=3, autoExpandTextSpace=True)
         self._image = pg.ImageItem(axisOrder="row-major")
         self._plot.addItem(self._image)
-        self._colorbar = pg.ColorBarItem(
+        self._colorbar = ColourBar(
             values=(0.0, 1.0),
             colorMap=_colormap(SEQUENTIAL_CMAP),
             width=12,

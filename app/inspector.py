@@ -43,7 +43,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.attention_view import AttentionPanel
-from app.heatmap import ElidedLabel, HeatmapView
+from app.heatmap import ElidedLabel, HeatmapView, LayoutFirewall
 from app.shape_table import ShapeTableModel, format_number
 from app.tensor_view import TensorView, token_labels
 from tracing.record import TensorRecord, Trace
@@ -150,10 +150,12 @@ class Inspector(QWidget):
         self._strip.setWordWrap(True)
         self._strip.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self._strip.setMargin(4)
-        # a fixed height: a strip that grew and shrank would re-lay out the heatmap each step
-        self._strip.setFixedHeight(2 * QFontMetrics(self._strip.font()).lineSpacing() + 10)
         self._strip.setAutoFillBackground(True)
         self._strip.setBackgroundRole(QPalette.ColorRole.AlternateBase)
+        # a fixed height behind a firewall: the new text of every step (whose wrapped
+        # height Qt would measure) never re-lays out the heatmap or repaints the tabs
+        strip_height = 2 * QFontMetrics(self._strip.font()).lineSpacing() + 10
+        self._strip_box = LayoutFirewall(self._strip, strip_height)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 6, 6, 6)
@@ -161,7 +163,7 @@ class Inspector(QWidget):
         layout.addWidget(self._title)
         layout.addWidget(self._where)
         layout.addWidget(self.tabs, 1)
-        layout.addWidget(self._strip)
+        layout.addWidget(self._strip_box)
         self.tensor_view.show_message("Open a trace to inspect its tensors.")
 
     # ---- the interface the main window uses
@@ -266,7 +268,8 @@ class Inspector(QWidget):
         step = self._trace.steps[index]
         total = len(self._trace.steps)
         kind = "module" if step.kind == "module" else "op"
-        self._title.setText(f"Step {index} / {total - 1} · {step.op}")
+        # 1-based, like the status line of the step bar ("step 34 / 104 · ...")
+        self._title.setText(f"Step {index + 1} / {total} · {step.op}")
         where = f"{step.module or '<root>'} · {kind}"
         if step.source is not None:
             where += f" · {Path(step.source.file).name}:{step.source.line}"

@@ -6,8 +6,9 @@ One row per tensor the step saw, inputs first, then outputs::
     in · x          (1, 24, 64)    (B, T, C)      float32  -3.1    2.9    0.002   1    0
     out · output    (1, 24, 64)    (B, T, C)      float32  ...
 
-The model reads the plain-Python ``Trace`` and copies nothing: switching steps is a model
-reset over a handful of rows. Statistics come from the record (captured at "stats" and
+The model reads the plain-Python ``Trace``; switching steps formats the few cell texts
+once and updates the rows in place (no model reset, so the view keeps its header, layout
+and selection and only repaints the cells). Statistics come from the record (captured at "stats" and
 "values"); at "shapes" they show as a dash. A tensor holding NaN or Inf gets its NaN/Inf
 cell painted red, so a blow-up is visible at a glance.
 """
@@ -26,6 +27,20 @@ AnyIndex = QModelIndex | QPersistentModelIndex
 NONFINITE_BACKGROUND = QColor("#d62728")
 NONFINITE_FOREGROUND = QColor("#ffffff")
 DIRECTION_COLOURS = {"in": QColor("#1f77b4"), "out": QColor("#2ca02c")}
+
+
+# Roles as plain ints: ``data`` runs for every cell and role on every repaint, and an
+# int comparison is much cheaper than one against a Python enum member.
+_DISPLAY = int(Qt.ItemDataRole.DisplayRole)
+_TOOLTIP = int(Qt.ItemDataRole.ToolTipRole)
+_ALIGNMENT = int(Qt.ItemDataRole.TextAlignmentRole)
+_BACKGROUND = int(Qt.ItemDataRole.BackgroundRole)
+_FOREGROUND = int(Qt.ItemDataRole.ForegroundRole)
+_FONT = int(Qt.ItemDataRole.FontRole)
+_LEFT = int((Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter).value)
+_RIGHT = int((Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter).value)
+_CELL_FLAGS = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
+_NO_FLAGS = Qt.ItemFlag.NoItemFlags
 
 
 def format_number(value: float) -> str:
@@ -73,14 +88,25 @@ class ShapeTableModel(QAbstractTableModel):
         self._step: Step | None = None
         # (direction, name, record) per row, filled on set_step
         self._rows: list[tuple[str, str, TensorRecord]] = []
+        self._texts: list[tuple[str, ...]] = []  # display text per row and column
         self._bold = QFont()
         self._bold.setBold(True)
+        self._name_brushes = {d: QBrush(c) for d, c in DIRECTION_COLOURS.items()}
+        self._bad_background = QBrush(NONFINITE_BACKGROUND)
+        self._bad_foreground = QBrush(NONFINITE_FOREGROUND)
+        self._alignments = tuple(
+            _RIGHT if c in self.STAT_COLUMNS or c == self.NONFINITE else _LEFT
+            for c in range(len(self.COLUMNS))
+        )
+        self._header_alignments = tuple(
+            _RIGHT if c in self.STAT_COLUMNS else _LEFT for c in range(len(self.COLUMNS))
+        )
 
     # ---- feeding
 
     def set_trace(self, trace: Trace | None) -> None:
         self.beginResetModel()
-        self._trace, self._step, self._rows = trace, None, []
+        self._trace, self._step, self._rows, self._texts = trace, None, [], []
         self.endResetModel()
 
     def set_step(self, step: Step | int | None) -> None:
@@ -98,17 +124,30 @@ class ShapeTableModel(QAbstractTableModel):
                 for k, tensor_id in enumerate(ids):
                     name = names[k] if k < len(names) else f"{direction}[{k}]"
                     rows.append((direction, name, self._trace.tensors[tensor_id]))
+        texts = [
+            tuple(self._display(d, n, r, c) for c in range(len(self.COLUMNS))) for d, n, r in rows
+        ]
         self._step = step
-        if len(rows) == len(self._rows) and rows:
-            # same number of rows (most steps): new cell data, no reset, so the view keeps
-            # its layout and selection and only repaints
-            self._rows = rows
-            last = self.index(len(rows) - 1, len(self.COLUMNS) - 1)
-            self.dataChanged.emit(self.index(0, 0), last)
-        else:
-            self.beginResetModel()
-            self._rows = rows
-            self.endResetModel()
+        # No model reset: rows the two steps share get new cell data, and only the
+        # difference is inserted or removed, so the view keeps its layout, header and
+        # selection and just repaints the cells.
+        old, new = len(self._rows), len(rows)
+        if new < old:
+            self.beginRemoveRows(QModelIndex(), new, old - 1)
+            self._rows, self._texts = self._rows[:new], self._texts[:new]
+            self.endRemoveRows()
+        elif new > old:
+            self.beginInsertRows(QModelIndex(), old, new - 1)
+            self._rows, self._texts = self._rows + rows[old:], self._texts + texts[old:]
+            self.endInsertRows()
+        shared = min(old, new)
+        changed = [
+            r for r in range(shared) if texts[r] != self._texts[r] or rows[r] != self._rows[r]
+        ]
+        self._rows, self._texts = rows, texts
+        if changed:
+            last = len(self.COLUMNS) - 1
+            self.dataChanged.emit(self.index(changed[0], 0), self.index(changed[-1], last))
 
     @property
     def step(self) -> Step | None:
@@ -144,52 +183,51 @@ class ShapeTableModel(QAbstractTableModel):
 
     def headerData(self, section: int, orientation: Qt.Orientation, role: int = 0) -> Any:
         if orientation == Qt.Orientation.Horizontal and 0 <= section < len(self.COLUMNS):
-            if role == Qt.ItemDataRole.DisplayRole:
+            if role == _DISPLAY:
                 return self.COLUMNS[section]
-            if role == Qt.ItemDataRole.ToolTipRole:
+            if role == _TOOLTIP:
                 return self._TOOLTIPS[section]
-            if role == Qt.ItemDataRole.TextAlignmentRole:
-                return int(
-                    (Qt.AlignmentFlag.AlignRight if section in self.STAT_COLUMNS
-                     else Qt.AlignmentFlag.AlignLeft) | Qt.AlignmentFlag.AlignVCenter
-                )  # fmt: skip
-        if orientation == Qt.Orientation.Vertical and role == Qt.ItemDataRole.DisplayRole:
+            if role == _ALIGNMENT:
+                return self._header_alignments[section]
+        if orientation == Qt.Orientation.Vertical and role == _DISPLAY:
             return section + 1
         return None
 
     def flags(self, index: AnyIndex) -> Qt.ItemFlag:
-        if not index.isValid():
-            return Qt.ItemFlag.NoItemFlags
-        return Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
+        return _CELL_FLAGS if index.isValid() else _NO_FLAGS
 
-    def data(self, index: AnyIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if not index.isValid() or not 0 <= index.row() < len(self._rows):
+    def data(self, index: AnyIndex, role: int = _DISPLAY) -> Any:
+        row = index.row()  # -1 for an invalid index
+        if not 0 <= row < len(self._texts):
             return None
-        direction, name, record = self._rows[index.row()]
         column = index.column()
-        if role == Qt.ItemDataRole.DisplayRole:
-            return self._display(direction, name, record, column)
-        if role == Qt.ItemDataRole.ToolTipRole:
-            return self._tooltip(direction, name, record, column)
-        if role == self.TensorIdRole:
-            return record.id
-        if role == self.DirectionRole:
-            return direction
-        if role == Qt.ItemDataRole.TextAlignmentRole:
-            if column in self.STAT_COLUMNS or column == self.NONFINITE:
-                return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-            return int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
-        nonfinite = record.stats is not None and record.stats.has_nonfinite
-        if role == Qt.ItemDataRole.BackgroundRole and column == self.NONFINITE and nonfinite:
-            return QBrush(NONFINITE_BACKGROUND)
-        if role == Qt.ItemDataRole.ForegroundRole:
-            if column == self.NONFINITE and nonfinite:
-                return QBrush(NONFINITE_FOREGROUND)
+        if role == _DISPLAY:
+            return self._texts[row][column]
+        if role == _ALIGNMENT:
+            return self._alignments[column]
+        if role == _FOREGROUND:
             if column == self.NAME:
-                return QBrush(DIRECTION_COLOURS[direction])
-        if role == Qt.ItemDataRole.FontRole and column == self.NONFINITE and nonfinite:
-            return self._bold
+                return self._name_brushes[self._rows[row][0]]
+            if column == self.NONFINITE and self._nonfinite(row):
+                return self._bad_foreground
+            return None
+        if role == _BACKGROUND:
+            return (
+                self._bad_background if column == self.NONFINITE and self._nonfinite(row) else None
+            )
+        if role == _FONT:
+            return self._bold if column == self.NONFINITE and self._nonfinite(row) else None
+        if role == _TOOLTIP:
+            return self._tooltip(*self._rows[row], column)
+        if role == self.TensorIdRole:
+            return self._rows[row][2].id
+        if role == self.DirectionRole:
+            return self._rows[row][0]
         return None
+
+    def _nonfinite(self, row: int) -> bool:
+        stats = self._rows[row][2].stats
+        return stats is not None and stats.has_nonfinite
 
     # ---- cell text
 

@@ -22,7 +22,7 @@ import torch
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
 
-from app.heatmap import HeatmapView
+from app.heatmap import HeatmapView, LayoutFirewall
 from tracing.record import TensorRecord, Trace
 
 MAX_LEADING_AXES = 6
@@ -159,10 +159,14 @@ class TensorView(QWidget):
 
         self.heatmap = HeatmapView()
 
+        # The bar changes with every tensor (spin boxes come and go, the description
+        # changes); behind a firewall at a fixed height, that never re-lays out the heatmap.
+        self._bar_box = LayoutFirewall(self._bar, self._spins[0].sizeHint().height() + 2)
+
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(4)
-        layout.addWidget(self._bar)
+        layout.addWidget(self._bar_box)
         layout.addWidget(self.heatmap, 1)
 
     def _add_spin(self) -> None:
@@ -223,43 +227,60 @@ class TensorView(QWidget):
         leading = leading_axes(record) if value is not None else []
         while len(self._spins) < len(leading):
             self._add_spin()
+        # Only what differs is touched: each spin box or label change asks for a relayout.
         for i, (label, spin) in enumerate(zip(self._spin_labels, self._spins)):
             if i < len(leading):
                 name, size = leading[i]
+                top = max(0, size - 1)
+                index = min(self._chosen.get(name, 0), top)
                 spin.blockSignals(True)
-                spin.setRange(0, max(0, size - 1))
-                spin.setValue(min(self._chosen.get(name, 0), max(0, size - 1)))
-                spin.setEnabled(size > 1)
+                if spin.maximum() != top:
+                    spin.setRange(0, top)
+                if spin.value() != index:
+                    spin.setValue(index)
                 spin.blockSignals(False)
-                spin.setToolTip(f"index along axis {name} (size {size})")
-                label.setText(name)
-                label.setVisible(True)
-                spin.setVisible(True)
-            elif spin.isVisible():
+                if spin.isEnabled() != (size > 1):
+                    spin.setEnabled(size > 1)
+                tip = f"index along axis {name} (size {size})"
+                if spin.toolTip() != tip:
+                    spin.setToolTip(tip)
+                if label.text() != name:
+                    label.setText(name)
+                if spin.isHidden():
+                    label.setVisible(True)
+                    spin.setVisible(True)
+            elif not spin.isHidden():
                 label.setVisible(False)
                 spin.setVisible(False)
 
-        if value is None:
+        if value is None or value.dim() == 0:
             self._slice = None
-            self._bar.setVisible(False)
-            self.heatmap.show_message(missing_reason or "No values were kept for this tensor.")
+            self._set_slice_text("")
+            if value is None:
+                text = missing_reason or "No values were kept for this tensor."
+            else:
+                text = (
+                    f"<p style='font-size:15pt'>{float(value):.6g}</p>"
+                    f"<p>a scalar ({record.dtype})</p>"
+                )
+            self.heatmap.show_message(text)
             return
-        if value.dim() == 0:
-            self._slice = None
-            self._bar.setVisible(False)
-            self.heatmap.show_message(
-                f"<p style='font-size:15pt'>{float(value):.6g}</p><p>a scalar ({record.dtype})</p>"
-            )
-            return
-        self._bar.setVisible(bool(leading))
         self._render()
 
     def show_message(self, text: str) -> None:
         """No tensor to show (e.g. a step without tensors): say why."""
         self._record = self._value = None
         self._slice = None
-        self._bar.setVisible(False)
+        for label, spin in zip(self._spin_labels, self._spins):
+            if not spin.isHidden():
+                label.setVisible(False)
+                spin.setVisible(False)
+        self._set_slice_text("")
         self.heatmap.show_message(text)
+
+    def _set_slice_text(self, text: str) -> None:
+        if self._slice_label.text() != text:
+            self._slice_label.setText(text)
 
     def _on_spin_changed(self, _value: int) -> None:
         self._remember()
@@ -284,7 +305,7 @@ class TensorView(QWidget):
             row_name, col_name = names[-2], names[-1]
         leading = tuple((name, i, size) for (name, size), i in zip(leading_axes(record), index))
         self._slice = MatrixSlice(leading, row_name or "row", col_name)
-        self._slice_label.setText(self._slice.describe())
+        self._set_slice_text(self._slice.describe())
 
         matrix = as_matrix(value, index)
         rows, cols = matrix.shape

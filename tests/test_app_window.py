@@ -59,6 +59,8 @@ def _assert_panes_on(window, index):
     assert window.diagram.items_by_key[window.diagram.highlighted_key].highlighted
     assert window.source_view.current_line == step.source.line
     assert window.inspector.step_index == index
+    # the inspector's header counts the same way as the status line (1-based)
+    assert window.inspector._title.text().startswith(f"Step {index + 1} / {len(trace.steps)} · ")
 
 
 def test_step_forward_and_back_with_keys_moves_every_pane(qtbot, window):

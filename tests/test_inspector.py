@@ -67,7 +67,8 @@ def test_step_shows_its_tensors_and_first_output(inspector, values_trace):
     assert _tick_labels(inspector.heatmap.row_axis) == tokens
     assert _tick_labels(inspector.heatmap.col_axis) == tokens
     assert inspector.heatmap.colormap_name == "inferno"  # probabilities
-    assert f"Step {index} / {len(values_trace) - 1} · softmax" == inspector._title.text()
+    # 1-based, as the status line says it
+    assert f"Step {index + 1} / {len(values_trace)} · softmax" == inspector._title.text()
 
 
 def test_selecting_a_row_shows_that_tensor(inspector, values_trace, qtbot):
