@@ -34,7 +34,7 @@ import numpy as np
 import pyqtgraph as pg
 import torch
 from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt, Signal
-from PySide6.QtGui import QPainter, QPalette
+from PySide6.QtGui import QImage, QPainter, QPalette
 from PySide6.QtWidgets import (
     QLabel,
     QSizePolicy,
@@ -199,6 +199,80 @@ class CachedAxisItem(pg.AxisItem):
         self.picture.play(p)
 
 
+# --------------------------------------------------------------------------- image
+
+
+class ColouredImageItem(pg.ImageItem):
+    """An ``ImageItem`` that colours its float matrix itself, at about screen resolution.
+
+    pyqtgraph turns a float image into an 8-bit *indexed* ``QImage`` whose colour table Qt
+    converts on every paint, then scales the whole matrix onto the screen. Here, once per
+    change, the matrix is first thinned to about one value per screen pixel (a 768-wide
+    tensor on a 380-pixel plot keeps every 2nd column — the columns nearest-neighbour
+    scaling would have picked anyway; zooming in brings every column back) and then goes
+    through the colour map's lookup table in numpy, straight into a premultiplied 32-bit
+    image, the format Qt draws fastest. NaN pixels stay transparent. Anything else (RGB
+    data, a callable lookup table) takes pyqtgraph's own path.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.setAutoDownsample(True)  # pyqtgraph re-renders when zooming changes the factors
+        self._lut32: tuple = (None, None)  # (pyqtgraph's lut, the same as uint32 ARGB)
+        self._pixels: np.ndarray | None = None  # the QImage's buffer, kept alive with it
+
+    def render(self) -> None:
+        image, lut, levels = self.image, self.lut, self.levels
+        if (
+            image is None
+            or image.ndim != 2
+            or image.dtype.kind != "f"
+            or not isinstance(lut, np.ndarray)
+            or levels is None
+            or np.ndim(levels) != 1
+        ):
+            self._pixels = None
+            super().render()
+            return
+        self._unrenderable = True
+        if image.size == 0:
+            return
+        x_step, y_step = self._computeDownsampleFactors()
+        if x_step is None:
+            return
+        self._lastDownsample = (x_step, y_step)
+        shown = image[::y_step, ::x_step] if x_step > 1 or y_step > 1 else image  # (rows, cols)
+
+        lo, hi = float(levels[0]), float(levels[1])
+        scale = 256.0 / (hi - lo) if hi > lo else 0.0
+        codes = np.subtract(shown, lo, dtype=np.float32)
+        codes *= scale
+        np.clip(codes, 0, 255, out=codes)
+        nan = np.isnan(codes) if np.isnan(codes.min()) else None
+        if nan is not None:
+            codes[nan] = 0
+        pixels = self._argb_table(lut)[codes.astype(np.uint8)]  # (rows, cols) uint32
+        if nan is not None:
+            pixels[nan] = 0  # transparent
+        rows, cols = pixels.shape
+        self._pixels = pixels
+        self.qimage = QImage(
+            pixels.data, cols, rows, 4 * cols, QImage.Format.Format_ARGB32_Premultiplied
+        )
+        self._renderRequired = False
+        self._unrenderable = False
+
+    def _argb_table(self, lut: np.ndarray) -> np.ndarray:
+        """pyqtgraph's (N, 3 or 4) uint8 lookup table as N premultiplied ARGB words."""
+        if self._lut32[0] is not lut:
+            rgb = lut[:, :3].astype(np.uint32)
+            alpha = lut[:, 3].astype(np.uint32) if lut.shape[1] > 3 else np.full(len(lut), 255)
+            rgb = rgb * alpha[:, None] // 255  # premultiplied
+            table = (alpha << 24) | (rgb[:, 0] << 16) | (rgb[:, 1] << 8) | rgb[:, 2]
+            self._lut32 = (lut, table.astype(np.uint32))
+        return self._lut32[1]
+
+
 class ColourBar(pg.ColorBarItem):
     """pyqtgraph's ``ColorBarItem`` with a value axis that keeps its pictures.
 
@@ -208,8 +282,10 @@ class ColourBar(pg.ColorBarItem):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
+        old = self.axis
         axis = CachedAxisItem("right")
         self.setAxisItems({"right": axis})
+        old.setParentItem(None)  # out of the layout; without this it would still be drawn
         # what ColorBarItem.__init__ did to the axis it made
         axis.setWidth(45)
         axis.setStyle(showValues=True)
@@ -360,7 +436,7 @@ class HeatmapView(QWidget):
             axis.setPen(pg.mkPen(foreground))
             axis.setTextPen(pg.mkPen(foreground))
             axis.setStyle(tickLength=-4, tickTextOffset=3, autoExpandTextSpace=True)
-        self._image = pg.ImageItem(axisOrder="row-major")
+        self._image = ColouredImageItem(axisOrder="row-major")
         self._plot.addItem(self._image)
         self._colorbar = ColourBar(
             values=(0.0, 1.0),

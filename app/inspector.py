@@ -48,6 +48,8 @@ from app.shape_table import ShapeTableModel, format_number
 from app.tensor_view import TensorView, token_labels
 from tracing.record import TensorRecord, Trace
 
+_ROW = QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows
+
 VALUE_CACHE_SIZE = 24
 """Tensor values kept at hand (a trace opened from disk reads each one lazily)."""
 
@@ -198,16 +200,14 @@ class Inspector(QWidget):
         self._step_index = index
         step = trace.steps[index]
         self._set_header(index)
-        self.table_model.set_step(step)
-        row = self.table_model.default_row()
+        # rows removed or replaced under the selection move the current row: the heatmap
+        # waits for the row chosen below instead of drawing every intermediate one
         self._selecting = True
         try:
+            self.table_model.set_step(step)
+            row = self.table_model.default_row()
             if row >= 0:
-                self.table.selectionModel().setCurrentIndex(
-                    self.table_model.index(row, 0),
-                    QItemSelectionModel.SelectionFlag.ClearAndSelect
-                    | QItemSelectionModel.SelectionFlag.Rows,
-                )
+                self.table.selectionModel().setCurrentIndex(self.table_model.index(row, 0), _ROW)
         finally:
             self._selecting = False
         if self.tabs.currentIndex() == self.TENSORS_TAB:

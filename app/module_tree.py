@@ -270,10 +270,22 @@ class ModuleTree(QWidget):
                 if not self.view.isExpanded(parent):
                     self.view.expand(parent)
                 parent = parent.parent()
+            self.view.setAutoScroll(False)  # it would scroll by one row on every step
             self.view.setCurrentIndex(index)
-            self.view.scrollTo(index)
+            self.view.setAutoScroll(True)
+            self._reveal(index)
         finally:
             self._syncing = False
+
+    def _reveal(self, index: QModelIndex) -> None:
+        """Scroll ``index`` into view, to the middle, and only when it is out of view.
+
+        A tree that scrolled by one row on every step would repaint all of itself on
+        every step; centred, the next dozens of modules are already on screen.
+        """
+        rect = self.view.visualRect(index)
+        if not self.view.viewport().rect().contains(rect):
+            self.view.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtCenter)
 
     def _on_current_changed(self, current: QModelIndex, previous: QModelIndex) -> None:
         if self._syncing or not current.isValid():

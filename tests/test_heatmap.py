@@ -153,6 +153,33 @@ def test_huge_matrix_is_strided_for_display_but_hover_reads_full(view, qtbot):
     assert cell is not None and cell[1] == 4 and abs(cell[0] - 1499) <= 1
 
 
+def test_image_is_coloured_at_about_screen_resolution(view, qtbot):
+    # 700 columns on a plot about 400 pixels wide, a NaN in row 1
+    m = np.tile(np.linspace(-1.0, 1.0, 700, dtype=np.float32), (3, 1))
+    m[1, 0] = np.nan
+    view.set_matrix(m)
+    qtbot.wait(20)
+    view._canvas.grab()  # a paint renders the image
+    item = view.image_item
+    qimage = item.qimage
+    plot_pixels = view.plot_item.getViewBox().width()
+    assert qimage.width() < 700 and qimage.width() >= plot_pixels / 2
+    step = 700 // qimage.width()
+    assert 700 / qimage.width() == pytest.approx(step, abs=0.1)  # every step-th column
+    cmap = _colormap(view.colormap_name)
+    lo, hi = view.colorbar.levels()
+    for x in (0, qimage.width() // 2, qimage.width() - 1):
+        got = qimage.pixelColor(x, 0)
+        want = cmap.map((m[0, x * step] - lo) / (hi - lo), mode="qcolor")
+        assert abs(got.red() - want.red()) < 8 and abs(got.blue() - want.blue()) < 8, x
+    assert qimage.pixelColor(0, 1).alpha() == 0  # NaN: transparent
+    # zoomed in on 100 columns, every column is drawn again
+    view.plot_item.getViewBox().setRange(xRange=(0, 100), padding=0)
+    qtbot.wait(20)
+    view._canvas.grab()
+    assert item.qimage.width() == 700
+
+
 def test_hover_text_names_axes_tokens_and_value(view, qtbot):
     view.set_matrix(
         np.array([[0.1, 0.9], [0.3, 0.7]]),
