@@ -229,6 +229,9 @@ class Tracer:
         train: trace in training mode (dropout active) instead of eval mode.
         ops: also record tensor ops (not only module calls).
         meta: extra entries for ``trace.meta`` (e.g. ``tokens``, ``text``).
+        break_on: breakpoint conditions (``tracing.breakpoints``: ``NonFinite()``,
+            ``AbsAbove(1e4)``, ``ModuleIs("blocks.2")``...). The forward stops at the first
+            step that meets one; the trace ends there, with ``meta["stopped_at"]``.
     """
 
     def __init__(
@@ -242,6 +245,7 @@ class Tracer:
         train: bool = False,
         ops: bool = True,
         meta: Mapping[str, Any] | None = None,
+        break_on: Any = None,
     ):
         if not isinstance(model, nn.Module):
             raise TypeError(f"Tracer needs an nn.Module, got {type(model).__name__}")
@@ -257,6 +261,11 @@ class Tracer:
         self.train = train
         self.ops = ops
         self.extra_meta = dict(meta) if meta else {}
+        self._breaker = None
+        if break_on:
+            from tracing.breakpoints import LiveBreaker
+
+            self._breaker = LiveBreaker(break_on)
         self.trace: Trace | None = None
         self.output: Any = None  # the root module's last output, when it returned
         self._active = False
@@ -292,6 +301,14 @@ class Tracer:
     def __exit__(self, exc_type, exc, tb) -> bool:
         self._cleanup()
         self._active = False
+        if self._breaker is not None and isinstance(exc, self._breaker.Stop):
+            last = len(self._steps) - 1
+            for index in self._stack:  # close the module calls the stop interrupted
+                self._steps[index][10] = last
+            self._stack.clear()
+            self.trace = self._finish(None)
+            self.trace.meta["stopped_at"] = exc.hit.to_meta()
+            return True  # stopped on purpose: the trace so far, no error
         error = None
         failed_inside = exc is not None and (self._stack or self._failed_step is not None)
         if failed_inside and isinstance(exc, Exception):
@@ -515,6 +532,8 @@ class Tracer:
                 self._first_input_shape = tuple(tensors[0].shape)
         step[4] = tuple(ids)
         step[6] = tuple(names)
+        if self._breaker is not None:
+            self._breaker.enter(self._step_record(index))
 
     def _exit_module(self, path: str, module: nn.Module, output: Any) -> None:
         stack = self._stack
@@ -546,6 +565,8 @@ class Tracer:
             and self._is_attention_module(path, module)
         ):
             self._mark_attention(step[5][1], tensors[1])
+        if self._breaker is not None:
+            self._check_outputs(index, tensors)
 
     def _is_attention_module(self, path: str, module: nn.Module) -> bool:
         """Attention modules by type name: ours, ``nn.MultiheadAttention``, HF ``*Attention``."""
@@ -595,7 +616,50 @@ class Tracer:
         index = self._add_op_step(name, tensors, versions, outs, result)
         if name == "softmax" or name == "_softmax":
             self._maybe_attention_softmax(index, outs[0])
+        elif name == "scaled_dot_product_attention":
+            outs = (*outs, *self._fused_attention_map(index, args, kwargs))
+        if self._breaker is not None:
+            self._check_outputs(index, outs)
         return result
+
+    def _fused_attention_map(self, index: int, args: tuple, kwargs: dict) -> tuple:
+        """``F.scaled_dot_product_attention`` returns no weights: rebuild them from its
+        query, key and mask (``tracing.fused_attention``) and add them to the op's outputs
+        as an attention map. Returns the added tensor (none if the call is unusual)."""
+        from tracing.fused_attention import weights_from_call
+
+        try:
+            weights = weights_from_call(args, kwargs)  # (B, H, T, T)
+        except (TypeError, ValueError, RuntimeError):
+            return ()
+        step = self._steps[index]
+        rid = self._tensor_id(weights, index)
+        step[5] = (*step[5], rid)
+        step[7] = (*step[7], "attention_weights")
+        self._mark_attention(rid, weights)
+        return (weights,)
+
+    # ---- breakpoints (tracing.breakpoints)
+
+    def _step_record(self, index: int) -> Step:
+        s = self._steps[index]
+        return Step(
+            index=index, kind=s[0], module=s[1], op=s[2], source=s[3], inputs=s[4],
+            outputs=s[5], input_names=s[6], output_names=s[7], depth=s[8], parent=s[9],
+            end=s[10], call=s[11], error=s[12],
+        )  # fmt: skip
+
+    def _check_outputs(self, index: int, tensors) -> None:
+        """Raise the breaker's stop if a condition holds for this step's outputs."""
+        records = []
+        for rid in self._steps[index][5]:
+            shape, dtype, device, stats, key, producer, role = self._tensors[rid][:7]
+            record = TensorRecord(
+                id=rid, shape=shape, dtype=dtype, device=device, stats=stats,
+                value_key=key, producer=producer, role=role,
+            )  # fmt: skip
+            records.append(record)
+        self._breaker.exit(self._step_record(index), records, list(tensors))
 
     def _add_op_step(self, name, tensors, versions, outs, result) -> int:
         steps = self._steps
@@ -867,18 +931,20 @@ def trace(
     grad: bool = False,
     ops: bool = True,
     meta: Mapping[str, Any] | None = None,
+    break_on: Any = None,
     **kwargs: Any,
 ) -> Trace:
     """Run ``model(*args, **kwargs)`` once and return everything it did as a :class:`Trace`.
 
     Runs in eval mode and without autograd (``train=True`` / ``grad=True`` to change
     that). If the forward raises, :class:`tracing.TraceError` is raised ``from`` the
-    original exception, with the partial trace as ``.trace``. See :class:`Tracer` for the
-    other arguments.
+    original exception, with the partial trace as ``.trace``. With ``break_on``, it stops
+    at the first step that meets a condition and returns the trace up to there, with
+    ``meta["stopped_at"]``. See :class:`Tracer` for the other arguments.
     """
     tracer = Tracer(
         model, capture, dims=dims, value_cap=value_cap, value_dtype=value_dtype,
-        train=train, ops=ops, meta=meta,
+        train=train, ops=ops, meta=meta, break_on=break_on,
     )  # fmt: skip
     with torch.set_grad_enabled(grad), tracer:
         model(*args, **kwargs)
