@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
-
 import pytest
 import torch
 import torch.nn as nn
@@ -154,14 +152,7 @@ def test_attention_entropy_below(demo):
 
 # --------------------------------------------------------------------------- live
 
-# Until tracing/capture.py carries the break_on hook (see tracing.breakpoints.LiveBreaker).
-needs_break_on = pytest.mark.skipif(
-    "break_on" not in inspect.signature(tracing.Tracer).parameters,
-    reason="tracing.Tracer has no break_on hook yet",
-)
 
-
-@needs_break_on
 def test_live_break_on_inf_stops_at_the_op_with_its_source_line(overflowing):
     model, x = overflowing
     full = tracing.trace(model, x, capture="stats")
@@ -186,7 +177,6 @@ def test_live_break_on_inf_stops_at_the_op_with_its_source_line(overflowing):
     assert "stopped_at" not in full.meta
 
 
-@needs_break_on
 def test_live_break_on_module_entry_and_saved_file(demo, tmp_path):
     model, tokens, full = demo
     t = tracing.trace(model, tokens, capture="values", break_on=[ModuleIs("blocks.1")])

@@ -104,18 +104,6 @@ def test_arguments_bind_positionally_and_by_name():
 # --------------------------------------------------------------------------- in the tracer
 
 
-def _tracer_rebuilds_fused_maps() -> bool:
-    import tracing.capture
-
-    return hasattr(tracing.capture.Tracer, "_fused_attention_map")
-
-
-# Until tracing/capture.py calls tracing.fused_attention for F.scaled_dot_product_attention.
-needs_fused_hook = pytest.mark.skipif(
-    not _tracer_rebuilds_fused_maps(), reason="the tracer does not rebuild fused maps yet"
-)
-
-
 class FusedSelfAttention(torch.nn.Module):
     """Multi-head self-attention through the fused kernel (no weights come back)."""
 
@@ -143,7 +131,6 @@ class TinyFusedModel(torch.nn.Module):
         return self.cross(self.attn(x), mask)
 
 
-@needs_fused_hook
 @pytest.mark.parametrize("capture", ["shapes", "stats", "values"])
 def test_tracer_rebuilds_fused_attention_maps(capture):
     import tracing
@@ -173,7 +160,6 @@ def test_tracer_rebuilds_fused_attention_maps(capture):
         assert torch.equal(model(x, mask), model(x, mask))
 
 
-@needs_fused_hook
 @pytest.mark.slow
 def test_hf_gpt2_sdpa_maps_equal_eager_output_attentions():
     transformers = pytest.importorskip("transformers")
