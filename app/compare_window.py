@@ -12,7 +12,7 @@
     │ |◀ ◀ ▶ ▶▶ ▶|  ─────●──────────  entry 37 / 104 · blocks.1.self_attn · matmul · equal │
     └──────────────────────────────────────────────────────────────────────────────────────┘
 
-The comparison itself is :func:`tracing.diff.diff`: it aligns the two traces step by step
+The comparison itself is :func:`tracing.diff`: it aligns the two traces step by step
 (by module, op, call and occurrence, so two prompts or two versions of a model line up)
 and compares every aligned pair of outputs. This window only shows it:
 
@@ -77,8 +77,8 @@ from app.diagram import DiagramView, FrameItem
 from app.heatmap import HeatmapView
 from app.step_bar import StepBar
 from app.tensor_view import as_matrix, axis_names, leading_axes, token_labels
-from tracing.diff import StepDiff, TraceDiff
-from tracing.diff import diff as diff_traces
+from tracing.trace_diff import StepDiff, TraceDiff
+from tracing.trace_diff import diff as diff_traces
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch

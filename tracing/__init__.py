@@ -32,7 +32,13 @@ _LAZY = {
     "load": "tracing.trace_file",
     "save": "tracing.trace_file",
     "report": "tracing.report",
-    "diff": "tracing.diff",
+    "diff": "tracing.trace_diff",
+    "TraceDiff": "tracing.trace_diff",
+    "find_next": "tracing.breakpoints",
+    "logit_lens": "tracing.lens",
+    "head_contributions": "tracing.lens",
+    "trace_generate": "tracing.generation",
+    "load_generation": "tracing.generation",
 }
 
 __all__ = [

@@ -42,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from app.cli import UserError
-    from tracing.diff import diff
+    from tracing.trace_diff import diff
     from tracing.trace_file import load
 
     if args.atol < 0:
