@@ -422,7 +422,7 @@ class HeatmapView(QWidget):
         self._canvas.setMinimumSize(160, 120)
         self._canvas.ci.setContentsMargins(4, 4, 4, 12)
         self._plot: pg.PlotItem = self._canvas.addPlot(
-            axisItems={name: CachedAxisItem(name) for name in ("left", "top", "right", "bottom")}
+            axisItems={name: CachedAxisItem(name) for name in ("left", "top")}
         )
         self._plot.hideButtons()
         self._plot.setMenuEnabled(False)
@@ -435,8 +435,11 @@ class HeatmapView(QWidget):
             axis = self._plot.getAxis(name)
             axis.setPen(pg.mkPen(foreground))
             axis.setTextPen(pg.mkPen(foreground))
-            axis.setStyle(tickLength=-4, tickTextOffset=3, autoExpandTextSpace=True)
+            # ticks point outward: an axis that reached into the plot would be repainted
+            # with the image on every step
+            axis.setStyle(tickLength=4, tickTextOffset=2, autoExpandTextSpace=True)
         self._image = ColouredImageItem(axisOrder="row-major")
+        self._image_rect = QRectF()
         self._plot.addItem(self._image)
         self._colorbar = ColourBar(
             values=(0.0, 1.0),
@@ -570,11 +573,15 @@ class HeatmapView(QWidget):
             cmap_name = self._signed_cmap
         levels = levels or auto_levels
         self._image.setImage(shown, autoLevels=False, levels=levels)
-        self._image.setRect(QRectF(0, 0, shown.shape[1] * sc, shown.shape[0] * sr))
+        rect = QRectF(0, 0, shown.shape[1] * sc, shown.shape[0] * sr)
+        if rect != self._image_rect:  # a new transform would re-lay out the view
+            self._image_rect = rect
+            self._image.setRect(rect)
         if cmap_name != self._cmap_name:
             self._colorbar.setColorMap(_colormap(cmap_name))
             self._cmap_name = cmap_name
-        self._colorbar.setLevels(levels)
+        if tuple(self._colorbar.levels()) != tuple(levels):  # same levels: no axis repaint
+            self._colorbar.setLevels(levels)
 
         # ---- axes: names, token ticks, and the view range when the shape changed
         self._row_labels, self._col_labels = row_labels, col_labels

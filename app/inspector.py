@@ -108,6 +108,9 @@ class Inspector(QWidget):
         self.table.setWordWrap(False)
         self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.table.verticalHeader().hide()
+        # a scroll bar that came and went with the row count would resize the viewport,
+        # re-stretch the name column and repaint the whole table and its header
+        self.table.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOn)
         self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 8)
         header = self.table.horizontalHeader()
         # Fixed widths sized for typical content (measuring every cell on every step would
@@ -120,6 +123,9 @@ class Inspector(QWidget):
         for column, sample in COLUMN_SAMPLES.items():
             self.table.setColumnWidth(column, metrics.horizontalAdvance(sample) + 16)
         header.setHighlightSections(False)
+        # The header shares the table's selection unless told otherwise, and repaints
+        # itself whenever the selected row changes (every step): give it its own.
+        header.setSelectionModel(QItemSelectionModel(self.table_model, header))
         header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
         self.table.selectionModel().currentRowChanged.connect(self._on_row_changed)
 
