@@ -165,6 +165,8 @@ class Inspector(QWidget):
         strip_height = 2 * QFontMetrics(self._strip.font()).lineSpacing() + 10
         self._strip_box = LayoutFirewall(self._strip, strip_height)
 
+        # opaque: what changes in here repaints from here down, not the window behind
+        self.setAutoFillBackground(True)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 6, 6, 6)
         layout.setSpacing(4)

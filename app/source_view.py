@@ -120,9 +120,21 @@ class SourceView(QPlainTextEdit):
         selection.format.setProperty(QTextFormat.Property.FullWidthSelection, True)
         selection.cursor = cursor
         self.setExtraSelections([selection])
+        visible = self._line_visible(block)
         self.setTextCursor(cursor)
-        self.centerCursor()
+        if not visible:
+            # centred, the next lines the steps visit are already in view: a view that
+            # scrolled on every step would repaint all of itself on every step
+            self.centerCursor()
         self._gutter.update()
+
+    def _line_visible(self, block) -> bool:
+        """Whether ``block`` lies wholly inside the viewport (one line of margin)."""
+        if not block.isValid() or not block.isVisible():
+            return False
+        top = self.blockBoundingGeometry(block).translated(self.contentOffset()).top()
+        height = self.blockBoundingRect(block).height()
+        return height <= top and top + 2 * height <= self.viewport().height()
 
     def highlighted_text(self) -> str:
         """The text of the highlighted line ("" when none)."""

@@ -220,6 +220,17 @@ class TensorView(QWidget):
         missing_reason: str = "",
     ) -> None:
         """Show ``record``; ``value`` None means no copy was kept (``missing_reason`` says why)."""
+        if (
+            value is not None
+            and value is self._value
+            and record == self._record
+            and token_labels is self._row_labels
+            and self._slice is not None
+            and self.heatmap.matrix is not None
+        ):
+            # The same tensor again (a module's output is its last op's output, so about
+            # a step in four shows what the step before showed): nothing to redraw.
+            return
         self._record, self._value = record, value
         self._row_labels = token_labels
         self._scale = "probability" if record.role == "attention" else "auto"
