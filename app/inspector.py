@@ -108,9 +108,6 @@ class Inspector(QWidget):
         self.table.setWordWrap(False)
         self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.table.verticalHeader().hide()
-        # a scroll bar that came and went with the row count would resize the viewport,
-        # re-stretch the name column and repaint the whole table and its header
-        self.table.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOn)
         self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 8)
         header = self.table.horizontalHeader()
         # Fixed widths sized for typical content (measuring every cell on every step would
