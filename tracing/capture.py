@@ -27,6 +27,7 @@ makes a new record. The record (``tracing.record``) is built once, at the end.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import inspect
 import json
@@ -87,6 +88,65 @@ _SKIP = "skip"
 # id(model) -> (weakref to it, (module ids, parameter ids), its module infos)
 _INFO_CACHE: dict[int, tuple[Any, tuple, dict[str, ModuleInfo]]] = {}
 _func_info: dict[Any, str] = {}  # func -> op name, or _SKIP
+
+
+# --------------------------------------------------------------------------- per model
+
+
+class _Structure:
+    """What a trace needs to know of a model's modules and parameters, built once per model
+    and reused while the same module, parameter and buffer objects stay in place."""
+
+    __slots__ = ("key", "named", "param_names", "param_sig", "paths")
+
+    def __init__(self, model: nn.Module, key: tuple):
+        self.key = key
+        self.named = list(model.named_modules())
+        self.paths = {id(m): p for p, m in self.named}
+        self.param_names: dict[int, str] = {}  # first name wins (tied weights)
+        param_ids = []
+        for path, module in reversed(self.named):
+            prefix = f"{path}." if path else ""
+            for name, p in module._parameters.items():
+                if p is not None:
+                    self.param_names[id(p)] = prefix + name
+                    param_ids.append(id(p))
+            for name, b in module._buffers.items():
+                if b is not None:
+                    self.param_names[id(b)] = prefix + name
+        self.param_sig = tuple(param_ids)
+
+
+_STRUCTURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _structure_key(model: nn.Module) -> tuple:
+    """Identity of every submodule (with its name), parameter and buffer, cheaply."""
+    key: list = []
+    todo = [model]
+    while todo:
+        module = todo.pop()
+        key.append(id(module))
+        for d in (module._parameters, module._buffers):
+            for name, p in d.items():
+                key.append(name)
+                key.append(id(p))
+        for name, child in module._modules.items():
+            key.append(name)
+            if child is not None:
+                todo.append(child)
+    return tuple(key)
+
+
+def _structure(model: nn.Module) -> _Structure:
+    key = _structure_key(model)
+    try:
+        found = _STRUCTURES.get(model)
+    except TypeError:  # pragma: no cover - a module that cannot be weakly referenced
+        return _Structure(model, key)
+    if found is None or found.key != key:
+        found = _STRUCTURES[model] = _Structure(model, key)
+    return found
 
 
 def _op_name(func: Any) -> str:
@@ -283,11 +343,10 @@ class Tracer:
         if self._training:
             model.train(want)
         self._handles = []
+        self._wrapped = []
         try:
-            pre, post = self._pre_hook, self._post_hook
-            for _, module in self._named:
-                self._handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
-                self._handles.append(module.register_forward_hook(post, with_kwargs=True))
+            for path, module in self._named:
+                self._instrument(path, module)
             if self.ops:
                 self._mode = _OpMode(self)
                 self._mode.__enter__()
@@ -323,6 +382,12 @@ class Tracer:
         for handle in getattr(self, "_handles", ()):
             handle.remove()
         self._handles = []
+        for module, previous in getattr(self, "_wrapped", ()):
+            if previous is None:
+                module.__dict__.pop("forward", None)
+            else:
+                module.__dict__["forward"] = previous
+        self._wrapped = []
         mode = getattr(self, "_mode", None)
         if mode is not None:
             self._mode = None
@@ -341,20 +406,11 @@ class Tracer:
         self._tensors: list[list] = []
         self._values: dict[str, torch.Tensor] = {}
         self._ids: dict[int, tuple] = {}  # id(tensor) -> (weakref, version, record id)
-        self._named = list(self.model.named_modules())
-        self._paths = {id(m): p for p, m in self._named}
-        self._param_names = {}  # id(parameter or buffer) -> dotted name (first one wins)
-        param_ids = []
-        for path, module in reversed(self._named):
-            prefix = f"{path}." if path else ""
-            for name, p in module._parameters.items():
-                if p is not None:
-                    self._param_names[id(p)] = prefix + name
-                    param_ids.append(id(p))
-            for name, b in module._buffers.items():
-                if b is not None:
-                    self._param_names[id(b)] = prefix + name
-        self._param_sig = tuple(param_ids)
+        structure = _structure(self.model)
+        self._named = structure.named
+        self._paths = structure.paths
+        self._param_names = structure.param_names  # id(parameter or buffer) -> dotted name
+        self._param_sig = structure.param_sig
         self._stack: list[int] = []  # open module steps, innermost last
         self._stack_modules: list[nn.Module] = []
         self._op_source: list[SourceLocation | None] = []  # per open module, see below
@@ -478,7 +534,40 @@ class Tracer:
     def _want_values(self) -> bool:
         return self.capture == "values"
 
-    # ---- module hooks
+    # ---- module instruments
+
+    def _instrument(self, path: str, module: nn.Module) -> None:
+        """Wrap ``module.forward`` for this trace (an instance attribute, removed on exit).
+
+        A wrapper is the cheapest way to see a module call begin and end: a module with
+        forward hooks takes ``Module._call_impl``'s slow path (a closure and two hook loops
+        per call), and registering and removing two hook handles per module costs more
+        than a small model's whole forward. ``nn.Module.__call__`` still runs every hook
+        the user registered; the wrapper runs inside them. Script modules, whose
+        ``forward`` cannot be replaced, get a pre-hook and a hook instead.
+        """
+        if isinstance(module, torch.jit.ScriptModule):
+            pre, post = self._pre_hook, self._post_hook
+            self._handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+            self._handles.append(module.register_forward_hook(post, with_kwargs=True))
+            return
+        own = module.__dict__
+        previous = own.get("forward")
+        inner = module.forward
+        enter, leave = self._enter_module, self._exit_module
+        disable = _Disable
+
+        def forward(*args, **kwargs):
+            with disable():  # our own tensor calls must not reach the op mode
+                enter(path, module, args, kwargs)
+            output = inner(*args, **kwargs)
+            with disable():
+                leave(path, module, output)
+            return output
+
+        forward.__wrapped__ = inner  # inspect.signature(module.forward) still works
+        self._wrapped.append((module, previous))
+        own["forward"] = forward
 
     def _pre_hook(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         with _Disable():  # our own tensor calls must not reach the op mode
@@ -743,7 +832,7 @@ class Tracer:
         model = self.model
         config = getattr(model, "config", None)
         sizes = dims_mod.resolve_sizes(self.dims, config, self._first_input_shape)
-        namer = dims_mod.DimNamer(sizes)
+        namer = dims_mod.namer_for(sizes)
         raw_steps = self._steps
         param_paths = {rid: name for name, rid in self._param_record_names()}
         tensors = []
@@ -755,13 +844,10 @@ class Tracer:
             if role == "attention" and dims is not None and len(dims) == 4:
                 dims = ("B", "H", "T", "T") if dims[:2] == ("B", "H") else dims
             tensors.append(
-                _build(
-                    TensorRecord,
-                    _TENSOR_FIELDS,
-                    (rid, shape, dtype, device, dims, stats, key, producer, role),
-                )
+                _new_tensor_record(rid, shape, dtype, device, dims, stats, key, producer, role)
             )
-        steps = [_build(Step, _STEP_FIELDS, (i, *s)) for i, s in enumerate(raw_steps)]
+        new_step = _new_step
+        steps = [new_step(i, *s) for i, s in enumerate(raw_steps)]
         meta = {
             "model_class": f"{type(model).__module__}.{type(model).__qualname__}",
             "config": config_dict(config),
@@ -821,6 +907,32 @@ def _build(cls, spec: tuple[tuple[str, ...], dict[str, Any]], values: tuple):
         d[name] = default() if callable(default) else default
     d.update(zip(fields, values))
     return obj
+
+
+def _builder(cls, count: int):
+    """A function ``build(v0, v1, ...)`` filling the first ``count`` fields of the frozen
+    record ``cls`` in order (later fields get their declared defaults), without running
+    its ``__init__``: one dict literal per record, for thousands of steps per trace."""
+    fields, defaults = _spec(cls)
+    args = ", ".join(f"v{i}" for i in range(count))
+    items = [f"{name!r}: v{i}" for i, name in enumerate(fields[:count])]
+    for name in fields[count:]:
+        call = "()" if callable(defaults[name]) else ""
+        items.append(f"{name!r}: defaults[{name!r}]{call}")
+    source = (
+        f"def build({args}):\n"
+        f"    obj = new(cls)\n"
+        f"    set_dict(obj, '__dict__', {{{', '.join(items)}}})\n"
+        f"    return obj\n"
+    )
+    namespace = {"new": object.__new__, "cls": cls, "set_dict": object.__setattr__}
+    namespace["defaults"] = defaults
+    exec(source, namespace)  # generated from dataclass field names only
+    return namespace["build"]
+
+
+_new_step = _builder(Step, 14)
+_new_tensor_record = _builder(TensorRecord, 9)
 
 
 def _view_of(t: torch.Tensor, src: torch.Tensor) -> str | None:
@@ -901,10 +1013,34 @@ def module_infos(
     return infos
 
 
+_CONFIG_CACHE: dict[int, tuple[Any, dict, dict | None]] = {}
+
+
 def config_dict(config: Any) -> dict | None:
-    """The model's config as a JSON-able dict (``to_dict()`` or a dataclass), else None."""
+    """The model's config as a JSON-able dict (``to_dict()`` or a dataclass), else None.
+
+    Cached per config object while its attributes stay the same (a shallow comparison).
+    """
     if config is None:
         return None
+    attrs = getattr(config, "__dict__", None)
+    if attrs is None or isinstance(config, Mapping):
+        return _config_dict(config)
+    cached = _CONFIG_CACHE.get(id(config))
+    if cached is not None and cached[0]() is config and cached[1] == attrs:
+        return copy.deepcopy(cached[2])
+    result = _config_dict(config)
+    try:
+        ref = weakref.ref(config)
+    except TypeError:
+        return result
+    if len(_CONFIG_CACHE) > 64:
+        _CONFIG_CACHE.clear()
+    _CONFIG_CACHE[id(config)] = (ref, dict(attrs), copy.deepcopy(result))
+    return result
+
+
+def _config_dict(config: Any) -> dict | None:
     raw = None
     if hasattr(config, "to_dict"):
         try:

@@ -203,11 +203,22 @@ class DimNamer:
     def __init__(self, sizes: Mapping[str, int]):
         self.sizes = dict(sizes)
         self._cache: dict[tuple, tuple[str, ...] | None] = {}
+        self._named: dict[tuple, tuple[str, ...] | None] = {}  # (shape, context) -> dims
         self._contexts: dict[str, str | None] = {}
         ffn = dict(self.sizes)
         self._tie_break = "V" in ffn and "F" in ffn and ffn["V"] == ffn["F"]
 
     def __call__(self, shape: tuple[int, ...], context: str = "") -> tuple[str, ...] | None:
+        found = self._named.get((shape, context), _UNSEEN)
+        if found is not _UNSEEN:
+            return found
+        dims = self._name(shape, context)
+        if len(self._named) > 100_000:
+            self._named.clear()
+        self._named[(shape, context)] = dims
+        return dims
+
+    def _name(self, shape: tuple[int, ...], context: str) -> tuple[str, ...] | None:
         kind = None
         if self._tie_break and context:
             kind = self._contexts.get(context, 0)
@@ -221,3 +232,19 @@ class DimNamer:
             dims = tuple("F" if d == "V" else d for d in dims)
         self._cache[key] = dims
         return dims
+
+
+_UNSEEN = object()
+_NAMERS: dict[tuple, DimNamer] = {}
+
+
+def namer_for(sizes: Mapping[str, int]) -> DimNamer:
+    """A shared :class:`DimNamer` for these sizes: tracing one model again and again names
+    each (shape, module) pair once, not once per trace."""
+    key = tuple(sorted(sizes.items()))
+    namer = _NAMERS.get(key)
+    if namer is None:
+        if len(_NAMERS) > 32:
+            _NAMERS.clear()
+        namer = _NAMERS[key] = DimNamer(sizes)
+    return namer
