@@ -479,3 +479,17 @@ def test_ops_in_a_user_subclass_of_a_torch_module_get_their_own_line():
     assert mul.source.text.startswith("return y * 2")
     linear = next(s for s in t.steps if s.op == "linear")
     assert linear.source.text == "y = super().forward(x)"
+
+
+def test_first_tensor_is_input_for_functions_and_self_for_methods():
+    class Net(nn.Module):
+        def forward(self, x):
+            y = F.softmax(x, dim=-1)  # a function: "input"
+            z = torch.matmul(y, x)  # a function: "input", "arg1"
+            return z.view(-1)  # a method: "self"
+
+    t = tracing.trace(Net(), torch.randn(3, 3), capture="shapes")
+    names = {s.op: s.input_names for s in t.steps if s.kind == "op"}
+    assert names["softmax"] == ("input",)
+    assert names["matmul"] == ("input", "arg1")
+    assert names["view"] == ("self",)

@@ -184,18 +184,32 @@ def _classify(func: Any) -> str:
     if info is None:
         info = _op_name(func)
         _func_info[func] = info
+        if _is_method(func):
+            _arg_tables[func] = _METHOD_ARG_NAMES
     return info
+
+
+def _is_method(func: Any) -> bool:
+    """A tensor method (``x.view``, ``x + y``, ``x.shape``) rather than a function the user
+    called (``torch.matmul``, ``F.softmax``): its first tensor is ``self``, not ``input``."""
+    qualname = getattr(func, "__qualname__", "") or ""
+    if qualname.startswith(("TensorBase.", "Tensor.")):
+        return True
+    return getattr(func, "__name__", "") == "__get__"  # a property of the tensor
 
 
 # --------------------------------------------------------------------------- names
 
 
-def _arg_names(n: int) -> tuple[str, ...]:
-    """Names of an op's tensor arguments by position: ``self``, ``arg1``, ``arg2``..."""
-    return ("self", *(f"arg{i}" for i in range(1, n)))
+def _arg_names(n: int, first: str = "input") -> tuple[str, ...]:
+    """Names of an op's tensor arguments by position: ``input`` (``self`` for a tensor
+    method), ``arg1``, ``arg2``..."""
+    return (first, *(f"arg{i}" for i in range(1, n)))
 
 
 _ARG_NAMES = tuple(_arg_names(n) if n else () for n in range(9))
+_METHOD_ARG_NAMES = tuple(_arg_names(n, "self") if n else () for n in range(9))
+_arg_tables: dict[Any, tuple] = {}  # func -> _METHOD_ARG_NAMES for tensor methods
 
 
 _positional_names: dict[type, tuple[tuple[str, ...], bool]] = {}
@@ -687,7 +701,7 @@ class Tracer:
         try:
             result = func(*args, **kwargs)
         except Exception as e:
-            index = self._add_op_step(name, tensors, versions, (), ())
+            index = self._add_op_step(name, tensors, versions, (), (), func)
             self._steps[index][12] = f"{type(e).__name__}: {e}"
             self._failed_step = index
             raise
@@ -702,7 +716,7 @@ class Tracer:
             outs = (tensors[0],)  # x[i] = v: in place, returns None
         else:
             return result
-        index = self._add_op_step(name, tensors, versions, outs, result)
+        index = self._add_op_step(name, tensors, versions, outs, result, func)
         if name == "softmax" or name == "_softmax":
             self._maybe_attention_softmax(index, outs[0])
         elif name == "scaled_dot_product_attention":
@@ -750,7 +764,7 @@ class Tracer:
             records.append(record)
         self._breaker.exit(self._step_record(index), records, list(tensors))
 
-    def _add_op_step(self, name, tensors, versions, outs, result) -> int:
+    def _add_op_step(self, name, tensors, versions, outs, result, func=None) -> int:
         steps = self._steps
         index = len(steps)
         stack = self._stack
@@ -770,10 +784,19 @@ class Tracer:
         else:
             ids = tuple([tensor_id(t, None, v) for t, v in zip(tensors, versions)])
         step[4] = ids
-        names = _ARG_NAMES[n] if n < len(_ARG_NAMES) else _arg_names(n)
+        try:
+            table = _arg_tables.get(func, _ARG_NAMES)
+        except TypeError:  # unhashable callable
+            table = _ARG_NAMES
+        if n < len(table):
+            names = table[n]
+        else:
+            names = _arg_names(n, "self" if table is _METHOD_ARG_NAMES else "input")
         params = self._param_names
-        if params.keys() & {id(t) for t in tensors}:
-            names = tuple(params.get(id(t)) or default for t, default in zip(tensors, names))
+        for t in tensors:
+            if id(t) in params:
+                names = tuple(params.get(id(t)) or default for t, default in zip(tensors, names))
+                break
         step[6] = names
         if outs:
             source_pair = (tensors[0], ids[0]) if tensors else None
