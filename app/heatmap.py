@@ -251,7 +251,9 @@ class ColouredImageItem(pg.ImageItem):
         nan = np.isnan(codes) if np.isnan(codes.min()) else None
         if nan is not None:
             codes[nan] = 0
-        pixels = self._argb_table(lut)[codes.astype(np.uint8)]  # (rows, cols) uint32
+        # C order whatever the input's layout (a transposed matrix gives Fortran order,
+        # and QImage needs rows contiguous in memory)
+        pixels = np.ascontiguousarray(self._argb_table(lut)[codes.astype(np.uint8)])
         if nan is not None:
             pixels[nan] = 0  # transparent
         rows, cols = pixels.shape

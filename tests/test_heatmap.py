@@ -245,3 +245,16 @@ def test_heatmap_demo_example_runs(qapp, tmp_path):
     out = tmp_path / "demo.png"
     assert demo.main(["--text", "abcd", "--screenshot", str(out)]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 1000
+
+
+def test_transposed_matrix_paints(view, qtbot):
+    """A Fortran-ordered matrix (a transposed view) must paint, not fail in paint()."""
+    matrix = np.arange(12, dtype=np.float32).reshape(3, 4).T  # (4, 3), not C-contiguous
+    assert not matrix.flags.c_contiguous
+    view.set_matrix(matrix)
+    view.resize(300, 300)
+    view.show()
+    qtbot.waitExposed(view)
+    view.image_item.render()  # what paint() does first; it raised BufferError before
+    assert view.image_item.qimage is not None
+    assert view.grab().width() > 0
