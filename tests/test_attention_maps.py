@@ -107,3 +107,33 @@ def test_softmax_outside_attention_is_not_a_map():
     trace = tracing.trace(Classifier(), torch.randn(2, 3, 4, 4))
     assert trace.attention_maps() == {}
     assert all(r.role != "attention" for r in trace.tensors)
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_torch_multihead_attention_maps_equal_per_head_weights(batch_first):
+    torch.manual_seed(0)
+    B, T, C, H = 2, 5, 16, 4
+    layer = torch.nn.TransformerDecoderLayer(
+        C, H, dim_feedforward=32, dropout=0.0, batch_first=batch_first
+    ).eval()
+    x = torch.randn(B, T, C) if batch_first else torch.randn(T, B, C)
+    memory = torch.randn_like(x)
+    mask = torch.nn.Transformer.generate_square_subsequent_mask(T)
+    with torch.no_grad():
+        plain = layer(x, memory, tgt_mask=mask)
+        with tracing.Tracer(layer, capture="shapes") as tracer:
+            traced = layer(x, memory, tgt_mask=mask)
+        t = tracer.trace
+        # the reference: the same module asked for per-head weights on the same input
+        _, expected = layer.self_attn(
+            x, x, x, attn_mask=mask, need_weights=True, average_attn_weights=False
+        )
+    assert torch.equal(traced, plain)  # the recomputed weights leave the output alone
+    maps = t.attention_maps()
+    key = next(k for k in maps if k.startswith("self_attn"))
+    got = maps[key]
+    assert got.shape == (B, H, T, T)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(got.sum(-1), torch.ones(B, H, T))
+    assert torch.all(got.triu(1) == 0)
+    assert any(k.startswith("multihead_attn") for k in maps)  # cross-attention too

@@ -198,6 +198,16 @@ def _is_method(func: Any) -> bool:
     return getattr(func, "__name__", "") == "__get__"  # a property of the tensor
 
 
+_mha_signatures: dict[Any, inspect.Signature] = {}
+
+
+def _mha_signature(func: Any) -> inspect.Signature:
+    found = _mha_signatures.get(func)
+    if found is None:
+        found = _mha_signatures[func] = inspect.signature(func)
+    return found
+
+
 # --------------------------------------------------------------------------- names
 
 
@@ -721,6 +731,8 @@ class Tracer:
             self._maybe_attention_softmax(index, outs[0])
         elif name == "scaled_dot_product_attention":
             outs = (*outs, *self._fused_attention_map(index, args, kwargs))
+        elif name == "multi_head_attention_forward":
+            outs = (*outs, *self._mha_attention_map(index, func, args, kwargs, outs))
         if self._breaker is not None:
             self._check_outputs(index, outs)
         return result
@@ -735,6 +747,33 @@ class Tracer:
             weights = weights_from_call(args, kwargs)  # (B, H, T, T)
         except (TypeError, ValueError, RuntimeError):
             return ()
+        step = self._steps[index]
+        rid = self._tensor_id(weights, index)
+        step[5] = (*step[5], rid)
+        step[7] = (*step[7], "attention_weights")
+        self._mark_attention(rid, weights)
+        return (weights,)
+
+    def _mha_attention_map(self, index: int, func, args: tuple, kwargs: dict, outs) -> tuple:
+        """``nn.MultiheadAttention`` (``F.multi_head_attention_forward``) returns per-head
+        weights only when asked (``need_weights=True, average_attn_weights=False``). When
+        they were not returned, compute them once more from the same arguments, asking for
+        them, and add them to the op's outputs as an attention map. The model's own result
+        is untouched (and dropout is off in the recomputation, so no random numbers are
+        drawn). The call receives ``(T, B, C)`` tensors whatever ``batch_first`` says, so
+        the weights come back ``(B, H, T, S)``."""
+        if len(outs) >= 2 and outs[1].dim() == 4:  # already per head: mark it
+            rid = self._steps[index][5][1]
+            self._mark_attention(rid, outs[1])
+            return ()
+        try:
+            bound = _mha_signature(func).bind(*args, **kwargs)
+            bound.arguments.update(need_weights=True, average_attn_weights=False, training=False)
+            _, weights = func(*bound.args, **bound.kwargs)
+        except (TypeError, ValueError, RuntimeError):
+            return ()
+        if not isinstance(weights, _Tensor) or weights.dim() != 4:
+            return ()  # unbatched input: (H, T, S) has no batch axis to show
         step = self._steps[index]
         rid = self._tensor_id(weights, index)
         step[5] = (*step[5], rid)
