@@ -42,6 +42,22 @@ def show_info(parent: QWidget | None, title: str, text: str) -> None:
     QMessageBox.information(parent, title, text)
 
 
+def lay_out_form(dialog: QDialog, rows: list[tuple[str, QWidget]], ok_text: str) -> None:
+    """Give ``dialog`` the house layout: labelled rows, then OK (named ``ok_text``) / Cancel."""
+    form = QFormLayout()
+    for label, widget in rows:
+        form.addRow(label, widget)
+    buttons = QDialogButtonBox(
+        QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel, dialog
+    )
+    buttons.button(QDialogButtonBox.StandardButton.Ok).setText(ok_text)
+    buttons.accepted.connect(dialog.accept)
+    buttons.rejected.connect(dialog.reject)
+    layout = QVBoxLayout(dialog)
+    layout.addLayout(form)
+    layout.addWidget(buttons)
+
+
 class NewTraceDialog(QDialog):
     """Prompt, model (bundled demo, a preset with random weights, a checkpoint), capture."""
 
@@ -86,20 +102,16 @@ class NewTraceDialog(QDialog):
         hint.setObjectName("hint")
         hint.setWordWrap(True)
 
-        form = QFormLayout()
-        form.addRow("Prompt", self.prompt_edit)
-        form.addRow("Model", _wrap(source))
-        form.addRow("Capture", self.capture_combo)
-        form.addRow("", hint)
-        buttons = QDialogButtonBox(
-            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel, self
+        lay_out_form(
+            self,
+            [
+                ("Prompt", self.prompt_edit),
+                ("Model", _wrap(source)),
+                ("Capture", self.capture_combo),
+                ("", hint),
+            ],
+            ok_text="Trace",
         )
-        buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Trace")
-        buttons.accepted.connect(self.accept)
-        buttons.rejected.connect(self.reject)
-        layout = QVBoxLayout(self)
-        layout.addLayout(form)
-        layout.addWidget(buttons)
         self.preset_combo.currentIndexChanged.connect(lambda _i: self.preset_radio.setChecked(True))
         self.checkpoint_edit.textEdited.connect(lambda _t: self.checkpoint_radio.setChecked(True))
 

@@ -33,8 +33,6 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
     QDialog,
-    QDialogButtonBox,
-    QFormLayout,
     QFrame,
     QHBoxLayout,
     QHeaderView,
@@ -52,6 +50,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.dialogs import lay_out_form
 from app.heatmap import HeatmapView
 from app.session import DEFAULT_CAPTURE, ModelSource, SessionError
 from app.tensor_view import token_label
@@ -223,20 +222,16 @@ class TraceGenerationDialog(QDialog):
         )
         hint.setObjectName("hint")
         hint.setWordWrap(True)
-        form = QFormLayout()
-        form.addRow("Prompt", self.prompt_edit)
-        form.addRow("Generate", self.tokens_spin)
-        form.addRow("Capture", self.capture_combo)
-        form.addRow("", hint)
-        buttons = QDialogButtonBox(
-            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel, self
+        lay_out_form(
+            self,
+            [
+                ("Prompt", self.prompt_edit),
+                ("Generate", self.tokens_spin),
+                ("Capture", self.capture_combo),
+                ("", hint),
+            ],
+            ok_text="Trace",
         )
-        buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Trace")
-        buttons.accepted.connect(self.accept)
-        buttons.rejected.connect(self.reject)
-        layout = QVBoxLayout(self)
-        layout.addLayout(form)
-        layout.addWidget(buttons)
 
     def request(self, source: ModelSource | None = None) -> GenerationRequest:
         return GenerationRequest(
