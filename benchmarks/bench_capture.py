@@ -1,6 +1,6 @@
 """Overhead of tracing.trace() against the plain forward, measured side by side.
 
-    .venv/bin/python benchmarks/bench_capture.py                  # demo + gpt2-small, 256 tok
+    .venv/bin/python benchmarks/bench_capture.py                  # demo prompt; gpt2-small 256 tok
     .venv/bin/python benchmarks/bench_capture.py --model demo --repeat 21
     .venv/bin/python benchmarks/bench_capture.py --model hf-gpt2 --levels shapes
 
@@ -22,8 +22,14 @@ import tracing
 
 
 def build(name: str) -> tuple[torch.nn.Module, int]:
-    """(model, vocab size) for a benchmark model name."""
-    if name in ("demo", "nano", "gpt2-small"):
+    """(model, vocab size) for a benchmark model name. ``demo`` is the bundled demo model
+    (``scratchformer.demo_model()``), run on ``DEMO_PROMPT`` as ``scratchformer bench`` does."""
+    if name == "demo":
+        from scratchformer import demo_model
+
+        model = demo_model()
+        return model.eval(), model.config.vocab_size
+    if name in ("nano", "gpt2-small"):
         from scratchformer import DecoderOnlyTransformer, ModelConfig
 
         config = ModelConfig.preset(name)
@@ -40,9 +46,15 @@ def bench(
     name: str, tokens: int, levels: list[str], repeat: int, warmup: int, clock=time.perf_counter
 ) -> dict:
     model, vocab = build(name)
-    block = getattr(getattr(model, "config", None), "block_size", tokens)
-    tokens = min(tokens, block or tokens)
-    ids = torch.randint(0, vocab, (1, tokens))
+    if name == "demo":  # the demo prompt, not random tokens (as `scratchformer bench`)
+        from scratchformer import DEMO_PROMPT, ByteTokenizer
+
+        ids = torch.tensor([ByteTokenizer().encode(DEMO_PROMPT)])
+        tokens = ids.shape[1]
+    else:
+        block = getattr(getattr(model, "config", None), "block_size", tokens)
+        tokens = min(tokens, block or tokens)
+        ids = torch.randint(0, vocab, (1, tokens))
     times: dict[str, list[float]] = {"plain": []}
     times.update({level: [] for level in levels})
     extra: dict[str, str] = {}

@@ -97,13 +97,14 @@ class _Structure:
     """What a trace needs to know of a model's modules and parameters, built once per model
     and reused while the same module, parameter and buffer objects stay in place."""
 
-    __slots__ = ("key", "named", "param_names", "param_sig", "paths")
+    __slots__ = ("buffer_ids", "key", "named", "param_names", "param_sig", "paths")
 
     def __init__(self, model: nn.Module, key: tuple):
         self.key = key
         self.named = list(model.named_modules())
         self.paths = {id(m): p for p, m in self.named}
         self.param_names: dict[int, str] = {}  # first name wins (tied weights)
+        self.buffer_ids: set[int] = set()
         param_ids = []
         for path, module in reversed(self.named):
             prefix = f"{path}." if path else ""
@@ -114,6 +115,7 @@ class _Structure:
             for name, b in module._buffers.items():
                 if b is not None:
                     self.param_names[id(b)] = prefix + name
+                    self.buffer_ids.add(id(b))
         self.param_sig = tuple(param_ids)
 
 
@@ -222,6 +224,15 @@ _METHOD_ARG_NAMES = tuple(_arg_names(n, "self") if n else () for n in range(9))
 _arg_tables: dict[Any, tuple] = {}  # func -> _METHOD_ARG_NAMES for tensor methods
 
 
+def _output_names(n: int) -> tuple[str, ...]:
+    """Names of an op's ``n`` tensor results: ``output[0]``, ``output[1]``..."""
+    return tuple(f"output[{i}]" for i in range(n))
+
+
+_ONE_OUTPUT = ("output",)
+_OUTPUT_NAMES = tuple(_output_names(n) for n in range(9))
+
+
 _positional_names: dict[type, tuple[tuple[str, ...], bool]] = {}
 
 
@@ -278,13 +289,18 @@ class _OpMode(TorchFunctionMode):
         self.tracer = tracer
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if kwargs is None:
-            kwargs = {}
-        name = _classify(func)
+        # The hottest function of a trace: one dict lookup decides, no kwargs copy.
+        try:
+            name = _func_info[func]
+        except (KeyError, TypeError):  # first call of this func, or an unhashable one
+            name = _classify(func)
         tracer = self.tracer
         if name is _SKIP or not tracer._stack:
-            return func(*args, **kwargs)
-        return tracer._record_op(func, name, args, kwargs)
+            return func(*args, **kwargs) if kwargs else func(*args)
+        return tracer._record_op(func, name, args, kwargs or _NO_KWARGS)
+
+
+_NO_KWARGS: dict = {}  # read only: passed as ``**kwargs``, which copies it
 
 
 # --------------------------------------------------------------------------- tracer
@@ -435,6 +451,7 @@ class Tracer:
         self._paths = structure.paths
         self._param_names = structure.param_names  # id(parameter or buffer) -> dotted name
         self._param_sig = structure.param_sig
+        self._buffer_ids = structure.buffer_ids
         self._stack: list[int] = []  # open module steps, innermost last
         self._stack_modules: list[nn.Module] = []
         self._op_source: list[SourceLocation | None] = []  # per open module, see below
@@ -486,7 +503,8 @@ class Tracer:
             pass
         if key in self._param_names:  # a parameter or buffer: no stats, no copy
             record[5] = None
-            record[6] = "param" if isinstance(t, nn.Parameter) else "buffer"
+            # a set lookup: isinstance(t, nn.Parameter) runs a Python metaclass check
+            record[6] = "buffer" if key in self._buffer_ids else "param"
             return rid
         if self.capture == "shapes" or version != t._version:
             return rid
@@ -696,16 +714,17 @@ class Tracer:
     def _record_op(self, func, name: str, args: tuple, kwargs: dict):
         # tensors among the arguments, with their versions before the call
         tensors: list = []
+        tensor, sequence = _Tensor, (tuple, list)
         for a in args:
-            if isinstance(a, _Tensor):
+            if isinstance(a, tensor):
                 tensors.append(a)
-            elif isinstance(a, (tuple, list)):
+            elif isinstance(a, sequence):
                 for b in a:
-                    if isinstance(b, _Tensor):
+                    if isinstance(b, tensor):
                         tensors.append(b)
         if kwargs:
             for a in kwargs.values():
-                if isinstance(a, _Tensor):
+                if isinstance(a, tensor):
                     tensors.append(a)
         versions = [t._version for t in tensors]
         try:
@@ -817,12 +836,21 @@ class Tracer:
         ]  # fmt: skip
         steps.append(step)
         tensor_id = self._tensor_id
+        seen = self._ids
+        params = self._param_names
+        ids = []
+        named_param = False
+        for t, version in zip(tensors, versions):
+            key = id(t)
+            if key in params:
+                named_param = True
+            entry = seen.get(key)  # most inputs were recorded when they were made
+            if entry is not None and entry[1] == version and entry[0]() is t:
+                ids.append(entry[2])
+            else:
+                ids.append(tensor_id(t, None, version))
+        step[4] = ids = tuple(ids)
         n = len(tensors)
-        if n == 1:
-            ids = (tensor_id(tensors[0], None, versions[0]),)
-        else:
-            ids = tuple([tensor_id(t, None, v) for t, v in zip(tensors, versions)])
-        step[4] = ids
         try:
             table = _arg_tables.get(func, _ARG_NAMES)
         except TypeError:  # unhashable callable
@@ -831,20 +859,18 @@ class Tracer:
             names = table[n]
         else:
             names = _arg_names(n, "self" if table is _METHOD_ARG_NAMES else "input")
-        params = self._param_names
-        for t in tensors:
-            if id(t) in params:
-                names = tuple(params.get(id(t)) or default for t, default in zip(tensors, names))
-                break
+        if named_param:
+            names = tuple(params.get(id(t)) or default for t, default in zip(tensors, names))
         step[6] = names
         if outs:
             source_pair = (tensors[0], ids[0]) if tensors else None
             if len(outs) == 1 and isinstance(result, _Tensor):
                 step[5] = (tensor_id(outs[0], index, None, source_pair),)
-                step[7] = ("output",)
+                step[7] = _ONE_OUTPUT
             else:
                 step[5] = tuple([tensor_id(t, index, None, source_pair) for t in outs])
-                step[7] = tuple(f"output[{i}]" for i in range(len(outs)))
+                k = len(outs)
+                step[7] = _OUTPUT_NAMES[k] if k < len(_OUTPUT_NAMES) else _output_names(k)
         return index
 
     def _maybe_attention_softmax(self, index: int, out: torch.Tensor) -> None:
