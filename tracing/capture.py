@@ -683,7 +683,8 @@ class Tracer:
         tensors: list = []
         names: list = []
         _flatten(output, "output", tensors, names)
-        step[5] = tuple(self._tensor_id(t, index) for t in tensors)
+        tensor_id = self._tensor_id
+        step[5] = tuple([tensor_id(t, index) for t in tensors])
         step[7] = tuple(names)
         step[10] = len(self._steps) - 1
         if not stack:
@@ -924,16 +925,19 @@ class Tracer:
         raw_steps = self._steps
         param_paths = {rid: name for name, rid in self._param_record_names()}
         tensors = []
+        append, new_record = tensors.append, _new_tensor_record
+        named = namer.named_cache()  # (shape, context) -> dims, filled by namer() calls
+        unseen = dims_mod.UNSEEN
         for rid, (size, dtype, device, stats, key, producer, role) in enumerate(self._tensors):
             shape = tuple(size)
             # the module a tensor came from breaks ties between equal sizes (F == V)
             context = param_paths.get(rid, "") if producer is None else raw_steps[producer][1]
-            dims = namer(shape, context)
+            dims = named.get((shape, context), unseen)
+            if dims is unseen:
+                dims = namer(shape, context)
             if role == "attention" and dims is not None and len(dims) == 4:
                 dims = ("B", "H", "T", "T") if dims[:2] == ("B", "H") else dims
-            tensors.append(
-                _new_tensor_record(rid, shape, dtype, device, dims, stats, key, producer, role)
-            )
+            append(new_record(rid, shape, dtype, device, dims, stats, key, producer, role))
         new_step = _new_step
         steps = [new_step(i, *s) for i, s in enumerate(raw_steps)]
         meta = {

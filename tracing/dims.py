@@ -208,6 +208,11 @@ class DimNamer:
         ffn = dict(self.sizes)
         self._tie_break = "V" in ffn and "F" in ffn and ffn["V"] == ffn["F"]
 
+    def named_cache(self) -> dict:
+        """The ``(shape, context) -> dims`` answers given so far (read only): a caller naming
+        many tensors can look there first and call the namer only for new pairs."""
+        return self._named
+
     def __call__(self, shape: tuple[int, ...], context: str = "") -> tuple[str, ...] | None:
         found = self._named.get((shape, context), _UNSEEN)
         if found is not _UNSEEN:
@@ -235,6 +240,8 @@ class DimNamer:
 
 
 _UNSEEN = object()
+UNSEEN = _UNSEEN
+"""What ``DimNamer.named_cache().get(key, UNSEEN)`` returns for a pair not named yet."""
 _NAMERS: dict[tuple, DimNamer] = {}
 
 
