@@ -56,6 +56,8 @@ def main() -> int:
 
     def shoot() -> None:
         window.diagram.set_current(target)
+        # head 2 of the last layer draws the reversal's anti-diagonal (the demo's story)
+        window.inspector.tensor_view.set_leading_index((0, 2))
         item = window.diagram.items_by_key.get(window.diagram.highlighted_key)
         if item is not None:
             window.diagram.centerOn(item)
