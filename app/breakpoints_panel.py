@@ -20,9 +20,9 @@ current step (a click on a diagram box or a tree row moves the current step), co
 breakpoints from a menu: NaN/Inf, ``|x| >`` a threshold, attention entropy below a
 threshold, an op name.
 
-The causal mask is not a numerical problem: the ``-inf`` that ``masked_fill`` writes above
-the diagonal is how causal attention works, so the NaN/Inf and ``|x|`` breakpoints ignore
-an Inf made by a mask op (a NaN still counts), like the step bar's "Next NaN/Inf".
+The causal mask is not a numerical problem: ``tracing.breakpoints.NonFinite`` and
+``AbsAbove`` ignore the ``-inf`` a mask op writes (a NaN still counts), here, in the step
+bar's "Next NaN/Inf" and in a live ``break_on`` alike.
 """
 
 from __future__ import annotations
@@ -72,9 +72,6 @@ from tracing.breakpoints import (
 if TYPE_CHECKING:  # pragma: no cover
     from tracing import Trace
 
-MASK_OPS = frozenset({"masked_fill", "masked_fill_", "where"})
-"""Ops whose ``-inf`` outputs are the causal mask at work (kept in step with app.session)."""
-
 MAX_STEPS_FOR_COUNTS = 50_000
 """Hit counts are computed for traces up to this many steps (they read every output)."""
 
@@ -86,61 +83,6 @@ KIND_COLOURS = {
     "entropy": "#4fd1c5",
     "op": "#5fa8ff",
 }
-
-# --------------------------------------------------------------------------- conditions
-
-
-@dataclass(frozen=True)
-class NonFiniteOutsideMask(NonFinite):
-    """NaN anywhere, or Inf made by anything but a mask op (the causal mask's ``-inf``)."""
-
-    mask_ops: frozenset[str] = MASK_OPS
-
-    def on_exit(self, step, outputs):
-        if step.op not in self.mask_ops:
-            return super().on_exit(step, outputs)
-        for o in outputs:  # a mask op: only a NaN is a problem
-            nan = o.stats.nan if o.stats is not None else _nan_count(o.value)
-            if nan:
-                return f"{nan} NaN in {o.name}"
-        return None
-
-
-@dataclass(frozen=True)
-class AbsAboveOutsideMask(AbsAbove):
-    """``|x| > threshold``; at a mask op only the finite values count (not the ``-inf``)."""
-
-    mask_ops: frozenset[str] = MASK_OPS
-
-    def on_exit(self, step, outputs):
-        if step.op not in self.mask_ops:
-            return super().on_exit(step, outputs)
-        for o in outputs:
-            m = _finite_abs_max(o)
-            if m is not None and m > self.threshold:
-                return f"|x| = {m:.4g} > {self.threshold:g} in {o.name}"
-        return None
-
-
-def _finite_abs_max(o) -> float | None:
-    import torch
-
-    if o.stats is not None:  # min / max are over the finite elements
-        vals = [abs(x) for x in (o.stats.min, o.stats.max) if math.isfinite(x)]
-        return max(vals) if vals else None
-    v = o.value
-    if v is None or not v.is_floating_point():
-        return None
-    finite = v[torch.isfinite(v)]
-    return float(finite.abs().max()) if finite.numel() else None
-
-
-def _nan_count(value) -> int:
-    import torch
-
-    if value is None or not value.is_floating_point():
-        return 0
-    return int(torch.isnan(value).sum())
 
 
 @dataclass
@@ -164,12 +106,12 @@ def module_breakpoint(path: str) -> Breakpoint:
 
 
 def nonfinite_breakpoint() -> Breakpoint:
-    return Breakpoint("nonfinite", NonFiniteOutsideMask(), "NaN or Inf appears")
+    return Breakpoint("nonfinite", NonFinite(), "NaN or Inf appears")
 
 
 def abs_breakpoint(threshold: float) -> Breakpoint:
     _check_threshold(threshold, "|x| threshold")
-    return Breakpoint("abs", AbsAboveOutsideMask(float(threshold)), f"|x| > {threshold:g}")
+    return Breakpoint("abs", AbsAbove(float(threshold)), f"|x| > {threshold:g}")
 
 
 def entropy_breakpoint(threshold: float) -> Breakpoint:
@@ -665,12 +607,10 @@ def _escape(text: str) -> str:
 
 
 __all__ = [
-    "AbsAboveOutsideMask",
     "Breakpoint",
     "BreakpointListModel",
     "BreakpointsDock",
     "BreakpointsPanel",
-    "NonFiniteOutsideMask",
     "abs_breakpoint",
     "entropy_breakpoint",
     "module_breakpoint",

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from tracing.breakpoints import NonFinite, step_outputs
+
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
@@ -286,27 +288,19 @@ def step_out(trace: Trace, index: int) -> int:
     return clamp_step(trace, end + 1)
 
 
-MASK_OPS = frozenset({"masked_fill", "masked_fill_", "where"})
-"""Ops whose -inf outputs are the causal mask doing its job, not a numerical problem."""
-
-
 def step_has_nonfinite(trace: Trace, index: int) -> bool:
     """Whether a tensor this step produced holds NaN or Inf.
 
     Outputs only, so the run stops where the bad value appears rather than at every
-    consumer. A mask op's Inf (``masked_fill(mask, -inf)`` before the softmax) is how
-    causal attention works and does not count; a NaN anywhere does.
+    consumer. The condition is ``tracing.breakpoints.NonFinite``: a mask op's Inf
+    (``masked_fill(mask, -inf)`` before the softmax) is how causal attention works and does
+    not count; a NaN anywhere does.
     """
     step = trace.steps[index]
-    for tid in step.outputs:
-        stats = trace.tensors[tid].stats
-        if stats is None:
-            continue
-        if stats.nan > 0:
-            return True
-        if stats.inf > 0 and step.op not in MASK_OPS:
-            return True
-    return False
+    return _NON_FINITE.on_exit(step, step_outputs(trace, step)) is not None
+
+
+_NON_FINITE = NonFinite()
 
 
 def next_nonfinite(trace: Trace, index: int) -> int | None:

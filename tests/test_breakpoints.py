@@ -187,3 +187,21 @@ def test_live_break_on_module_entry_and_saved_file(demo, tmp_path):
     # no condition met: the whole forward runs
     done = tracing.trace(model, tokens, capture="stats", break_on=[OpIs("no_such_op")])
     assert len(done.steps) == len(full.steps) and "stopped_at" not in done.meta
+
+
+def test_live_nonfinite_ignores_the_causal_mask_but_not_a_real_inf() -> None:
+    """Our model writes -inf above the diagonal with masked_fill: that is not a problem,
+    so a live NonFinite breakpoint runs through every attention layer to the end."""
+    import scratchformer
+
+    model = scratchformer.demo_model()
+    ids = torch.tensor([scratchformer.ByteTokenizer().encode(scratchformer.DEMO_PROMPT)])
+    trace = tracing.trace(model, ids, break_on=[NonFinite()])
+    assert "stopped_at" not in trace.meta
+    assert any(s.op == "masked_fill" for s in trace.steps)
+    # the same condition still stops at a mask op that makes a NaN
+    from tracing.breakpoints import Output
+
+    masked = next(s for s in trace.steps if s.op == "masked_fill")
+    nan_value = torch.tensor([float("nan"), float("-inf")])
+    assert NonFinite().on_exit(masked, [Output(None, nan_value, name="output")])

@@ -8,7 +8,7 @@ import torch
 import scratchformer
 import tracing
 from app.breakpoints_panel import BreakpointsDock, BreakpointsPanel
-from app.session import MASK_OPS
+from tracing.breakpoints import MASK_OPS
 
 pytestmark = pytest.mark.gui
 

@@ -238,13 +238,27 @@ class OpIs(_NameCondition):
         return self.matches(step) if step.kind == "op" else None
 
 
+MASK_OPS = frozenset({"masked_fill", "masked_fill_", "where"})
+"""Ops whose ``-inf`` outputs are a causal mask at work (``masked_fill(~mask, -inf)``
+before the softmax), not a numerical problem: value conditions ignore an Inf they make."""
+
+
 @dataclass(frozen=True)
 class NonFinite(Condition):
-    """Break when a NaN or an Inf appears in an output."""
+    """Break when a NaN or an Inf appears in an output.
+
+    The Inf a mask op writes (see ``MASK_OPS``) does not count, a NaN anywhere does;
+    without that every causal attention layer would stop the run at its mask.
+    """
+
+    mask_ops: frozenset[str] = MASK_OPS
 
     def on_exit(self, step, outputs):
+        at_mask = step.op in self.mask_ops
         for o in outputs:
             nan, inf = _nonfinite_counts(o)
+            if at_mask:
+                inf = 0
             if nan or inf:
                 parts = [f"{n} {what}" for n, what in ((nan, "NaN"), (inf, "Inf")) if n]
                 return f"{' and '.join(parts)} in {o.name}"
@@ -253,13 +267,16 @@ class NonFinite(Condition):
 
 @dataclass(frozen=True)
 class AbsAbove(Condition):
-    """Break when an output holds a value with ``|x| > threshold`` (Inf counts)."""
+    """Break when an output holds a value with ``|x| > threshold`` (Inf counts, except the
+    ``-inf`` of a mask op: there only the finite values are compared)."""
 
     threshold: float
+    mask_ops: frozenset[str] = MASK_OPS
 
     def on_exit(self, step, outputs):
+        finite_only = step.op in self.mask_ops
         for o in outputs:
-            m = _abs_max(o)
+            m = _abs_max(o, finite_only=finite_only)
             if m is not None and m > self.threshold:
                 return f"|x| = {m:.4g} > {self.threshold:g} in {o.name}"
         return None
@@ -323,14 +340,15 @@ def _nonfinite_counts(o: Output) -> tuple[int, int]:
     return int(torch.isnan(v).sum()), int(torch.isinf(v).sum())
 
 
-def _abs_max(o: Output) -> float | None:
+def _abs_max(o: Output, finite_only: bool = False) -> float | None:
+    """Largest ``|x|`` of an output (``inf`` if it holds an Inf, unless ``finite_only``)."""
     import torch
 
     s = o.stats
-    if s is not None:
-        if s.inf:
+    if s is not None:  # min / max are over the finite elements
+        if s.inf and not finite_only:
             return math.inf
-        vals = [abs(x) for x in (s.min, s.max) if not math.isnan(x)]
+        vals = [abs(x) for x in (s.min, s.max) if math.isfinite(x)]
         return max(vals) if vals else None
     value = o.value
     if value is None:
@@ -339,9 +357,10 @@ def _abs_max(o: Output) -> float | None:
     if v is None or v.numel() == 0:
         return None
     v = v.abs()
-    if bool(torch.isinf(v).any()):
+    if not finite_only and bool(torch.isinf(v).any()):
         return math.inf
-    return float(v.nan_to_num(nan=0.0).max())
+    finite = v[torch.isfinite(v)]
+    return float(finite.max()) if finite.numel() else None
 
 
 def as_condition(conditions: Condition | Iterable[Condition]) -> Condition:
@@ -361,7 +380,8 @@ def as_condition(conditions: Condition | Iterable[Condition]) -> Condition:
 # --------------------------------------------------------------------------- saved traces
 
 
-def _outputs_of(trace: Trace, step: Step) -> list[Output]:
+def step_outputs(trace: Trace, step: Step) -> list[Output]:
+    """The outputs of ``step`` as conditions see them (named, values read on demand)."""
     names = step.output_names if len(step.output_names) == len(step.outputs) else ()
     outs = []
     for k, tid in enumerate(step.outputs):
@@ -412,7 +432,7 @@ def find_hit(
         if pos <= start:
             continue
         step = trace.steps[index]
-        outputs = _outputs_of(trace, step) if event == "exit" else ()
+        outputs = step_outputs(trace, step) if event == "exit" else ()
         reason = cond.check(step, event, outputs)
         if reason:
             return make_hit(step, event, reason)
@@ -437,7 +457,7 @@ def find_all(trace: Trace, conditions: Condition | Iterable[Condition]) -> list[
     hits = []
     for _pos, index, event in _events(trace):
         step = trace.steps[index]
-        outputs = _outputs_of(trace, step) if event == "exit" else ()
+        outputs = step_outputs(trace, step) if event == "exit" else ()
         reason = cond.check(step, event, outputs)
         if reason:
             hits.append(make_hit(step, event, reason))
