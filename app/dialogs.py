@@ -6,6 +6,9 @@ so the window always calls it as ``dialogs.show_error(...)``, never through a co
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QButtonGroup,
     QComboBox,
@@ -18,6 +21,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QMessageBox,
     QPlainTextEdit,
+    QProgressDialog,
     QPushButton,
     QRadioButton,
     QVBoxLayout,
@@ -40,6 +44,33 @@ def show_error(parent: QWidget | None, title: str, text: str, details: str = "")
 
 def show_info(parent: QWidget | None, title: str, text: str) -> None:
     QMessageBox.information(parent, title, text)
+
+
+def cancellable_progress(
+    parent: QWidget, label: str, title: str, maximum: int, on_cancel: Callable[[], None]
+) -> QProgressDialog:
+    """A window-modal progress dialog for a background job; Cancel calls ``on_cancel``.
+
+    It shows only if the job takes longer than 0.4 s, and stays up until
+    :func:`close_progress` (no auto close or reset when the value reaches the maximum).
+    """
+    progress = QProgressDialog(label, "Cancel", 0, maximum, parent)
+    progress.setWindowTitle(title)
+    progress.setWindowModality(Qt.WindowModality.WindowModal)
+    progress.setMinimumDuration(400)
+    progress.setAutoClose(False)
+    progress.setAutoReset(False)
+    progress.setValue(0)
+    progress.canceled.connect(on_cancel)
+    return progress
+
+
+def close_progress(progress: QProgressDialog | None) -> None:
+    """Take down a dialog made by :func:`cancellable_progress` (``None`` is fine)."""
+    if progress is not None:
+        progress.reset()
+        progress.hide()
+        progress.deleteLater()
 
 
 def lay_out_form(dialog: QDialog, rows: list[tuple[str, QWidget]], ok_text: str) -> None:

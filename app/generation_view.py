@@ -23,11 +23,10 @@ report progress, honour a cancel flag); :class:`GenerationJob` runs it off the G
 from __future__ import annotations
 
 import threading
-import traceback
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from PySide6.QtCore import QObject, QRectF, QSize, Qt, QThread, Signal, Slot
+from PySide6.QtCore import QObject, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QKeyEvent, QMouseEvent, QPainter, QPen
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -50,10 +49,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import dialogs
 from app.dialogs import lay_out_form
 from app.heatmap import HeatmapView
 from app.session import DEFAULT_CAPTURE, ModelSource, SessionError
 from app.tensor_view import token_label
+from app.workers import BackgroundJob
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch.nn as nn
@@ -153,47 +154,19 @@ def run_generation(
     return GenerationOutcome(generation, model, "complete")
 
 
-class GenerationJob(QObject):
-    """One generation request run off the GUI thread (like :class:`app.workers.TraceJob`)."""
+class GenerationJob(BackgroundJob):
+    """One generation request (:func:`run_generation`) run off the GUI thread;
+    ``finished`` carries a ``GenerationOutcome``."""
 
-    progress = Signal(int, int)  # passes done, passes asked for
-    finished = Signal(object)  # GenerationOutcome
-    failed = Signal(str, str)  # title, text
+    thread_name = "generation-worker"
+    refused_title = "Cannot trace the generation"
+    failed_title = "Tracing the generation failed"
 
     def __init__(self, request: GenerationRequest):
-        super().__init__()
-        self.request = request
-        self.cancel_flag = threading.Event()
-        self.thread = QThread()
-        self.thread.setObjectName("generation-worker")
-        self.moveToThread(self.thread)
-        self.thread.started.connect(self._run)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def cancel(self) -> None:
-        self.cancel_flag.set()
+        super().__init__(request, run_generation)
 
     def wait(self, ms: int = 60_000) -> bool:
-        return self.thread.wait(ms)
-
-    @Slot()
-    def _run(self) -> None:
-        try:
-            outcome = run_generation(
-                self.request, progress=self.progress.emit, cancel=self.cancel_flag
-            )
-            self.finished.emit(outcome)
-        except SessionError as e:
-            self.failed.emit("Cannot trace the generation", str(e))
-        except Exception as e:  # never let a worker take the app down
-            self.failed.emit(
-                "Tracing the generation failed",
-                f"{type(e).__name__}: {e}\n\n" + "".join(traceback.format_exception(e)[-6:]),
-            )
-        finally:
-            self.thread.quit()
+        return super().wait(ms)
 
 
 class TraceGenerationDialog(QDialog):
@@ -751,23 +724,19 @@ class GenerationController(QObject):
 
     def start(self, request: GenerationRequest) -> GenerationJob | None:
         """Run a generation off the GUI thread, with a progress dialog that can cancel it."""
-        from PySide6.QtWidgets import QProgressDialog
-
         if self.job is not None:
             self.window.statusBar().showMessage("A generation is already running.", 4000)
             return None
         self.request = request
         job = GenerationJob(request)
         self.job = job
-        progress = QProgressDialog("Tracing the generation…", "Cancel", 0, request.max_new_tokens)
-        progress.setParent(self.window, progress.windowFlags())
-        progress.setWindowTitle("Trace generation")
-        progress.setWindowModality(Qt.WindowModality.WindowModal)
-        progress.setMinimumDuration(400)
-        progress.setAutoClose(False)
-        progress.setAutoReset(False)
-        progress.canceled.connect(job.cancel)
-        self.progress_dialog = progress
+        self.progress_dialog = dialogs.cancellable_progress(
+            self.window,
+            "Tracing the generation…",
+            "Trace generation",
+            request.max_new_tokens,
+            job.cancel,
+        )
         job.progress.connect(self._on_progress)
         job.finished.connect(self._on_finished)
         job.failed.connect(self._on_failed)
@@ -796,8 +765,6 @@ class GenerationController(QObject):
             self._end_job()
 
     def _on_failed(self, title: str, text: str) -> None:
-        from app import dialogs
-
         self._close_progress()
         try:
             dialogs.show_error(self.window, title, text)
@@ -826,11 +793,8 @@ class GenerationController(QObject):
         )
 
     def _close_progress(self) -> None:
-        if self.progress_dialog is not None:
-            self.progress_dialog.reset()
-            self.progress_dialog.hide()
-            self.progress_dialog.deleteLater()
-            self.progress_dialog = None
+        dialogs.close_progress(self.progress_dialog)
+        self.progress_dialog = None
 
     def _end_job(self) -> None:
         job, self.job = self.job, None

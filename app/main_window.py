@@ -620,15 +620,9 @@ class MainWindow(QMainWindow):
             return None
         job = TraceJob(request)
         self.job = job
-        progress = QProgressDialog("Tracing the forward pass…", "Cancel", 0, 100, self)
-        progress.setWindowTitle("New trace")
-        progress.setWindowModality(Qt.WindowModality.WindowModal)
-        progress.setMinimumDuration(400)
-        progress.setAutoClose(False)
-        progress.setAutoReset(False)
-        progress.setValue(0)
-        progress.canceled.connect(job.cancel)
-        self.progress_dialog = progress
+        self.progress_dialog = dialogs.cancellable_progress(
+            self, "Tracing the forward pass…", "New trace", 100, job.cancel
+        )
         job.progress.connect(self._on_trace_progress)
         job.finished.connect(self._on_trace_finished)
         job.failed.connect(self._on_trace_failed)
@@ -690,11 +684,8 @@ class MainWindow(QMainWindow):
         self.traceJobEnded.emit()
 
     def _close_progress(self) -> None:
-        if self.progress_dialog is not None:
-            self.progress_dialog.reset()
-            self.progress_dialog.hide()
-            self.progress_dialog.deleteLater()
-            self.progress_dialog = None
+        dialogs.close_progress(self.progress_dialog)
+        self.progress_dialog = None
 
     # --------------------------------------------------------------------- help
 

@@ -12,26 +12,35 @@ from __future__ import annotations
 
 import threading
 import traceback
+from collections.abc import Callable
+from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from app.session import SessionError, TraceOutcome, TraceRequest, run_trace
+from app.session import SessionError, TraceRequest, run_trace
 
 
-class TraceJob(QObject):
-    """One trace request, run by :meth:`start` in its own thread."""
+class BackgroundJob(QObject):
+    """Run ``work(request, progress=..., cancel=...)`` in its own thread, started by
+    :meth:`start`; a bad request (``SessionError``) or any other exception becomes
+    ``failed(title, text)``, never a dead app."""
 
     progress = Signal(int, int)
-    finished = Signal(object)  # TraceOutcome
+    finished = Signal(object)  # what ``work`` returned
     failed = Signal(str, str)  # title, text
     done = Signal()  # after finished or failed, once the thread has stopped
 
-    def __init__(self, request: TraceRequest):
+    thread_name = "worker"
+    refused_title = "Cannot run"  # the request itself is bad
+    failed_title = "Failed"  # it raised
+
+    def __init__(self, request: Any, work: Callable[..., Any]):
         super().__init__()
         self.request = request
+        self._work = work
         self.cancel_flag = threading.Event()
         self.thread = QThread()
-        self.thread.setObjectName("trace-worker")
+        self.thread.setObjectName(self.thread_name)
         self.moveToThread(self.thread)
         self.thread.started.connect(self._run)
         self.thread.finished.connect(self.done)
@@ -48,16 +57,26 @@ class TraceJob(QObject):
     @Slot()
     def _run(self) -> None:
         try:
-            outcome: TraceOutcome = run_trace(
-                self.request, progress=self.progress.emit, cancel=self.cancel_flag
-            )
+            outcome = self._work(self.request, progress=self.progress.emit, cancel=self.cancel_flag)
             self.finished.emit(outcome)
         except SessionError as e:
-            self.failed.emit("Cannot trace", str(e))
+            self.failed.emit(self.refused_title, str(e))
         except Exception as e:  # never let a worker take the app down
             self.failed.emit(
-                "Tracing failed",
+                self.failed_title,
                 f"{type(e).__name__}: {e}\n\n" + "".join(traceback.format_exception(e)[-6:]),
             )
         finally:
             self.thread.quit()
+
+
+class TraceJob(BackgroundJob):
+    """One trace request (:func:`app.session.run_trace`); ``finished`` carries a
+    ``TraceOutcome``."""
+
+    thread_name = "trace-worker"
+    refused_title = "Cannot trace"
+    failed_title = "Tracing failed"
+
+    def __init__(self, request: TraceRequest):
+        super().__init__(request, run_trace)
