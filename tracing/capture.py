@@ -50,7 +50,7 @@ from tracing.record import (
     TensorRecord,
     Trace,
 )
-from tracing.source import caller_location, location_from_traceback, user_frame
+from tracing.source import caller_location, location_from_traceback
 from tracing.stats import tensor_stats
 
 DEFAULT_VALUE_CAP = 64 * 2**20
@@ -1180,4 +1180,4 @@ def trace(
     return tracer.trace
 
 
-__all__ = ["DEFAULT_VALUE_CAP", "Tracer", "module_infos", "trace", "user_frame"]
+__all__ = ["DEFAULT_VALUE_CAP", "Tracer", "module_infos", "trace"]

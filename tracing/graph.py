@@ -40,23 +40,26 @@ def _node_label(step: Step) -> str:
 # --------------------------------------------------------------------------- full graph
 
 
+def _step_attrs(trace: Trace, step) -> dict:
+    """The node attributes every view of a step shares."""
+    return {
+        "kind": step.kind,
+        "module": step.module,
+        "op": step.op,
+        "depth": step.depth,
+        "parent": step.parent,
+        "call": step.call,
+        "label": _node_label(step),
+        "shape": _out_shape(trace, step),
+        "error": step.error,
+    }
+
+
 def build_graph(trace: Trace) -> nx.DiGraph:
     """A node per step, an edge per (producer step -> consumer step) tensor hand-over."""
     g = nx.DiGraph()
     for step in trace.steps:
-        g.add_node(
-            step.index,
-            kind=step.kind,
-            module=step.module,
-            op=step.op,
-            depth=step.depth,
-            parent=step.parent,
-            end=step.end,
-            call=step.call,
-            label=_node_label(step),
-            shape=_out_shape(trace, step),
-            error=step.error,
-        )
+        g.add_node(step.index, **_step_attrs(trace, step), end=step.end)
     tensors = trace.tensors
     for step in trace.steps:
         for tensor_id in step.inputs:
@@ -116,18 +119,10 @@ def collapse(trace: Trace, depth: int, containers: bool = False) -> nx.DiGraph:
         step = trace.steps[group]
         g.add_node(
             group,
-            kind=step.kind,
-            module=step.module,
+            **_step_attrs(trace, step),
             path=step.module,
-            op=step.op,
-            depth=step.depth,
-            parent=step.parent,
-            call=step.call,
-            label=_node_label(step),
-            shape=_out_shape(trace, step),
             members=tuple(indices),
             container=is_container[group],
-            error=step.error,
         )
     tensors = trace.tensors
     for step in trace.steps:

@@ -56,24 +56,6 @@ def _is_library_code(code: CodeType) -> bool:
 # --------------------------------------------------------------------------- lookup
 
 
-def user_frame(start: int = 1) -> FrameType | None:
-    """The innermost caller frame outside torch/ and tracing/ (``None`` if there is none)."""
-    try:
-        frame: FrameType | None = sys._getframe(start + 1)
-    except ValueError:  # pragma: no cover - not that deep
-        return None
-    skip = _skip_code
-    while frame is not None:
-        code = frame.f_code
-        flag = skip.get(id(code))
-        if flag is None:
-            flag = _is_library_code(code)
-        if not flag:
-            return frame
-        frame = frame.f_back
-    return None
-
-
 def location_of(frame: FrameType | None) -> SourceLocation | None:
     """The :class:`SourceLocation` of ``frame``'s current line (cached per code and line)."""
     if frame is None:
