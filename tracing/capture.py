@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import gc
 import inspect
 import json
 import time
@@ -84,6 +85,22 @@ _DTYPE_NAMES = {
     )
 }  # fmt: skip
 
+_DEVICE_NAMES: dict[torch.device, str] = {}
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    """``float32`` for ``torch.float32`` (the record's dtype, without the prefix)."""
+    return _DTYPE_NAMES.get(dtype) or str(dtype).removeprefix("torch.")
+
+
+def _device_name(device: torch.device) -> str:
+    """``cpu``, ``cuda:0``... (cached: ``str(device)`` builds a new string every call)."""
+    name = _DEVICE_NAMES.get(device)
+    if name is None:
+        name = _DEVICE_NAMES[device] = str(device)
+    return name
+
+
 _SKIP = "skip"
 # id(model) -> (weakref to it, (module ids, parameter ids), its module infos)
 _INFO_CACHE: dict[int, tuple[Any, tuple, dict[str, ModuleInfo]]] = {}
@@ -95,18 +112,27 @@ _func_info: dict[Any, str] = {}  # func -> op name, or _SKIP
 
 class _Structure:
     """What a trace needs to know of a model's modules and parameters, built once per model
-    and reused while the same module, parameter and buffer objects stay in place."""
+    and reused while the same module, parameter and buffer objects stay in place.
 
-    __slots__ = ("buffer_ids", "key", "named", "param_names", "param_sig", "paths")
+    It is the value of a weak-keyed dict whose key is the model, so it never holds the
+    model itself (that would keep every traced model alive): only its submodules, ids,
+    and the forward wrappers of those submodules, reused from one trace to the next.
+    """
+
+    __slots__ = (
+        "buffer_ids", "busy", "calls", "key", "modules", "param_names", "param_sig",
+        "paths", "scripts", "specs", "wrappers",
+    )  # fmt: skip
 
     def __init__(self, model: nn.Module, key: tuple):
         self.key = key
-        self.named = list(model.named_modules())
-        self.paths = {id(m): p for p, m in self.named}
+        named = list(model.named_modules())
+        self.modules = named[1:]  # every submodule with its path; the root is named[0]
+        self.paths = {id(m): p for p, m in named}
         self.param_names: dict[int, str] = {}  # first name wins (tied weights)
         self.buffer_ids: set[int] = set()
         param_ids = []
-        for path, module in reversed(self.named):
+        for path, module in reversed(named):
             prefix = f"{path}." if path else ""
             for name, p in module._parameters.items():
                 if p is not None:
@@ -117,26 +143,78 @@ class _Structure:
                     self.param_names[id(b)] = prefix + name
                     self.buffer_ids.add(id(b))
         self.param_sig = tuple(param_ids)
+        # id(module) -> (path, type name, is torch's own, positional forward parameters)
+        self.specs = {id(m): _module_spec(p, m) for p, m in named}
+        self.scripts = {id(m) for _, m in named if isinstance(m, torch.jit.ScriptModule)}
+        # id(submodule) -> (wrapper, the instance ``forward`` it replaces, the class's)
+        self.wrappers: dict[int, tuple[Any, Any, Any]] = {}
+        self.calls = list(_IDLE_CALLS)  # what the cached wrappers call: a tracer's, or idle
+        self.busy = False  # a tracer is using the cached wrappers
 
 
 _STRUCTURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+def _idle_enter(spec, module, args, kwargs) -> None:
+    """What a cached wrapper calls when no trace is running (someone kept it)."""
+
+
+def _idle_exit(frame, output) -> None:
+    """What a cached wrapper calls when no trace is running."""
+
+
+_IDLE_CALLS = (_idle_enter, _idle_exit)
+
+
+def _wrap_forward(spec: tuple, module: nn.Module, calls: list):
+    """A replacement for ``module.forward`` that reports the call's start and end to
+    ``calls`` (``[enter, exit]``, swapped per trace), around the original forward."""
+    inner = module.forward
+    disable = _Disable
+
+    def forward(*args, **kwargs):
+        enter, leave = calls
+        with disable():  # our own tensor calls must not reach the op mode
+            frame = enter(spec, module, args, kwargs)
+        output = inner(*args, **kwargs)
+        with disable():
+            leave(frame, output)
+        return output
+
+    forward.__wrapped__ = inner  # inspect.signature(module.forward) still works
+    return forward
+
+
+def _module_spec(path: str, module: nn.Module) -> tuple[str, str, bool, tuple[str, ...]]:
+    """(path, type name, is one of torch's own modules, positional forward parameters)."""
+    cls = type(module)
+    return (path, cls.__name__, cls.__module__.startswith("torch."), _forward_params(module)[0])
+
+
 def _structure_key(model: nn.Module) -> tuple:
     """Identity of every submodule (with its name), parameter and buffer, cheaply."""
     key: list = []
+    append, extend = key.append, key.extend
     todo = [model]
+    pop, push = todo.pop, todo.extend
     while todo:
-        module = todo.pop()
-        key.append(id(module))
-        for d in (module._parameters, module._buffers):
-            for name, p in d.items():
-                key.append(name)
-                key.append(id(p))
-        for name, child in module._modules.items():
-            key.append(name)
-            if child is not None:
-                todo.append(child)
+        module = pop()
+        if module is None:  # a child slot set to None
+            append(None)
+            continue
+        append(id(module))
+        params, buffers, children = module._parameters, module._buffers, module._modules
+        if params:
+            extend(params)
+            extend(map(id, params.values()))
+        if buffers:
+            append("/")
+            extend(buffers)
+            extend(map(id, buffers.values()))
+        if children:
+            append("|")
+            extend(children)
+            push(children.values())
     return tuple(key)
 
 
@@ -149,6 +227,15 @@ def _structure(model: nn.Module) -> _Structure:
     if found is None or found.key != key:
         found = _STRUCTURES[model] = _Structure(model, key)
     return found
+
+
+def _global_hooks() -> bool:
+    """True when global module forward hooks are registered (``register_module_forward_hook``)."""
+    hooks = torch.nn.modules.module
+    return bool(
+        getattr(hooks, "_global_forward_hooks", None)
+        or getattr(hooks, "_global_forward_pre_hooks", None)
+    )
 
 
 def _op_name(func: Any) -> str:
@@ -286,7 +373,8 @@ class _OpMode(TorchFunctionMode):
 
     def __init__(self, tracer: Tracer):
         super().__init__()
-        self.tracer = tracer
+        self.stack = tracer._stack  # open module calls: no module running, nothing to record
+        self.record = _op_recorder(tracer)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         # The hottest function of a trace: one dict lookup decides, no kwargs copy.
@@ -294,10 +382,121 @@ class _OpMode(TorchFunctionMode):
             name = _func_info[func]
         except (KeyError, TypeError):  # first call of this func, or an unhashable one
             name = _classify(func)
-        tracer = self.tracer
-        if name is _SKIP or not tracer._stack:
+        if name is _SKIP or not self.stack:
             return func(*args, **kwargs) if kwargs else func(*args)
-        return tracer._record_op(func, name, args, kwargs or _NO_KWARGS)
+        return self.record(func, name, args, kwargs)
+
+
+_SPECIAL_OPS = frozenset(
+    {"softmax", "_softmax", "scaled_dot_product_attention", "multi_head_attention_forward"}
+)
+
+
+def _op_recorder(tracer: Tracer):
+    """The function that records one op call for ``tracer``: ``record(func, name, args,
+    kwargs)`` runs the call and returns its result.
+
+    It is the innermost loop of a trace (one call per tensor op), so it is a closure whose
+    state sits in cells rather than attributes, and it builds the raw step in one go.
+    Inputs are resolved to records before the call, so an in-place op's input is the
+    tensor as it was; an input never seen before gets a new record then (rolled back when
+    the call turns out to return no tensor, and so makes no step).
+    """
+    steps = tracer._steps
+    stack = tracer._stack
+    records = tracer._tensors
+    ids_get = tracer._ids.get
+    new_tensor = tracer._new_tensor
+    param_rids = tracer._param_rids
+    shapes_only = tracer._shapes_only
+    tables_get = _arg_tables.get
+    Tensor, sequences, special = _Tensor, (tuple, list), _SPECIAL_OPS
+    default_names, one_output, output_names = _ARG_NAMES, _ONE_OUTPUT, _OUTPUT_NAMES
+
+    def record(func, name, args, kwargs):
+        tensors = []
+        for a in args:
+            if isinstance(a, Tensor):
+                tensors.append(a)
+            elif isinstance(a, sequences):
+                for b in a:
+                    if isinstance(b, Tensor):
+                        tensors.append(b)
+        if kwargs:
+            for a in kwargs.values():
+                if isinstance(a, Tensor):
+                    tensors.append(a)
+        known = len(records)
+        in_ids = []
+        has_param = False
+        first_version = 0
+        for t in tensors:
+            entry = ids_get(id(t))
+            version = t._version
+            if entry is not None and entry[1] == version and entry[0]() is t:
+                rid = entry[2]
+            else:
+                rid = new_tensor(t, None, version)
+            if rid in param_rids:
+                has_param = True
+            in_ids.append(rid)
+        if tensors:
+            first_version = tensors[0]._version
+        try:
+            result = func(*args, **kwargs) if kwargs else func(*args)
+        except Exception as e:
+            index = tracer._add_op_step(name, func, tensors, in_ids, has_param, (), ())
+            steps[index][12] = f"{type(e).__name__}: {e}"
+            tracer._failed_step = index
+            raise
+        if isinstance(result, Tensor):
+            outs = (result,)
+            out_names = one_output
+        else:
+            if isinstance(result, sequences):
+                outs = tuple([r for r in result if isinstance(r, Tensor)])
+            elif result is None and tensors and tensors[0]._version != first_version:
+                outs = (tensors[0],)  # x[i] = v: in place, returns None
+            else:
+                outs = ()
+            if not outs:  # not a tensor op (x.shape, torch.equal): no step
+                if len(records) != known:
+                    tracer._forget_records(known)
+                return result
+            k = len(outs)
+            out_names = output_names[k] if k < len(output_names) else _output_names(k)
+        index = len(steps)
+        parent, _, source = stack[-1]
+        if source is None:
+            source = caller_location(2)
+        pair = None if shapes_only or not tensors else (tensors[0], in_ids[0])
+        out_ids = []
+        for t in outs:
+            entry = ids_get(id(t))  # an op that returns its input (contiguous) keeps its id
+            version = t._version
+            if entry is not None and entry[1] == version and entry[0]() is t:
+                out_ids.append(entry[2])
+            else:
+                out_ids.append(new_tensor(t, index, version, pair))
+        n = len(tensors)
+        try:
+            table = tables_get(func, default_names)
+        except TypeError:  # unhashable callable
+            table = default_names
+        names = table[n] if n < len(table) else _arg_names(n, table[1][0] if table[1] else "")
+        if has_param:
+            names = tuple([param_rids.get(r) or d for r, d in zip(in_ids, names)])
+        steps.append(
+            ["op", steps[parent][1], name, source, tuple(in_ids), tuple(out_ids), names,
+             out_names, len(stack), parent, None, 0, None]
+        )  # fmt: skip
+        if name in special:
+            outs = tracer._attention_op(index, name, func, args, kwargs, outs)
+        if tracer._breaker is not None:
+            tracer._check_outputs(index, outs)
+        return result
+
+    return record
 
 
 _NO_KWARGS: dict = {}  # read only: passed as ``**kwargs``, which copies it
@@ -369,6 +568,8 @@ class Tracer:
         self.trace: Trace | None = None
         self.output: Any = None  # the root module's last output, when it returned
         self._active = False
+        self._gc_paused = False
+        self._holds_cache = False
 
     # ---- lifecycle
 
@@ -385,24 +586,36 @@ class Tracer:
         self._handles = []
         self._wrapped = []
         try:
-            for path, module in self._named:
-                self._instrument(path, module)
+            self._instrument_all()
             if self.ops:
                 self._mode = _OpMode(self)
                 self._mode.__enter__()
         except BaseException:
             self._cleanup()
             raise
+        # A trace makes thousands of small containers and keeps every one of them: the
+        # cyclic collector would scan them again and again for nothing (as ``timeit``
+        # does, it is paused while recording; reference counting still frees memory).
+        self._gc_paused = gc.isenabled()
+        gc.disable()
         self._active = True
         self._t0 = time.perf_counter()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
+        try:
+            return self._exit(exc, tb)
+        finally:
+            if self._gc_paused:
+                self._gc_paused = False
+                gc.enable()
+
+    def _exit(self, exc: BaseException | None, tb) -> bool:
         self._cleanup()
         self._active = False
         if self._breaker is not None and isinstance(exc, self._breaker.Stop):
             last = len(self._steps) - 1
-            for index in self._stack:  # close the module calls the stop interrupted
+            for index, _, _ in self._stack:  # close the module calls the stop interrupted
                 self._steps[index][10] = last
             self._stack.clear()
             self.trace = self._finish(None)
@@ -428,6 +641,10 @@ class Tracer:
             else:
                 module.__dict__["forward"] = previous
         self._wrapped = []
+        if getattr(self, "_holds_cache", False):
+            self._holds_cache = False
+            self._structure.calls[:] = _IDLE_CALLS  # no reference to this tracer is kept
+            self._structure.busy = False
         mode = getattr(self, "_mode", None)
         if mode is not None:
             self._mode = None
@@ -446,16 +663,17 @@ class Tracer:
         self._tensors: list[list] = []
         self._values: dict[str, torch.Tensor] = {}
         self._ids: dict[int, tuple] = {}  # id(tensor) -> (weakref, version, record id)
-        structure = _structure(self.model)
-        self._named = structure.named
+        structure = self._structure = _structure(self.model)
+        self._named = [("", self.model), *structure.modules]
         self._paths = structure.paths
         self._param_names = structure.param_names  # id(parameter or buffer) -> dotted name
         self._param_sig = structure.param_sig
         self._buffer_ids = structure.buffer_ids
-        self._stack: list[int] = []  # open module steps, innermost last
-        self._stack_modules: list[nn.Module] = []
-        self._op_source: list[SourceLocation | None] = []  # per open module, see below
-        self._inherit: dict[type, bool] = {}
+        self._specs = structure.specs
+        # open module calls, innermost last: (step index, module, source of its ops or None)
+        self._stack: list[tuple[int, nn.Module, SourceLocation | None]] = []
+        self._param_rids: dict[int, str] = {}  # record id -> parameter or buffer name
+        self._shapes_only = self.capture == "shapes"
         self._calls: dict[str, int] = {}
         self._failed_step: int | None = None
         self._first_input_shape: tuple[int, ...] | None = None
@@ -479,34 +697,38 @@ class Tracer:
         is a view of that input (``view``, ``transpose``, ``split``, ``x[i]``), its stats
         and kept value are derived from the input's instead of computed again.
         """
-        key = id(t)
+        entry = self._ids.get(id(t))
         if version is None:
             version = t._version
-        entry = self._ids.get(key)
         if entry is not None and entry[1] == version and entry[0]() is t:
             return entry[2]
+        return self._new_tensor(t, producer, version, source)
+
+    def _new_tensor(
+        self,
+        t: torch.Tensor,
+        producer: int | None,
+        version: int,
+        source: tuple[torch.Tensor, int] | None = None,
+    ) -> int:
+        """A new record for ``t`` as it is now (``version`` is its ``_version`` as seen)."""
+        key = id(t)
         rid = len(self._tensors)
-        dtype = t.dtype
-        record = [
-            t.shape,  # a torch.Size (a tuple); made a plain tuple in _finish
-            _DTYPE_NAMES.get(dtype) or str(dtype)[6:],
-            "cpu" if t.is_cpu else str(t.device),
-            None,
-            None,
-            producer,
-            None,
-        ]
+        # shape stays a torch.Size, dtype and device torch objects: named in _finish
+        record = [t.shape, t.dtype, t.device, None, None, producer, None]
         self._tensors.append(record)
         try:  # noqa: SIM105 - try/except costs nothing here; suppress() is a call
             self._ids[key] = (weakref.ref(t), version, rid)
         except TypeError:  # pragma: no cover - tensor subclasses without weakref support
             pass
-        if key in self._param_names:  # a parameter or buffer: no stats, no copy
+        name = self._param_names.get(key)
+        if name is not None:  # a parameter or buffer: no stats, no copy
             record[5] = None
             # a set lookup: isinstance(t, nn.Parameter) runs a Python metaclass check
             record[6] = "buffer" if key in self._buffer_ids else "param"
+            self._param_rids[rid] = name
             return rid
-        if self.capture == "shapes" or version != t._version:
+        if self._shapes_only or version != t._version:
             return rid
         view = _view_of(t, source[0]) if source is not None and source[0] is not t else None
         if view is not None:
@@ -538,12 +760,6 @@ class Tracer:
         infos = module_infos(model, self._named)
         _INFO_CACHE[id(model)] = (weakref.ref(model), signature, infos)
         return dict(infos)
-
-    def _param_record_names(self):
-        for key, (_, _, rid) in self._ids.items():
-            name = self._param_names.get(key)
-            if name is not None:
-                yield name, rid
 
     def _keep_value(self, rid: int, t: torch.Tensor, force: bool = False) -> None:
         rec = self._tensors[rid]
@@ -578,129 +794,177 @@ class Tracer:
 
     # ---- module instruments
 
-    def _instrument(self, path: str, module: nn.Module) -> None:
-        """Wrap ``module.forward`` for this trace (an instance attribute, removed on exit).
+    def _instrument_all(self) -> None:
+        """Wrap each module's ``forward`` for this trace (an instance attribute, removed on
+        exit), or hook it.
 
         A wrapper is the cheapest way to see a module call begin and end: a module with
         forward hooks takes ``Module._call_impl``'s slow path (a closure and two hook loops
         per call), and registering and removing two hook handles per module costs more
-        than a small model's whole forward. ``nn.Module.__call__`` still runs every hook
-        the user registered; the wrapper runs inside them. Script modules, whose
-        ``forward`` cannot be replaced, get a pre-hook and a hook instead.
+        than a small model's whole forward. The wrappers of submodules are made once per
+        model and reused (they call whichever tracer is running).
+
+        A module that already has forward hooks (its own, or global ones) is on that slow
+        path anyway, and a wrapper would sit *inside* those hooks: it would record the
+        inputs before a user's pre-hook rewrote them and the output before a user's hook
+        rewrote it. Such a module gets a pre-hook and a hook of ours instead, registered
+        after the user's, so the step shows what the module really received and returned.
+        Script modules, whose ``forward`` cannot be replaced, get hooks too.
         """
-        if isinstance(module, torch.jit.ScriptModule):
-            pre, post = self._pre_hook, self._post_hook
-            self._handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
-            self._handles.append(module.register_forward_hook(post, with_kwargs=True))
-            return
-        own = module.__dict__
-        previous = own.get("forward")
-        inner = module.forward
-        enter, leave = self._enter_module, self._exit_module
-        disable = _Disable
-
-        def forward(*args, **kwargs):
-            with disable():  # our own tensor calls must not reach the op mode
-                enter(path, module, args, kwargs)
-            output = inner(*args, **kwargs)
-            with disable():
-                leave(path, module, output)
-            return output
-
-        forward.__wrapped__ = inner  # inspect.signature(module.forward) still works
-        self._wrapped.append((module, previous))
-        own["forward"] = forward
+        structure = self._structure
+        specs, scripts = structure.specs, structure.scripts
+        if structure.busy:  # another tracer holds the cached wrappers: make our own
+            calls, cache = [self._enter_module, self._exit_module], None
+        else:
+            structure.busy = True
+            self._holds_cache = True
+            calls = structure.calls
+            calls[:] = (self._enter_module, self._exit_module)
+            cache = structure.wrappers
+        hooked = _global_hooks()
+        pre, post = self._pre_hook, self._post_hook
+        wrapped = self._wrapped
+        for path, module in self._named:
+            key = id(module)
+            if hooked or module._forward_hooks or module._forward_pre_hooks or key in scripts:
+                self._handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+                self._handles.append(module.register_forward_hook(post, with_kwargs=True))
+                continue
+            own = module.__dict__
+            previous = own.get("forward")
+            found = cache.get(key) if cache is not None else None
+            if found is not None and found[1] is previous and found[2] is type(module).forward:
+                wrapper = found[0]
+            else:
+                wrapper = _wrap_forward(specs[key], module, calls)
+                if cache is not None and path:  # never the root: it would keep it alive
+                    cache[key] = (wrapper, previous, type(module).forward)
+            wrapped.append((module, previous))
+            own["forward"] = wrapper
 
     def _pre_hook(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         with _Disable():  # our own tensor calls must not reach the op mode
-            self._enter_module(self._paths[id(module)], module, args, kwargs)
+            self._enter_module(self._specs[id(module)], module, args, kwargs)
 
     def _post_hook(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
         with _Disable():
-            self._exit_module(self._paths[id(module)], module, output)
+            for frame in reversed(self._stack):
+                if frame[1] is module:
+                    self._exit_module(frame, output)
+                    return
 
-    def _enter_module(self, path: str, module: nn.Module, args: tuple, kwargs: dict) -> None:
+    def _enter_module(
+        self, spec: tuple, module: nn.Module, args: tuple, kwargs: dict
+    ) -> tuple[int, nn.Module, SourceLocation | None]:
+        """Open a module step; return its frame (closed by :meth:`_exit_module`)."""
+        path, type_name, torch_module, pos_names = spec
         stack = self._stack
-        index = len(self._steps)
-        call = self._calls.get(path, 0)
-        self._calls[path] = call + 1
-        parent = stack[-1] if stack else None
+        steps = self._steps
+        index = len(steps)
+        calls = self._calls
+        call = calls.get(path, 0)
+        calls[path] = call + 1
         source = caller_location(2)
-        cls = type(module)
-        step = [
-            "module", path, cls.__name__, source, (), (), (), (),
-            len(stack), parent, None, call, None,
-        ]  # fmt: skip
-        self._steps.append(step)
-        stack.append(index)
-        self._stack_modules.append(module)
-        # ops inside torch's own modules (nn.Linear...) have this step's source line: every
-        # frame between is torch code, so the frame walk can be skipped for them
-        inherit = self._inherit.get(cls)
-        if inherit is None:
-            inherit = self._inherit[cls] = cls.__module__.startswith("torch.")
-        self._op_source.append(source if inherit else None)
-
-        tensors: list = []
-        names: list = []
-        pos_names, _ = _forward_params(module)
-        for i, arg in enumerate(args):
-            name = pos_names[i] if i < len(pos_names) else f"args[{i}]"
-            _flatten(arg, name, tensors, names)
-        for key, arg in kwargs.items():
-            _flatten(arg, key, tensors, names)
-        is_root = parent is None
+        # inputs: the common call, tensors by position, needs no flattening
+        n = len(args)
+        if not kwargs and n <= len(pos_names) and all([isinstance(a, _Tensor) for a in args]):
+            tensors = args
+            names = pos_names[:n]
+        else:
+            tensors, names = [], []
+            for i, arg in enumerate(args):
+                _flatten(arg, pos_names[i] if i < len(pos_names) else f"args[{i}]", tensors, names)
+            for key, arg in kwargs.items():
+                _flatten(arg, key, tensors, names)
+            names = tuple(names)
+        get = self._ids.get
         ids = []
         for t in tensors:
-            rid = self._tensor_id(t, None)
-            if is_root and self._tensors[rid][5] is None and self._tensors[rid][6] is None:
-                self._tensors[rid][6] = "input"
-            ids.append(rid)
-        if is_root and self._first_input_shape is None:
+            entry = get(id(t))
+            version = t._version
+            if entry is not None and entry[1] == version and entry[0]() is t:
+                ids.append(entry[2])
+            else:
+                ids.append(self._new_tensor(t, None, version))
+        if stack:
+            parent, depth = stack[-1][0], len(stack)
+        else:
+            parent, depth = None, 0
+            self._root_inputs(ids, names, tensors)
+        steps.append(
+            ["module", path, type_name, source, tuple(ids), (), names, (),
+             depth, parent, None, call, None]
+        )  # fmt: skip
+        # ops inside torch's own modules (nn.Linear...) have this step's source line: every
+        # frame between is torch code, so the frame walk can be skipped for them
+        frame = (index, module, source if torch_module else None)
+        stack.append(frame)
+        if self._breaker is not None:
+            self._breaker.enter(self._step_record(index))
+        return frame
+
+    def _root_inputs(self, ids: list[int], names: tuple, tensors) -> None:
+        """The root call's tensors are the trace's inputs (first call: also their shapes)."""
+        records = self._tensors
+        for rid in ids:
+            if records[rid][5] is None and records[rid][6] is None:
+                records[rid][6] = "input"
+        if self._first_input_shape is None:
             for n, t in zip(names, tensors):
                 self._input_shapes.append((n, list(t.shape)))
             if tensors:
                 self._first_input_shape = tuple(tensors[0].shape)
-        step[4] = tuple(ids)
-        step[6] = tuple(names)
-        if self._breaker is not None:
-            self._breaker.enter(self._step_record(index))
 
-    def _exit_module(self, path: str, module: nn.Module, output: Any) -> None:
+    def _exit_module(self, frame: tuple, output: Any) -> None:
+        """Close the module step opened as ``frame`` with the call's outputs."""
         stack = self._stack
-        # pop to this module's step; anything above it exited by an exception (caught)
-        while stack:
-            index = stack.pop()
-            mod = self._stack_modules.pop()
-            self._op_source.pop()
-            if mod is module and self._steps[index][1] == path:
-                break
-            self._steps[index][12] = self._steps[index][12] or "raised (caught by the model)"
-            self._steps[index][10] = len(self._steps) - 1
-        else:  # pragma: no cover - a hook for a call we never saw start
+        steps = self._steps
+        if stack and stack[-1] is frame:
+            stack.pop()
+        elif any(f is frame for f in stack):  # calls above it raised; the model caught it
+            while stack:
+                top = stack.pop()
+                if top is frame:
+                    break
+                step = steps[top[0]]
+                step[12] = step[12] or "raised (caught by the model)"
+                step[10] = len(steps) - 1
+        else:  # pragma: no cover - a call we never saw start
             return
-        step = self._steps[index]
-        tensors: list = []
-        names: list = []
-        _flatten(output, "output", tensors, names)
-        tensor_id = self._tensor_id
-        step[5] = tuple([tensor_id(t, index) for t in tensors])
-        step[7] = tuple(names)
-        step[10] = len(self._steps) - 1
+        index = frame[0]
+        step = steps[index]
+        step[10] = len(steps) - 1
+        if isinstance(output, _Tensor):
+            tensors = (output,)
+            step[7] = _ONE_OUTPUT
+        else:
+            tensors, names = [], []
+            _flatten(output, "output", tensors, names)
+            step[7] = tuple(names)
+        get = self._ids.get
+        ids = []
+        for t in tensors:
+            entry = get(id(t))
+            version = t._version
+            if entry is not None and entry[1] == version and entry[0]() is t:
+                ids.append(entry[2])
+            else:
+                ids.append(self._new_tensor(t, index, version))
+        step[5] = tuple(ids)
         if not stack:
             self.output = output
         # attention weights returned by an attention module: (output, weights)
         if (
             len(tensors) >= 2
-            and names[1] == "output[1]"
+            and step[7][1] == "output[1]"
             and tensors[1].dim() == 4
-            and self._is_attention_module(path, module)
+            and self._is_attention_module(frame[1])
         ):
-            self._mark_attention(step[5][1], tensors[1])
+            self._mark_attention(ids[1], tensors[1])
         if self._breaker is not None:
             self._check_outputs(index, tensors)
 
-    def _is_attention_module(self, path: str, module: nn.Module) -> bool:
+    def _is_attention_module(self, module: nn.Module) -> bool:
         """Attention modules by type name: ours, ``nn.MultiheadAttention``, HF ``*Attention``."""
         name = type(module).__name__
         known = self._attention_types.get(name)
@@ -712,50 +976,16 @@ class Tracer:
 
     # ---- op recording
 
-    def _record_op(self, func, name: str, args: tuple, kwargs: dict):
-        # tensors among the arguments, with their versions before the call
-        tensors: list = []
-        tensor, sequence = _Tensor, (tuple, list)
-        for a in args:
-            if isinstance(a, tensor):
-                tensors.append(a)
-            elif isinstance(a, sequence):
-                for b in a:
-                    if isinstance(b, tensor):
-                        tensors.append(b)
-        if kwargs:
-            for a in kwargs.values():
-                if isinstance(a, tensor):
-                    tensors.append(a)
-        versions = [t._version for t in tensors]
-        try:
-            result = func(*args, **kwargs)
-        except Exception as e:
-            index = self._add_op_step(name, tensors, versions, (), (), func)
-            self._steps[index][12] = f"{type(e).__name__}: {e}"
-            self._failed_step = index
-            raise
-        # tensors among the results
-        if isinstance(result, _Tensor):
-            outs = (result,)
-        elif isinstance(result, (tuple, list)):
-            outs = tuple(r for r in result if isinstance(r, _Tensor))
-            if not outs:
-                return result
-        elif result is None and tensors and tensors[0]._version != versions[0]:
-            outs = (tensors[0],)  # x[i] = v: in place, returns None
-        else:
-            return result
-        index = self._add_op_step(name, tensors, versions, outs, result, func)
+    def _attention_op(self, index: int, name: str, func, args, kwargs, outs: tuple) -> tuple:
+        """Attention maps made by op ``index`` (a softmax in an attention module, a fused
+        attention call); returns its outputs with any rebuilt map added."""
         if name == "softmax" or name == "_softmax":
             self._maybe_attention_softmax(index, outs[0])
         elif name == "scaled_dot_product_attention":
             outs = (*outs, *self._fused_attention_map(index, args, kwargs))
         elif name == "multi_head_attention_forward":
             outs = (*outs, *self._mha_attention_map(index, func, args, kwargs, outs))
-        if self._breaker is not None:
-            self._check_outputs(index, outs)
-        return result
+        return outs
 
     def _fused_attention_map(self, index: int, args: tuple, kwargs: dict) -> tuple:
         """``F.scaled_dot_product_attention`` returns no weights: rebuild them from its
@@ -817,69 +1047,49 @@ class Tracer:
         for rid in self._steps[index][5]:
             shape, dtype, device, stats, key, producer, role = self._tensors[rid][:7]
             record = TensorRecord(
-                id=rid, shape=shape, dtype=dtype, device=device, stats=stats,
+                id=rid, shape=tuple(shape), dtype=_dtype_name(dtype), device=_device_name(device),
+                stats=stats,
                 value_key=key, producer=producer, role=role,
             )  # fmt: skip
             records.append(record)
         self._breaker.exit(self._step_record(index), records, list(tensors))
 
-    def _add_op_step(self, name, tensors, versions, outs, result, func=None) -> int:
+    def _add_op_step(self, name, func, tensors, in_ids, has_param, out_ids, out_names) -> int:
+        """Append an op step (the slow path: an op that raised)."""
         steps = self._steps
         index = len(steps)
-        stack = self._stack
-        parent = stack[-1]
-        source = self._op_source[-1]
+        parent, _, source = self._stack[-1]
         if source is None:
             source = caller_location(3)
-        step = [
-            "op", steps[parent][1], name, source, (), (), (), (),
-            len(stack), parent, None, 0, None,
-        ]  # fmt: skip
-        steps.append(step)
-        tensor_id = self._tensor_id
-        seen = self._ids
-        params = self._param_names
-        ids = []
-        named_param = False
-        for t, version in zip(tensors, versions):
-            key = id(t)
-            if key in params:
-                named_param = True
-            entry = seen.get(key)  # most inputs were recorded when they were made
-            if entry is not None and entry[1] == version and entry[0]() is t:
-                ids.append(entry[2])
-            else:
-                ids.append(tensor_id(t, None, version))
-        step[4] = ids = tuple(ids)
         n = len(tensors)
         try:
             table = _arg_tables.get(func, _ARG_NAMES)
         except TypeError:  # unhashable callable
             table = _ARG_NAMES
-        if n < len(table):
-            names = table[n]
-        else:
-            names = _arg_names(n, "self" if table is _METHOD_ARG_NAMES else "input")
-        if named_param:
-            names = tuple(params.get(id(t)) or default for t, default in zip(tensors, names))
-        step[6] = names
-        if outs:
-            source_pair = (tensors[0], ids[0]) if tensors else None
-            if len(outs) == 1 and isinstance(result, _Tensor):
-                step[5] = (tensor_id(outs[0], index, None, source_pair),)
-                step[7] = _ONE_OUTPUT
-            else:
-                step[5] = tuple([tensor_id(t, index, None, source_pair) for t in outs])
-                k = len(outs)
-                step[7] = _OUTPUT_NAMES[k] if k < len(_OUTPUT_NAMES) else _output_names(k)
+        names = table[n] if n < len(table) else _arg_names(n, table[1][0] if table[1] else "")
+        if has_param:
+            names = tuple([self._param_rids.get(r) or d for r, d in zip(in_ids, names)])
+        steps.append(
+            ["op", steps[parent][1], name, source, tuple(in_ids), tuple(out_ids), names,
+             out_names, len(self._stack), parent, None, 0, None]
+        )  # fmt: skip
         return index
+
+    def _forget_records(self, first: int) -> None:
+        """Drop the records from ``first`` on (made for an op that made no step)."""
+        del self._tensors[first:]
+        for key in [k for k, entry in self._ids.items() if entry[2] >= first]:
+            del self._ids[key]
+        for rid in [r for r in self._param_rids if r >= first]:
+            del self._param_rids[rid]
+        for key in [k for k in self._values if int(k[1:]) >= first]:
+            del self._values[key]
 
     def _maybe_attention_softmax(self, index: int, out: torch.Tensor) -> None:
         """A softmax producing (B, H, T, T) inside an attention module is an attention map."""
         if out.dim() != 4:
             return
-        parent = self._steps[index][9]
-        module = self._stack_modules[-1]
+        parent, module, _ = self._stack[-1]
         path = self._steps[parent][1]
         tname = type(module).__name__.lower()
         leaf = path.rsplit(".", 1)[-1].lower()
@@ -895,8 +1105,8 @@ class Tracer:
         last = len(self._steps) - 1
         failed = self._failed_step
         if failed is None and self._stack:
-            failed = self._stack[-1]
-        for index in self._stack:
+            failed = self._stack[-1][0]
+        for index, _, _ in self._stack:
             self._steps[index][12] = self._steps[index][12] or detail
             self._steps[index][10] = last
         if failed is None:  # pragma: no cover - nothing ran
@@ -923,13 +1133,16 @@ class Tracer:
         sizes = dims_mod.resolve_sizes(self.dims, config, self._first_input_shape)
         namer = dims_mod.namer_for(sizes)
         raw_steps = self._steps
-        param_paths = {rid: name for name, rid in self._param_record_names()}
+        param_paths = self._param_rids
         tensors = []
         append, new_record = tensors.append, _new_tensor_record
         named = namer.named_cache()  # (shape, context) -> dims, filled by namer() calls
         unseen = dims_mod.UNSEEN
+        dtypes, devices = _DTYPE_NAMES, _DEVICE_NAMES
         for rid, (size, dtype, device, stats, key, producer, role) in enumerate(self._tensors):
             shape = tuple(size)
+            dtype = dtypes.get(dtype) or _dtype_name(dtype)
+            device = devices.get(device) or _device_name(device)
             # the module a tensor came from breaks ties between equal sizes (F == V)
             context = param_paths.get(rid, "") if producer is None else raw_steps[producer][1]
             dims = named.get((shape, context), unseen)
