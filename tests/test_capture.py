@@ -493,3 +493,80 @@ def test_first_tensor_is_input_for_functions_and_self_for_methods():
     assert names["softmax"] == ("input",)
     assert names["matmul"] == ("input", "arg1")
     assert names["view"] == ("self",)
+
+
+# --------------------------------------------------------------------------- instruments
+
+
+def test_a_traced_model_is_not_kept_alive_by_the_tracer(tokens):
+    model = tiny_model().eval()
+    for level in ("shapes", "stats"):
+        tracing.trace(model, tokens, capture=level)
+    ref = weakref.ref(model)
+    del model
+    gc.collect()
+    assert ref() is None
+
+
+def test_user_hooks_rewrite_what_the_module_step_records():
+    """A user's pre-hook and hook change a module's input and output: the module step
+    shows what the module really received and returned, as plain hooks see it."""
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)).eval()
+    x = torch.randn(5, 3)
+    seen = {}
+    model[1].register_forward_pre_hook(lambda m, args: (args[0] * 0 - 1,))
+    model[1].register_forward_hook(lambda m, args, out: out + 10)
+    model[2].register_forward_hook(lambda m, args, out: seen.setdefault("out", out.clone()))
+    model[2].register_forward_pre_hook(lambda m, args: seen.setdefault("in", args[0].clone()))
+    reference = model(x)
+    t = tracing.trace(model, x, capture="values")
+    relu = next(s for s in t.steps if s.kind == "module" and s.module == "1")
+    assert torch.equal(t.value(relu.inputs[0]), torch.full((5, 4), -1.0))
+    assert torch.equal(t.value(relu.outputs[0]), torch.full((5, 4), 10.0))
+    last = next(s for s in t.steps if s.kind == "module" and s.module == "2")
+    assert torch.equal(t.value(last.inputs[0]), seen["in"])
+    assert torch.equal(t.value(t.steps[0].outputs[0]), reference)
+    for m in model.modules():  # ours are gone, the user's stay
+        assert len(m._forward_hooks) == (1 if m in (model[1], model[2]) else 0)
+        assert "forward" not in vars(m)
+
+
+def test_tracing_twice_reuses_nothing_stale():
+    """Wrappers are reused between traces of one model: a changed class forward, a
+    replaced submodule and a new parameter each show up in the next trace."""
+
+    class Double(nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    model = nn.Sequential(Double(), nn.Linear(3, 3)).eval()
+    x = torch.randn(2, 3)
+    first = tracing.trace(model, x, capture="shapes")
+    again = tracing.trace(model, x, capture="shapes")
+    assert [(s.module, s.op) for s in again.steps] == [(s.module, s.op) for s in first.steps]
+
+    Double.forward = lambda self, x: x + 1  # patched on the class between traces
+    patched = tracing.trace(model, x, capture="shapes")
+    assert [s.op for s in patched.steps if s.module == "0"] == ["Double", "add"]
+
+    model[1] = nn.Linear(3, 5)
+    swapped = tracing.trace(model, x, capture="shapes")
+    assert swapped.tensor(swapped.steps[-1].outputs[0]).shape == (2, 5)
+    assert swapped.modules["1"].params_total == 3 * 5 + 5
+    assert "forward" not in vars(model[0]) and "forward" not in vars(model[1])
+
+
+def test_an_op_that_returns_no_tensor_leaves_no_record():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.reference = torch.ones(3)  # a plain attribute: not seen before torch.equal
+
+        def forward(self, x):
+            same = torch.equal(self.reference, x[0])  # returns a bool: no step
+            return x * 2 if same else x * 3
+
+    t = tracing.trace(Net(), torch.ones(2, 3), capture="stats")
+    used = {i for s in t.steps for i in (*s.inputs, *s.outputs)}
+    assert used == set(range(len(t.tensors)))
+    assert [s.op for s in t.steps if s.kind == "op"] == ["getitem", "mul"]
