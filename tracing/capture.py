@@ -405,11 +405,15 @@ def _op_recorder(tracer: Tracer):
     steps = tracer._steps
     stack = tracer._stack
     records = tracer._tensors
-    ids_get = tracer._ids.get
+    ids = tracer._ids
+    ids_get = ids.get
     new_tensor = tracer._new_tensor
     param_rids = tracer._param_rids
+    param_steps = tracer._param_steps
+    param_names = tracer._param_names
     shapes_only = tracer._shapes_only
     tables_get = _arg_tables.get
+    ref = weakref.ref
     Tensor, sequences, special = _Tensor, (tuple, list), _SPECIAL_OPS
     default_names, one_output, output_names = _ARG_NAMES, _ONE_OUTPUT, _OUTPUT_NAMES
 
@@ -466,16 +470,25 @@ def _op_recorder(tracer: Tracer):
             k = len(outs)
             out_names = output_names[k] if k < len(output_names) else _output_names(k)
         index = len(steps)
-        parent, _, source = stack[-1]
+        parent, _, source, path = stack[-1]
         if source is None:
             source = caller_location(2)
         pair = None if shapes_only or not tensors else (tensors[0], in_ids[0])
         out_ids = []
         for t in outs:
-            entry = ids_get(id(t))  # an op that returns its input (contiguous) keeps its id
+            key = id(t)
+            entry = ids_get(key)  # an op that returns its input (contiguous) keeps its id
             version = t._version
             if entry is not None and entry[1] == version and entry[0]() is t:
                 out_ids.append(entry[2])
+            elif shapes_only and key not in param_names:  # _new_tensor's common case, inline
+                rid = len(records)
+                records.append([t.shape, t.dtype, t.device, None, None, index, None])
+                try:  # noqa: SIM105 - try/except costs nothing here; suppress() is a call
+                    ids[key] = (ref(t), version, rid)
+                except TypeError:  # pragma: no cover - tensor subclasses without weakrefs
+                    pass
+                out_ids.append(rid)
             else:
                 out_ids.append(new_tensor(t, index, version, pair))
         n = len(tensors)
@@ -484,10 +497,11 @@ def _op_recorder(tracer: Tracer):
         except TypeError:  # unhashable callable
             table = default_names
         names = table[n] if n < len(table) else _arg_names(n, table[1][0] if table[1] else "")
-        if has_param:
-            names = tuple([param_rids.get(r) or d for r, d in zip(in_ids, names)])
+        if has_param:  # parameters are named ("blocks.0.attn.q_proj.weight") in _finish
+            param_steps.append(index)
+        # (id lists become tuples in _finish, in one warm loop rather than op by op)
         steps.append(
-            ["op", steps[parent][1], name, source, tuple(in_ids), tuple(out_ids), names,
+            ["op", path, name, source, in_ids, out_ids, names,
              out_names, len(stack), parent, None, 0, None]
         )  # fmt: skip
         if name in special:
@@ -497,6 +511,112 @@ def _op_recorder(tracer: Tracer):
         return result
 
     return record
+
+
+def _module_recorder(tracer: Tracer):
+    """The functions that open and close a module step for ``tracer``: ``enter(spec,
+    module, args, kwargs) -> frame`` and ``leave(frame, output)``, called by the forward
+    wrappers (or hooks) around every module call. Closures, like :func:`_op_recorder`.
+
+    A frame is ``(step index, module, source for its ops or None, path)``: ops inside
+    torch's own modules (``nn.Linear``...) take the module step's source line, since every
+    frame between is torch code, so their frame walk is skipped.
+    """
+    steps = tracer._steps
+    stack = tracer._stack
+    ids_get = tracer._ids.get
+    new_tensor = tracer._new_tensor
+    calls = tracer._calls
+    breaker = tracer._breaker
+    Tensor, one_output = _Tensor, _ONE_OUTPUT
+
+    def enter(spec, module, args, kwargs):
+        path, type_name, torch_module, pos_names = spec
+        index = len(steps)
+        call = calls.get(path, 0)
+        calls[path] = call + 1
+        source = caller_location(2)
+        # inputs: the common call, tensors by position, needs no flattening
+        n = len(args)
+        if not kwargs and n <= len(pos_names) and all([isinstance(a, Tensor) for a in args]):
+            tensors = args
+            names = pos_names[:n]
+        else:
+            tensors, names = [], []
+            for i, arg in enumerate(args):
+                _flatten(arg, pos_names[i] if i < len(pos_names) else f"args[{i}]", tensors, names)
+            for key, arg in kwargs.items():
+                _flatten(arg, key, tensors, names)
+            names = tuple(names)
+        ids = []
+        for t in tensors:
+            entry = ids_get(id(t))
+            version = t._version
+            if entry is not None and entry[1] == version and entry[0]() is t:
+                ids.append(entry[2])
+            else:
+                ids.append(new_tensor(t, None, version))
+        if stack:
+            parent, depth = stack[-1][0], len(stack)
+        else:
+            parent, depth = None, 0
+            tracer._root_inputs(ids, names, tensors)
+        steps.append(
+            ["module", path, type_name, source, ids, (), names, (),
+             depth, parent, None, call, None]
+        )  # fmt: skip
+        frame = (index, module, source if torch_module else None, path)
+        stack.append(frame)
+        if breaker is not None:
+            breaker.enter(tracer._step_record(index))
+        return frame
+
+    def leave(frame, output):
+        if stack and stack[-1] is frame:
+            stack.pop()
+        elif any(f is frame for f in stack):  # calls above it raised; the model caught it
+            while stack:
+                top = stack.pop()
+                if top is frame:
+                    break
+                step = steps[top[0]]
+                step[12] = step[12] or "raised (caught by the model)"
+                step[10] = len(steps) - 1
+        else:  # a call that started before the trace, or a frame of another tracer
+            return
+        index = frame[0]
+        step = steps[index]
+        step[10] = len(steps) - 1
+        if isinstance(output, Tensor):
+            tensors = (output,)
+            step[7] = one_output
+        else:
+            tensors, names = [], []
+            _flatten(output, "output", tensors, names)
+            step[7] = tuple(names)
+        ids = []
+        for t in tensors:
+            entry = ids_get(id(t))
+            version = t._version
+            if entry is not None and entry[1] == version and entry[0]() is t:
+                ids.append(entry[2])
+            else:
+                ids.append(new_tensor(t, index, version))
+        step[5] = ids
+        if not stack:
+            tracer.output = output
+        # attention weights returned by an attention module: (output, weights)
+        if (
+            len(tensors) >= 2
+            and step[7][1] == "output[1]"
+            and tensors[1].dim() == 4
+            and tracer._is_attention_module(frame[1])
+        ):
+            tracer._mark_attention(ids[1], tensors[1])
+        if breaker is not None:
+            tracer._check_outputs(index, tensors)
+
+    return enter, leave
 
 
 _NO_KWARGS: dict = {}  # read only: passed as ``**kwargs``, which copies it
@@ -577,6 +697,7 @@ class Tracer:
         if self._active:
             raise RuntimeError("this Tracer is already active")
         self._reset()
+        self._enter_module, self._exit_module = _module_recorder(self)
         model = self.model
         want = self.train
         # remember only the flags we change; model.train() is skipped when none differ
@@ -615,7 +736,7 @@ class Tracer:
         self._active = False
         if self._breaker is not None and isinstance(exc, self._breaker.Stop):
             last = len(self._steps) - 1
-            for index, _, _ in self._stack:  # close the module calls the stop interrupted
+            for index, *_ in self._stack:  # close the module calls the stop interrupted
                 self._steps[index][10] = last
             self._stack.clear()
             self.trace = self._finish(None)
@@ -669,10 +790,12 @@ class Tracer:
         self._param_names = structure.param_names  # id(parameter or buffer) -> dotted name
         self._param_sig = structure.param_sig
         self._buffer_ids = structure.buffer_ids
+        self._param_names = structure.param_names
         self._specs = structure.specs
-        # open module calls, innermost last: (step index, module, source of its ops or None)
-        self._stack: list[tuple[int, nn.Module, SourceLocation | None]] = []
+        # open module calls, innermost last: frames (see _module_recorder)
+        self._stack: list[tuple[int, nn.Module, SourceLocation | None, str]] = []
         self._param_rids: dict[int, str] = {}  # record id -> parameter or buffer name
+        self._param_steps: list[int] = []  # op steps with a parameter among their inputs
         self._shapes_only = self.capture == "shapes"
         self._calls: dict[str, int] = {}
         self._failed_step: int | None = None
@@ -768,11 +891,13 @@ class Tracer:
         dtype = t.dtype
         if self.value_dtype is not None and t.is_floating_point():
             dtype = self.value_dtype
-        nbytes = t.numel() * torch.empty((), dtype=dtype).element_size()
-        if nbytes > self.value_cap and not force:
+        if t.numel() * dtype.itemsize > self.value_cap and not force:
             self._skipped_values += 1
             return
-        with torch.no_grad():
+        # detach() leaves autograd out of the copy: no no_grad() context needed
+        if dtype == t.dtype and t.is_cpu:
+            copy = t.detach().clone()
+        else:
             copy = t.detach().to(device="cpu", dtype=dtype, copy=True)
         key = f"t{rid}"
         self._values[key] = copy
@@ -853,56 +978,6 @@ class Tracer:
                     self._exit_module(frame, output)
                     return
 
-    def _enter_module(
-        self, spec: tuple, module: nn.Module, args: tuple, kwargs: dict
-    ) -> tuple[int, nn.Module, SourceLocation | None]:
-        """Open a module step; return its frame (closed by :meth:`_exit_module`)."""
-        path, type_name, torch_module, pos_names = spec
-        stack = self._stack
-        steps = self._steps
-        index = len(steps)
-        calls = self._calls
-        call = calls.get(path, 0)
-        calls[path] = call + 1
-        source = caller_location(2)
-        # inputs: the common call, tensors by position, needs no flattening
-        n = len(args)
-        if not kwargs and n <= len(pos_names) and all([isinstance(a, _Tensor) for a in args]):
-            tensors = args
-            names = pos_names[:n]
-        else:
-            tensors, names = [], []
-            for i, arg in enumerate(args):
-                _flatten(arg, pos_names[i] if i < len(pos_names) else f"args[{i}]", tensors, names)
-            for key, arg in kwargs.items():
-                _flatten(arg, key, tensors, names)
-            names = tuple(names)
-        get = self._ids.get
-        ids = []
-        for t in tensors:
-            entry = get(id(t))
-            version = t._version
-            if entry is not None and entry[1] == version and entry[0]() is t:
-                ids.append(entry[2])
-            else:
-                ids.append(self._new_tensor(t, None, version))
-        if stack:
-            parent, depth = stack[-1][0], len(stack)
-        else:
-            parent, depth = None, 0
-            self._root_inputs(ids, names, tensors)
-        steps.append(
-            ["module", path, type_name, source, tuple(ids), (), names, (),
-             depth, parent, None, call, None]
-        )  # fmt: skip
-        # ops inside torch's own modules (nn.Linear...) have this step's source line: every
-        # frame between is torch code, so the frame walk can be skipped for them
-        frame = (index, module, source if torch_module else None)
-        stack.append(frame)
-        if self._breaker is not None:
-            self._breaker.enter(self._step_record(index))
-        return frame
-
     def _root_inputs(self, ids: list[int], names: tuple, tensors) -> None:
         """The root call's tensors are the trace's inputs (first call: also their shapes)."""
         records = self._tensors
@@ -914,55 +989,6 @@ class Tracer:
                 self._input_shapes.append((n, list(t.shape)))
             if tensors:
                 self._first_input_shape = tuple(tensors[0].shape)
-
-    def _exit_module(self, frame: tuple, output: Any) -> None:
-        """Close the module step opened as ``frame`` with the call's outputs."""
-        stack = self._stack
-        steps = self._steps
-        if stack and stack[-1] is frame:
-            stack.pop()
-        elif any(f is frame for f in stack):  # calls above it raised; the model caught it
-            while stack:
-                top = stack.pop()
-                if top is frame:
-                    break
-                step = steps[top[0]]
-                step[12] = step[12] or "raised (caught by the model)"
-                step[10] = len(steps) - 1
-        else:  # pragma: no cover - a call we never saw start
-            return
-        index = frame[0]
-        step = steps[index]
-        step[10] = len(steps) - 1
-        if isinstance(output, _Tensor):
-            tensors = (output,)
-            step[7] = _ONE_OUTPUT
-        else:
-            tensors, names = [], []
-            _flatten(output, "output", tensors, names)
-            step[7] = tuple(names)
-        get = self._ids.get
-        ids = []
-        for t in tensors:
-            entry = get(id(t))
-            version = t._version
-            if entry is not None and entry[1] == version and entry[0]() is t:
-                ids.append(entry[2])
-            else:
-                ids.append(self._new_tensor(t, index, version))
-        step[5] = tuple(ids)
-        if not stack:
-            self.output = output
-        # attention weights returned by an attention module: (output, weights)
-        if (
-            len(tensors) >= 2
-            and step[7][1] == "output[1]"
-            and tensors[1].dim() == 4
-            and self._is_attention_module(frame[1])
-        ):
-            self._mark_attention(ids[1], tensors[1])
-        if self._breaker is not None:
-            self._check_outputs(index, tensors)
 
     def _is_attention_module(self, module: nn.Module) -> bool:
         """Attention modules by type name: ours, ``nn.MultiheadAttention``, HF ``*Attention``."""
@@ -1036,8 +1062,9 @@ class Tracer:
     def _step_record(self, index: int) -> Step:
         s = self._steps[index]
         return Step(
-            index=index, kind=s[0], module=s[1], op=s[2], source=s[3], inputs=s[4],
-            outputs=s[5], input_names=s[6], output_names=s[7], depth=s[8], parent=s[9],
+            index=index, kind=s[0], module=s[1], op=s[2], source=s[3], inputs=tuple(s[4]),
+            outputs=tuple(s[5]), input_names=self._input_names(s), output_names=s[7],
+            depth=s[8], parent=s[9],
             end=s[10], call=s[11], error=s[12],
         )  # fmt: skip
 
@@ -1058,7 +1085,7 @@ class Tracer:
         """Append an op step (the slow path: an op that raised)."""
         steps = self._steps
         index = len(steps)
-        parent, _, source = self._stack[-1]
+        parent, _, source, path = self._stack[-1]
         if source is None:
             source = caller_location(3)
         n = len(tensors)
@@ -1070,10 +1097,17 @@ class Tracer:
         if has_param:
             names = tuple([self._param_rids.get(r) or d for r, d in zip(in_ids, names)])
         steps.append(
-            ["op", steps[parent][1], name, source, tuple(in_ids), tuple(out_ids), names,
+            ["op", path, name, source, tuple(in_ids), tuple(out_ids), names,
              out_names, len(self._stack), parent, None, 0, None]
         )  # fmt: skip
         return index
+
+    def _input_names(self, step: list) -> tuple[str, ...]:
+        """An op's input names with each parameter or buffer named by its path."""
+        names, rids = step[6], self._param_rids
+        if step[0] != "op" or rids.keys().isdisjoint(step[4]):
+            return names
+        return tuple([rids.get(r) or d for r, d in zip(step[4], names)])
 
     def _forget_records(self, first: int) -> None:
         """Drop the records from ``first`` on (made for an op that made no step)."""
@@ -1089,8 +1123,7 @@ class Tracer:
         """A softmax producing (B, H, T, T) inside an attention module is an attention map."""
         if out.dim() != 4:
             return
-        parent, module, _ = self._stack[-1]
-        path = self._steps[parent][1]
+        _, module, _, path = self._stack[-1]
         tname = type(module).__name__.lower()
         leaf = path.rsplit(".", 1)[-1].lower()
         if "attention" in tname or "attn" in tname or "attn" in leaf or "attention" in leaf:
@@ -1106,7 +1139,7 @@ class Tracer:
         failed = self._failed_step
         if failed is None and self._stack:
             failed = self._stack[-1][0]
-        for index, _, _ in self._stack:
+        for index, *_ in self._stack:
             self._steps[index][12] = self._steps[index][12] or detail
             self._steps[index][10] = last
         if failed is None:  # pragma: no cover - nothing ran
@@ -1134,8 +1167,8 @@ class Tracer:
         namer = dims_mod.namer_for(sizes)
         raw_steps = self._steps
         param_paths = self._param_rids
-        tensors = []
-        append, new_record = tensors.append, _new_tensor_record
+        rows = []
+        append = rows.append
         named = namer.named_cache()  # (shape, context) -> dims, filled by namer() calls
         unseen = dims_mod.UNSEEN
         dtypes, devices = _DTYPE_NAMES, _DEVICE_NAMES
@@ -1150,9 +1183,12 @@ class Tracer:
                 dims = namer(shape, context)
             if role == "attention" and dims is not None and len(dims) == 4:
                 dims = ("B", "H", "T", "T") if dims[:2] == ("B", "H") else dims
-            append(new_record(rid, shape, dtype, device, dims, stats, key, producer, role))
-        new_step = _new_step
-        steps = [new_step(i, *s) for i, s in enumerate(raw_steps)]
+            append((rid, shape, dtype, device, dims, stats, key, producer, role))
+        tensors = _build_tensor_records(rows)
+        for index in self._param_steps:
+            step = raw_steps[index]
+            step[6] = self._input_names(step)
+        steps = _build_steps(raw_steps)
         meta = {
             "model_class": f"{type(model).__module__}.{type(model).__qualname__}",
             "config": config_dict(config),
@@ -1214,30 +1250,46 @@ def _build(cls, spec: tuple[tuple[str, ...], dict[str, Any]], values: tuple):
     return obj
 
 
-def _builder(cls, count: int):
-    """A function ``build(v0, v1, ...)`` filling the first ``count`` fields of the frozen
-    record ``cls`` in order (later fields get their declared defaults), without running
-    its ``__init__``: one dict literal per record, for thousands of steps per trace."""
+def _bulk_builder(cls, count: int, indexed: bool = False, tuples: tuple[str, ...] = ()):
+    """A function ``build_all(rows)`` turning rows of values into frozen ``cls`` records,
+    without running their ``__init__``: each row fills the first ``count`` fields in order
+    (any later field, one added to the record contract since, gets its declared default).
+    With ``indexed``, the first field is the row's position and rows hold the rest. The
+    fields named in ``tuples`` are made tuples (rows may hold lists there).
+
+    One loop, one dict literal per record, no call per record: a trace builds thousands.
+    """
     fields, defaults = _spec(cls)
-    args = ", ".join(f"v{i}" for i in range(count))
-    items = [f"{name!r}: v{i}" for i, name in enumerate(fields[:count])]
+    names = [f"v{i}" for i in range(count)]
+    items = [
+        f"{name!r}: tuple(v{i})" if name in tuples else f"{name!r}: v{i}"
+        for i, name in enumerate(fields[:count])
+    ]
     for name in fields[count:]:
         call = "()" if callable(defaults[name]) else ""
         items.append(f"{name!r}: defaults[{name!r}]{call}")
+    if indexed:
+        loop = f"for v0, ({', '.join(names[1:])},) in enumerate(rows):"
+    else:
+        loop = f"for {', '.join(names)} in rows:"
     source = (
-        f"def build({args}):\n"
-        f"    obj = new(cls)\n"
-        f"    set_dict(obj, '__dict__', {{{', '.join(items)}}})\n"
-        f"    return obj\n"
+        "def build_all(rows):\n"
+        "    out = []\n"
+        "    append = out.append\n"
+        f"    {loop}\n"
+        "        obj = new(cls)\n"
+        f"        set_dict(obj, '__dict__', {{{', '.join(items)}}})\n"
+        "        append(obj)\n"
+        "    return out\n"
     )
     namespace = {"new": object.__new__, "cls": cls, "set_dict": object.__setattr__}
     namespace["defaults"] = defaults
     exec(source, namespace)  # generated from dataclass field names only
-    return namespace["build"]
+    return namespace["build_all"]
 
 
-_new_step = _builder(Step, 14)
-_new_tensor_record = _builder(TensorRecord, 9)
+_build_steps = _bulk_builder(Step, 14, indexed=True, tuples=("inputs", "outputs"))
+_build_tensor_records = _bulk_builder(TensorRecord, 9)
 
 
 def _view_of(t: torch.Tensor, src: torch.Tensor) -> str | None:
