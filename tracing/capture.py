@@ -2,11 +2,17 @@
 
 Two instruments work together:
 
-- **Module hooks.** A forward pre-hook and a forward hook (with kwargs) on every module in
-  ``named_modules()``. The pre-hook opens a *module step* (so its index comes before the
-  ops that ran inside it) and records the inputs by their parameter names (``q``, ``k``,
-  ``mask``); the hook closes it with the outputs (``output``, ``output[1]``,
-  ``output['logits']``).
+- **Module instruments.** Every module in ``named_modules()`` gets its ``forward``
+  wrapped for the trace (an instance attribute, removed on exit; see
+  :meth:`Tracer._instrument_all`). A module that already has forward hooks (the user's,
+  or global ones) gets a forward pre-hook and a forward hook (with kwargs) instead,
+  registered after the user's, so its step shows what the hooks made of its inputs and
+  output. Entering opens a *module step* (so its index comes before the ops that ran
+  inside it) with the inputs named by the forward's parameters (``q``, ``k``, ``mask``);
+  leaving closes it with the outputs (``output``, ``output[1]``, ``output['logits']``).
+  Wrappers rather than hooks everywhere, because on a small model two hooks per module
+  cost several times what a wrapper does (``Module._call_impl``'s slow path, and two
+  handles to register and remove per module per trace).
 - **A TorchFunctionMode.** Every torch function and tensor method called while a module
   runs (``matmul``, ``transpose``, ``view``, ``softmax``, the residual ``+`` as ``add``,
   ``F.linear`` inside ``nn.Linear``) becomes an *op step*, attributed to the innermost
@@ -717,6 +723,8 @@ class Tracer:
         # A trace makes thousands of small containers and keeps every one of them: the
         # cyclic collector would scan them again and again for nothing (as ``timeit``
         # does, it is paused while recording; reference counting still frees memory).
+        # On exit the young generation is collected once, inside the trace call, so the
+        # caller's next allocation does not pay for it unseen (see __exit__).
         self._gc_paused = gc.isenabled()
         gc.disable()
         self._active = True
@@ -730,6 +738,7 @@ class Tracer:
             if self._gc_paused:
                 self._gc_paused = False
                 gc.enable()
+                gc.collect(0)  # the one pass over the trace's new objects, paid here
 
     def _exit(self, exc: BaseException | None, tb) -> bool:
         self._cleanup()
