@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 from PySide6.QtCore import QItemSelectionModel, QModelIndex, Qt, Signal
-from PySide6.QtGui import QFont, QFontMetrics, QPalette
+from PySide6.QtGui import QFont, QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHeaderView,
@@ -159,7 +159,12 @@ class Inspector(QWidget):
         self._strip.setBackgroundRole(QPalette.ColorRole.AlternateBase)
         # a fixed height behind a firewall: the new text of every step (whose wrapped
         # height Qt would measure) never re-lays out the heatmap or repaints the tabs
-        strip_height = 2 * QFontMetrics(self._strip.font()).lineSpacing() + 10
+        # three lines: the tensor, its statistics, the slice shown (see _strip_text),
+        # measured as laid out (a rich-text line, bold or not, is taller than lineSpacing)
+        self._strip.ensurePolished()
+        self._strip.setText("<b>Ag</b><br>Ag<br>Ag")
+        strip_height = self._strip.heightForWidth(10_000) + 2
+        self._strip.setText(" ")
         self._strip_box = LayoutFirewall(self._strip, strip_height)
 
         # opaque: what changes in here repaints from here down, not the window behind
@@ -358,30 +363,35 @@ class Inspector(QWidget):
         if 0 <= row < self.table_model.rowCount():
             direction = self.table_model.direction(row)
             name = self.table_model.data(self.table_model.index(row, 0)) or direction
-        parts = [
-            f"<b>{html.escape(name)}</b>",
-            html.escape(record.shape_str(symbolic=True)),
-            record.dtype,
-            f"{record.numel:,} el",
+        # one line each (the strip is three lines high): the tensor, its statistics, the
+        # slice on screen; a line too long for the width wraps into the next one's place
+        lines = [
+            " · ".join(
+                [
+                    f"<b>{html.escape(name)}</b>",
+                    html.escape(record.shape_str(symbolic=True)),
+                    record.dtype,
+                    f"{record.numel:,} el",
+                ]
+            )
         ]
         stats = record.stats
         if stats is not None:
-            parts.append(
-                f"min {format_number(stats.min)} · max {format_number(stats.max)} · "
-                f"mean {format_number(stats.mean)} · std {format_number(stats.std)}"
-            )
             nonfinite = f"NaN {stats.nan} · Inf {stats.inf}"
             if stats.has_nonfinite:
                 nonfinite = f"<span style='color:#d62728'><b>{nonfinite}</b></span>"
-            parts.append(nonfinite)
+            lines.append(
+                f"min {format_number(stats.min)} · max {format_number(stats.max)} · "
+                f"mean {format_number(stats.mean)} · std {format_number(stats.std)} · " + nonfinite
+            )
         cut = self.tensor_view.current_slice
         if cut is not None and self.heatmap.matrix is not None:
             shown = f"showing {html.escape(cut.describe())}"
             sr, sc = self.heatmap.stride
             if sr > 1 or sc > 1:
                 shown += f" (every {sr}th row, {sc}th col)"
-            parts.append(shown)
-        return " · ".join(parts)
+            lines.append(shown)
+        return "<br>".join(lines)
 
 
 __all__ = ["Inspector"]

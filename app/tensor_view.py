@@ -208,6 +208,7 @@ class TensorView(QWidget):
             spin.blockSignals(False)
         self._remember()
         self._render()
+        self.sliceChanged.emit()  # what shows the slice (the stats strip) follows
 
     # ---- showing
 

@@ -176,3 +176,21 @@ def test_export_heatmap_png_and_svg(inspector, values_trace, tmp_path):
     inspector.tabs.setCurrentIndex(Inspector.ATTENTION_TAB)
     svg = inspector.export_heatmap(tmp_path / "attention.svg")
     assert "<svg" in svg.read_text() and svg.stat().st_size > 1000
+
+
+def test_stats_strip_shows_all_its_lines_at_the_default_width(inspector, values_trace):
+    """The strip's text (tensor · statistics · slice) fits the fixed box it sits in."""
+    inspector.resize(420, 800)  # the inspector dock's width in a 1500-pixel window
+    index = _softmax_steps(values_trace)[0]
+    inspector.set_step(index)
+    strip, box = inspector._strip, inspector._strip_box
+    text = strip.text()
+    assert "min " in text and "showing " in text and text.count("<br>") == 2
+    assert strip.heightForWidth(box.width()) <= box.height()
+
+
+def test_stats_strip_follows_a_slice_chosen_in_code(inspector, values_trace):
+    inspector.set_step(_softmax_steps(values_trace)[0])
+    inspector.tensor_view.set_leading_index((0, 2))
+    assert "H=2]" in inspector._strip.text()
+    assert inspector.tensor_view.current_slice.describe() in inspector._strip.text()
