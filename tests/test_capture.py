@@ -570,3 +570,14 @@ def test_an_op_that_returns_no_tensor_leaves_no_record():
     used = {i for s in t.steps for i in (*s.inputs, *s.outputs)}
     assert used == set(range(len(t.tensors)))
     assert [s.op for s in t.steps if s.kind == "op"] == ["getitem", "mul"]
+
+
+def test_nested_tracers_on_one_model_both_record_and_leave_nothing():
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU()).eval()
+    with torch.no_grad(), Tracer(model, "shapes") as outer, Tracer(model, "shapes") as inner:
+        model(torch.randn(2, 3))
+    expected = [("", "Sequential"), ("0", "Linear"), ("0", "linear"), ("1", "ReLU"), ("1", "relu")]
+    assert [(s.module, s.op) for s in inner.trace.steps] == expected
+    assert [(s.module, s.op) for s in outer.trace.steps] == expected
+    assert not any("forward" in vars(m) for m in model.modules())
+    assert len(tracing.trace(model, torch.randn(2, 3), capture="shapes").steps) == 5
