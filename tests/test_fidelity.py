@@ -262,3 +262,24 @@ def test_in_place_model_values_follow_each_version():
     assert ids[4] == ids[3]
     del ids[4]
     assert len(set(ids)) == len(ids)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("capture", ["shapes", "stats", "values"])
+def test_a_second_trace_of_a_model_records_the_same(name, capture):
+    """What is cached per model between traces (structure, forward wrappers, dims) must
+    not change the record: two traces of the same call are equal, step by step."""
+    model, args, kwargs = MODELS[name]()
+    model.eval()
+    traces = []
+    with torch.no_grad():
+        for _ in range(2):  # one line, so the root step's source line is the same
+            a, k = _clone_inputs(args, kwargs)
+            traces.append(tracing.trace(model, *a, capture=capture, **k))
+    first, second = traces
+    assert len(second.steps) == len(first.steps)
+    for a, b in zip(first.steps, second.steps):
+        assert a == b, f"step {a.index}: {a} != {b}"
+    assert second.tensors == first.tensors
+    assert set(second.values) == set(first.values)
+    assert all(torch.equal(first.values[k], second.values[k]) for k in first.values)
