@@ -411,15 +411,11 @@ def _op_recorder(tracer: Tracer):
     steps = tracer._steps
     stack = tracer._stack
     records = tracer._tensors
-    ids = tracer._ids
-    ids_get = ids.get
-    new_tensor = tracer._new_tensor
+    tensor_id = tracer._tensor_id
     param_rids = tracer._param_rids
     param_steps = tracer._param_steps
-    param_names = tracer._param_names
     shapes_only = tracer._shapes_only
     tables_get = _arg_tables.get
-    ref = weakref.ref
     Tensor, sequences, special = _Tensor, (tuple, list), _SPECIAL_OPS
     default_names, one_output, output_names = _ARG_NAMES, _ONE_OUTPUT, _OUTPUT_NAMES
 
@@ -441,12 +437,7 @@ def _op_recorder(tracer: Tracer):
         has_param = False
         first_version = 0
         for t in tensors:
-            entry = ids_get(id(t))
-            version = t._version
-            if entry is not None and entry[1] == version and entry[0]() is t:
-                rid = entry[2]
-            else:
-                rid = new_tensor(t, None, version)
+            rid = tensor_id(t, None)
             if rid in param_rids:
                 has_param = True
             in_ids.append(rid)
@@ -480,23 +471,8 @@ def _op_recorder(tracer: Tracer):
         if source is None:
             source = caller_location(2)
         pair = None if shapes_only or not tensors else (tensors[0], in_ids[0])
-        out_ids = []
-        for t in outs:
-            key = id(t)
-            entry = ids_get(key)  # an op that returns its input (contiguous) keeps its id
-            version = t._version
-            if entry is not None and entry[1] == version and entry[0]() is t:
-                out_ids.append(entry[2])
-            elif shapes_only and key not in param_names:  # _new_tensor's common case, inline
-                rid = len(records)
-                records.append([t.shape, t.dtype, t.device, None, None, index, None])
-                try:  # noqa: SIM105 - try/except costs nothing here; suppress() is a call
-                    ids[key] = (ref(t), version, rid)
-                except TypeError:  # pragma: no cover - tensor subclasses without weakrefs
-                    pass
-                out_ids.append(rid)
-            else:
-                out_ids.append(new_tensor(t, index, version, pair))
+        # an op that returns its input (contiguous on a contiguous tensor) keeps its id
+        out_ids = [tensor_id(t, index, None, pair) for t in outs]
         n = len(tensors)
         try:
             table = tables_get(func, default_names)
@@ -530,8 +506,7 @@ def _module_recorder(tracer: Tracer):
     """
     steps = tracer._steps
     stack = tracer._stack
-    ids_get = tracer._ids.get
-    new_tensor = tracer._new_tensor
+    tensor_id = tracer._tensor_id
     calls = tracer._calls
     breaker = tracer._breaker
     Tensor, one_output = _Tensor, _ONE_OUTPUT
@@ -554,14 +529,7 @@ def _module_recorder(tracer: Tracer):
             for key, arg in kwargs.items():
                 _flatten(arg, key, tensors, names)
             names = tuple(names)
-        ids = []
-        for t in tensors:
-            entry = ids_get(id(t))
-            version = t._version
-            if entry is not None and entry[1] == version and entry[0]() is t:
-                ids.append(entry[2])
-            else:
-                ids.append(new_tensor(t, None, version))
+        ids = [tensor_id(t, None) for t in tensors]
         if stack:
             parent, depth = stack[-1][0], len(stack)
         else:
@@ -600,14 +568,7 @@ def _module_recorder(tracer: Tracer):
             tensors, names = [], []
             _flatten(output, "output", tensors, names)
             step[7] = tuple(names)
-        ids = []
-        for t in tensors:
-            entry = ids_get(id(t))
-            version = t._version
-            if entry is not None and entry[1] == version and entry[0]() is t:
-                ids.append(entry[2])
-            else:
-                ids.append(new_tensor(t, index, version))
+        ids = [tensor_id(t, index) for t in tensors]
         step[5] = ids
         if not stack:
             tracer.output = output
@@ -799,7 +760,6 @@ class Tracer:
         self._param_names = structure.param_names  # id(parameter or buffer) -> dotted name
         self._param_sig = structure.param_sig
         self._buffer_ids = structure.buffer_ids
-        self._param_names = structure.param_names
         self._specs = structure.specs
         # open module calls, innermost last: frames (see _module_recorder)
         self._stack: list[tuple[int, nn.Module, SourceLocation | None, str]] = []
