@@ -581,3 +581,13 @@ def test_nested_tracers_on_one_model_both_record_and_leave_nothing():
     assert [(s.module, s.op) for s in outer.trace.steps] == expected
     assert not any("forward" in vars(m) for m in model.modules())
     assert len(tracing.trace(model, torch.randn(2, 3), capture="shapes").steps) == 5
+
+
+def test_value_is_none_when_no_copy_was_kept_or_its_entry_is_gone(model, tokens):
+    t = tracing.trace(model, tokens, capture="values")
+    kept = next(r for r in t.tensors if r.value_key is not None)
+    assert torch.is_tensor(t.value(kept.id))
+    del t.values[kept.value_key]
+    assert t.value(kept.id) is None
+    shapes = tracing.trace(model, tokens, capture="shapes")
+    assert all(shapes.value(r.id) is None for r in shapes.tensors if r.role != "attention")

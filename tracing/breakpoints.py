@@ -30,6 +30,7 @@ Inf is found at the op that made it, not at the enclosing block that merely retu
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -387,20 +388,8 @@ def step_outputs(trace: Trace, step: Step) -> list[Output]:
     for k, tid in enumerate(step.outputs):
         rec = trace.tensors[tid]
         name = names[k] if names else f"output[{k}]"
-        outs.append(Output(rec, name=name, loader=_value_loader(trace, rec)))
+        outs.append(Output(rec, name=name, loader=functools.partial(trace.value, rec.id)))
     return outs
-
-
-def _value_loader(trace: Trace, rec: TensorRecord) -> Callable[[], torch.Tensor | None]:
-    def load() -> torch.Tensor | None:
-        if rec.value_key is None:
-            return None
-        try:
-            return trace.values[rec.value_key]
-        except KeyError:
-            return None
-
-    return load
 
 
 def _events(trace: Trace) -> list[tuple[float, int, Event]]:

@@ -179,9 +179,10 @@ class Trace:
         return self.tensors[tensor_id]
 
     def value(self, tensor_id: int) -> torch.Tensor | None:
-        """The kept copy of a tensor, or None when only shapes/stats were captured."""
+        """The kept copy of a tensor, or None when none was kept (only shapes or stats
+        were captured, or it was over the size cap) or its entry is missing."""
         key = self.tensors[tensor_id].value_key
-        return None if key is None else self.values[key]
+        return None if key is None else self.values.get(key)
 
     def module_steps(self, path: str) -> list[Step]:
         """Every call of the module at ``path`` (two for a module called twice)."""

@@ -212,8 +212,8 @@ class TraceDiff:
         sb = self.trace_b.steps[entry.b_index]
         if output >= min(len(sa.outputs), len(sb.outputs)):
             return None
-        va = _value(self.trace_a, self.trace_a.tensors[sa.outputs[output]])
-        vb = _value(self.trace_b, self.trace_b.tensors[sb.outputs[output]])
+        va = self.trace_a.value(sa.outputs[output])
+        vb = self.trace_b.value(sb.outputs[output])
         if va is None or vb is None or va.shape != vb.shape:
             return None
         dtype = torch.float64 if torch.float64 in (va.dtype, vb.dtype) else torch.float32
@@ -376,22 +376,13 @@ def _compare_tensor(a: Trace, named: tuple[str, int], b: Trace, tid_b: int) -> T
     stats_delta = _stats_delta(ra, rb)
     if shape_a != shape_b:
         return TensorDiff(name, shape_a, shape_b, ra.dtype, rb.dtype, stats_delta=stats_delta)
-    va, vb = _value(a, ra), _value(b, rb)
+    va, vb = a.value(ra.id), b.value(rb.id)
     if va is None or vb is None or tuple(va.shape) != tuple(vb.shape):
         return TensorDiff(name, shape_a, shape_b, ra.dtype, rb.dtype, stats_delta=stats_delta)
     max_abs, rel_l2, cosine = tensor_metrics(va, vb)
     return TensorDiff(
         name, shape_a, shape_b, ra.dtype, rb.dtype, max_abs, rel_l2, cosine, stats_delta
     )
-
-
-def _value(trace: Trace, rec: TensorRecord) -> torch.Tensor | None:
-    if rec.value_key is None:
-        return None
-    try:
-        return trace.values[rec.value_key]
-    except KeyError:
-        return None
 
 
 def tensor_metrics(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float, float]:
