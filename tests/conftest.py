@@ -19,3 +19,13 @@ import torch
 def _seed() -> None:
     """Every test starts from the same random state."""
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models run fastest on one thread (and a shared CI box is not thrashed).
+    A test module asks for it with ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)

@@ -21,13 +21,7 @@ HELD_OUT_SEED = 12345  # training used seeds 0 (train) and 1 (validation)
 N_HELD_OUT = 200
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models run fastest on one thread (and a shared CI box is not thrashed)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 task = get_task("reverse")
