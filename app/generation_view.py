@@ -49,7 +49,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import dialogs
+from app import diagram, dialogs
 from app.dialogs import lay_out_form
 from app.heatmap import HeatmapView
 from app.session import DEFAULT_CAPTURE, ModelSource, SessionError
@@ -220,13 +220,14 @@ class TraceGenerationDialog(QDialog):
 CHIP_H = 30
 BAR_H = 5
 CHIP_GAP = 3
+# the diagram's palette, so a chip looks like a box there; prompt chips sit back a shade
 PROMPT_FILL = QColor("#22252c")
-PROMPT_TEXT = QColor("#9aa3b2")
-NEW_FILL = QColor("#262a33")
-NEW_BORDER = QColor("#3a404d")
-SELECTED = QColor("#ffb547")
+PROMPT_TEXT = diagram.TEXT_MUTED
+NEW_FILL = diagram.BOX_FILL
+NEW_BORDER = diagram.BOX_BORDER
+SELECTED = diagram.EDGE_ACTIVE
 BAR = QColor("#5f87b8")
-TEXT = QColor("#e6e9ef")
+TEXT = diagram.TEXT
 
 
 class TokenTimeline(QWidget):
