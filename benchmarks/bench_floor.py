@@ -99,10 +99,19 @@ def main() -> None:
         "log only": lambda: _log_only(model, ids),
         "tracing.trace": lambda: tracing.trace(model, ids, capture="shapes"),
     }
+    print(
+        f"demo model, {ids.shape[1]} tokens, {torch.get_num_threads()} threads, "
+        f"{args.rounds} rounds (median; each after gc.collect())"
+    )
+    print_medians(interleaved_medians(runs, args.rounds))
+
+
+def interleaved_medians(runs: dict, rounds: int, warmup: int = 3) -> dict[str, float]:
+    """Median seconds of each callable, run in turn every round, each after an untimed
+    ``gc.collect()`` (the protocol of ``scratchformer bench``), without autograd."""
     times: dict[str, list[float]] = {name: [] for name in runs}
-    warmup = 3
     with torch.no_grad():
-        for round_ in range(warmup + args.rounds):
+        for round_ in range(warmup + rounds):
             for name, run in runs.items():
                 gc.collect()
                 start = time.perf_counter()
@@ -110,14 +119,13 @@ def main() -> None:
                 elapsed = time.perf_counter() - start
                 if round_ >= warmup:
                     times[name].append(elapsed)
-    plain = statistics.median(times["plain"])
-    print(
-        f"demo model, {ids.shape[1]} tokens, {torch.get_num_threads()} threads, "
-        f"{args.rounds} rounds (median; each after gc.collect())"
-    )
-    for name, values in times.items():
-        median = statistics.median(values)
-        print(f"  {name:14s} {median * 1e3:6.2f} ms  {median / plain:5.2f}x")
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def print_medians(medians: dict[str, float], baseline: str = "plain") -> None:
+    """One line per run: its median and its ratio to the baseline's."""
+    for name, median in medians.items():
+        print(f"  {name:14s} {median * 1e3:6.2f} ms  {median / medians[baseline]:5.2f}x")
 
 
 def _run_in(mode: TorchFunctionMode, model: torch.nn.Module, ids: torch.Tensor) -> None:

@@ -13,12 +13,10 @@ three alike, so the old/new comparison holds even when the absolute figures wand
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib.util
-import statistics
-import time
 
 import torch
+from bench_floor import interleaved_medians, print_medians  # this folder, run as a script
 
 import tracing.capture as current
 
@@ -42,20 +40,8 @@ def main() -> None:
         "old": lambda: old.trace(model, ids, capture=args.capture),
         "current": lambda: current.trace(model, ids, capture=args.capture),
     }
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    with torch.no_grad():
-        for round_ in range(3 + args.rounds):
-            for name, run in runs.items():
-                gc.collect()
-                start = time.perf_counter()
-                run()
-                if round_ >= 3:
-                    times[name].append(time.perf_counter() - start)
-    plain = statistics.median(times["plain"])
     print(f"demo model, capture={args.capture}, {args.rounds} rounds (medians)")
-    for name, values in times.items():
-        median = statistics.median(values)
-        print(f"  {name:8s} {median * 1e3:6.2f} ms  {median / plain:5.2f}x")
+    print_medians(interleaved_medians(runs, args.rounds))
 
 
 if __name__ == "__main__":
