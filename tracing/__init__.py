@@ -17,6 +17,7 @@ from tracing.errors import TraceError, TraceFileError
 from tracing.record import (
     CAPTURE_LEVELS,
     SCHEMA_VERSION,
+    Failure,
     ModuleInfo,
     SourceLocation,
     Step,
@@ -44,6 +45,7 @@ _LAZY = {
 __all__ = [
     "CAPTURE_LEVELS",
     "SCHEMA_VERSION",
+    "Failure",
     "ModuleInfo",
     "SourceLocation",
     "Step",

@@ -48,9 +48,12 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from tracing import dims as dims_mod
+from tracing.dim_flow import refine_dims
 from tracing.errors import TraceError
+from tracing.postmortem import embed_sources, failure_of
 from tracing.record import (
     CAPTURE_LEVELS,
+    Failure,
     ModuleInfo,
     SourceLocation,
     Step,
@@ -768,6 +771,7 @@ class Tracer:
         self._shapes_only = self.capture == "shapes"
         self._calls: dict[str, int] = {}
         self._failed_step: int | None = None
+        self._failure: Failure | None = None
         self._first_input_shape: tuple[int, ...] | None = None
         self._input_shapes: list[tuple[str, list[int]]] = []
         self._mode = None
@@ -1118,6 +1122,7 @@ class Tracer:
         source: SourceLocation | None = step[3]
         if step[0] == "module":
             source = location_from_traceback(tb) or source
+        self._failure = failure_of(failed, exc, tb, source)
         where = f"{step[1] or '<root>'} · {step[2]}"
         at = ""
         if source is not None:
@@ -1132,7 +1137,7 @@ class Tracer:
     def _finish(self, error: str | None) -> Trace:
         model = self.model
         config = getattr(model, "config", None)
-        sizes = dims_mod.resolve_sizes(self.dims, config, self._first_input_shape)
+        sizes = dims_mod.resolve_sizes(self.dims, config, self._first_input_shape, model)
         namer = dims_mod.namer_for(sizes)
         raw_steps = self._steps
         param_paths = self._param_rids
@@ -1158,6 +1163,7 @@ class Tracer:
             step = raw_steps[index]
             step[6] = self._input_names(step)
         steps = _build_steps(raw_steps)
+        tensors = refine_dims(steps, tensors, sizes)  # names that follow the ops
         meta = {
             "model_class": f"{type(model).__module__}.{type(model).__qualname__}",
             "config": config_dict(config),
@@ -1181,6 +1187,8 @@ class Tracer:
             meta=meta,
             values=self._values,
             error=error,
+            failure=self._failure,
+            sources=embed_sources(steps, self._failure),
         )
 
 
