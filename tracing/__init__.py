@@ -39,6 +39,9 @@ _LAZY = {
     "head_contributions": "tracing.lens",
     "trace_generate": "tracing.generation",
     "load_generation": "tracing.generation",
+    "edits": "tracing.edits",
+    "sites": "tracing.sites",
+    "run_edited": "tracing.edit_run",
 }
 
 __all__ = [
