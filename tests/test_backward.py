@@ -325,3 +325,79 @@ def test_shapes_capture_keeps_no_stats_but_all_steps():
     assert [(s.op, s.forward) for s in shapes.steps] == [(s.op, s.forward) for s in stats.steps]
     grads = [r for r in shapes.tensors if r.role == "grad"]
     assert grads and all(r.stats is None and r.value_key is None for r in grads)
+
+
+# --------------------------------------------------------------------------- breakpoints
+
+
+class SqrtAtZero(nn.Module):
+    """A forward that is finite everywhere whose backward is not: d sqrt(x)/dx at 0."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+        self.scale = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.proj(x).relu()  # zeros where the projection is negative
+        r = h.sqrt()  # the culprit: infinite slope at 0
+        return self.scale(r)
+
+
+def test_first_nonfinite_gradient_names_the_forward_op_and_line():
+    from tracing.breakpoints import NonFinite, first_nonfinite_gradient
+
+    torch.manual_seed(0)
+    model, x = SqrtAtZero(), torch.randn(3, 4)
+    trace = trace_step(model, x, lambda out: out.sum(), capture="stats")
+    assert "stopped_at" not in trace.meta
+    hit = first_nonfinite_gradient(trace)
+    assert hit is not None
+    step = trace.steps[hit.step]
+    assert step.kind == "backward" and step.op == "SqrtBackward0"
+    assert trace.steps[step.forward].op == "sqrt"
+    assert "r = h.sqrt()" in hit.source and hit.label.endswith("sqrt")
+    assert "Inf" in hit.reason and "relu" in hit.reason  # it sends Inf back to the relu
+    # the forward had nothing non-finite: the first step with one is the relu's backward
+    first = tracing.find_next(trace, -1, [NonFinite()])
+    assert trace.steps[first].op == "ReluBackward0" and first > hit.step
+
+    # live: the recording stops there and the optimizer step is not taken
+    torch.manual_seed(0)
+    model = SqrtAtZero()
+    before = copy.deepcopy(model.state_dict())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    live = trace_step(model, x, lambda out: out.sum(), opt, break_on=[NonFinite()])
+    assert live.meta["stopped_at"]["step"] == first == len(live.steps) - 1
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+    assert model.proj.weight.grad is not None  # the backward itself completed
+
+
+def test_grad_norm_breakpoints_catch_exploding_and_vanishing_layers():
+    from tracing.breakpoints import GradNormAbove, GradNormBelow, find_all
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 1))
+    with torch.no_grad():
+        model[2].weight.mul_(1e4)  # everything before it gets huge gradients
+    x = torch.randn(5, 8)
+    trace = trace_step(model, x, lambda out: out.sum(), capture="values")
+    big = find_all(trace, [GradNormAbove(1e3)])
+    assert big and all(trace.steps[h.step].kind == "backward" for h in big)
+    for h in big:  # the reported norm is the true norm of that gradient
+        rid = trace.steps[h.step].outputs[0]
+        norm = float(trace.value(rid).double().norm())
+        assert norm > 1e3
+        assert f"{norm:.4g}" in h.reason
+    assert not find_all(trace, [GradNormBelow(1e-3)])
+    # live: the forward is never stopped by a gradient-only condition
+    live = trace_step(model, x, lambda out: out.sum(), break_on=[GradNormAbove(1e3)])
+    stopped = live.steps[live.meta["stopped_at"]["step"]]
+    assert stopped.kind == "backward" and stopped.index == big[0].step
+    with torch.no_grad():
+        model[2].weight.mul_(1e-4)
+        model[1].weight.mul_(1e-8)  # the gradient below it vanishes
+    vanishing = trace_step(model, x, lambda out: out.sum(), capture="stats")
+    small = find_all(vanishing, [GradNormBelow(1e-3)])
+    assert small and vanishing.steps[small[0].step].module == "0"
+    assert not find_all(vanishing, [GradNormAbove(1e3)])
