@@ -401,3 +401,75 @@ def test_grad_norm_breakpoints_catch_exploding_and_vanishing_layers():
     small = find_all(vanishing, [GradNormBelow(1e-3)])
     assert small and vanishing.steps[small[0].step].module == "0"
     assert not find_all(vanishing, [GradNormAbove(1e3)])
+
+
+# --------------------------------------------------------------------------- watch
+
+
+class NaiveLogSoftmax(nn.Module):
+    """``log(softmax(x))`` in two steps: the softmax underflows to 0 for a large input,
+    the log makes -inf, and the loss and every gradient go NaN."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x):
+        p = self.proj(x).softmax(-1)
+        return p.log()  # the culprit: log(0)
+
+
+def test_watch_saves_the_step_that_went_nonfinite_from_the_state_before_it(tmp_path):
+    from tracing.breakpoints import first_nonfinite_gradient
+
+    torch.manual_seed(0)
+    model = NaiveLogSoftmax()
+    twin = copy.deepcopy(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt_twin = torch.optim.SGD(twin.parameters(), lr=0.1)
+    batches = [torch.randn(3, 4) for _ in range(3)] + [torch.randn(3, 4) * 1e4]
+    path = tmp_path / "bad.trace"
+    loss_fn = lambda out: -out[:, 0].mean()  # noqa: E731
+    with tracing.watch(model, opt, path=path, loss_fn=loss_fn) as watcher:
+        for x in batches:  # a plain loop; the last batch underflows the softmax
+            opt.zero_grad()
+            loss_fn(model(x)).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+    assert watcher.traces == [path] and watcher.step == 4
+    for x in batches:  # the same loop unwatched: the same weights at the end
+        opt_twin.zero_grad()
+        loss_fn(twin(x)).backward()
+        torch.nn.utils.clip_grad_norm_(twin.parameters(), 1.0)
+        opt_twin.step()
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0, equal_nan=True)
+    trace = tracing.load(path)
+    assert trace.meta["watch"]["step"] == 4
+    hit = first_nonfinite_gradient(trace)
+    assert hit is not None and hit.label.endswith("log")
+    assert "p.log()" in hit.source
+    assert not model._forward_pre_hooks and not opt._optimizer_step_pre_hooks
+
+
+def test_watch_at_a_step_number_replays_it_bit_for_bit(tmp_path):
+    torch.manual_seed(0)
+    model, x, loss_fn, y = ours()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    grads = {}
+    watcher = tracing.watch(
+        model, opt, when=2, path=tmp_path / "s2.trace", capture="values",
+        loss_fn=lambda out: loss_fn(out, y),
+    )  # fmt: skip
+    for step in range(3):
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()  # dropout is on: the replay must reuse its randoms
+        if step == 1:
+            grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        opt.step()
+    watcher.close()
+    trace = tracing.load(tmp_path / "s2.trace")
+    for name, g in grads.items():
+        rec = trace.param_grad(name)
+        if rec is not None:
+            assert torch.equal(trace.value(rec.id), g), name
