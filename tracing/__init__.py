@@ -42,6 +42,9 @@ _LAZY = {
     "first_nonfinite_gradient": "tracing.breakpoints",
     "trace_generate": "tracing.generation",
     "load_generation": "tracing.generation",
+    "edits": "tracing.edits",
+    "sites": "tracing.sites",
+    "run_edited": "tracing.edit_run",
 }
 
 __all__ = [
