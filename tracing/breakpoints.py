@@ -331,6 +331,24 @@ def grad_norm(o: Output) -> float | None:
     return float(value.detach().double().norm())
 
 
+def _grad_norm_reason(step, outputs, threshold: float, above: bool) -> str | None:
+    """The reason a backward step's gradient norm is above (or below) ``threshold``.
+    Gradients inside one op (shape-only records) are not judged when looking below."""
+    if step.kind != "backward":
+        return None
+    for o in outputs:
+        rec = o.record
+        if not above and rec is not None and rec.grad_of is None and rec.stats is None:
+            continue
+        n = grad_norm(o)
+        if n is None:
+            continue
+        if n > threshold if above else n < threshold:
+            sign = ">" if above else "<"
+            return f"gradient norm {n:.4g} {sign} {threshold:g} in {o.name}"
+    return None
+
+
 @dataclass(frozen=True)
 class GradNormAbove(Condition):
     """Break at a backward step whose gradient has an L2 norm above ``threshold``
@@ -340,34 +358,19 @@ class GradNormAbove(Condition):
     gradient_only = True
 
     def on_exit(self, step, outputs):
-        if step.kind != "backward":
-            return None
-        for o in outputs:
-            n = grad_norm(o)
-            if n is not None and n > self.threshold:
-                return f"gradient norm {n:.4g} > {self.threshold:g} in {o.name}"
-        return None
+        return _grad_norm_reason(step, outputs, self.threshold, above=True)
 
 
 @dataclass(frozen=True)
 class GradNormBelow(Condition):
     """Break at a backward step of a recorded tensor or a parameter whose gradient has an
-    L2 norm below ``threshold`` (a vanishing layer). Gradients inside one op (shape-only
-    records) are not judged."""
+    L2 norm below ``threshold`` (a vanishing layer)."""
 
     threshold: float
     gradient_only = True
 
     def on_exit(self, step, outputs):
-        if step.kind != "backward":
-            return None
-        for o in outputs:
-            if o.record is not None and o.record.grad_of is None and o.record.stats is None:
-                continue
-            n = grad_norm(o)
-            if n is not None and n < self.threshold:
-                return f"gradient norm {n:.4g} < {self.threshold:g} in {o.name}"
-        return None
+        return _grad_norm_reason(step, outputs, self.threshold, above=False)
 
 
 def first_nonfinite_gradient(trace: Trace) -> BreakHit | None:
