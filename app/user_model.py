@@ -285,6 +285,14 @@ def load(spec: ModelSpec, inputs: InputSpec = InputSpec()) -> LoadedModel:
     model.eval()
     loaded = make_inputs(model, module, inputs)
     loaded.meta.update(
-        source="model_file", model_file=str(spec.file.resolve()), model_name=spec.name
+        source="model_file",
+        model_file=str(spec.file.resolve()),
+        model_name=spec.name,
+        input_spec={  # what a re-trace needs to use the same inputs
+            "prompt": inputs.prompt,
+            "shape": None if inputs.shape is None else list(inputs.shape),
+            "dtype": inputs.dtype,
+            "seed": inputs.seed,
+        },
     )
     return loaded

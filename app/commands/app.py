@@ -28,6 +28,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar=("A", "B"),
         help="open two trace files side by side, stepped together and coloured by divergence",
     )
+    parser.add_argument(
+        "--model",
+        metavar="FILE.py:NAME",
+        help="trace your own model (a module, a class built with no arguments, or a function "
+        "returning one) and open it; Ctrl+R re-imports the file and traces again",
+    )
+    parser.add_argument("--prompt", help="with --model: text fed as byte tokens")
+    parser.add_argument(
+        "--capture", choices=("shapes", "stats", "values"), default="values",
+        help="with --model: what to keep per tensor (default values)",
+    )  # fmt: skip
+    from app.commands.trace import add_input_arguments
+
+    add_input_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -36,6 +50,17 @@ def run(args: argparse.Namespace) -> int:
 
     if args.trace is not None and not args.trace.is_file():
         raise UserError(f"no such trace file: {args.trace}")
+    if getattr(args, "model", None):
+        from app.user_model import ModelSpec, UserCodeError
+
+        if args.trace is not None:
+            raise UserError("give either a trace file or --model FILE.py:NAME, not both")
+        try:
+            spec = ModelSpec.parse(args.model)
+        except UserCodeError as e:
+            raise UserError(str(e)) from e
+        if not spec.file.is_file():
+            raise UserError(f"no such model file: {spec.file}")
     compare = getattr(args, "compare", None)
     if compare is not None:
         if args.trace is not None:
@@ -59,11 +84,26 @@ def run(args: argparse.Namespace) -> int:
     window = MainWindow()
     install_excepthook(window)
     window.show()
-    if args.trace is not None:
+    if getattr(args, "model", None):
+        QTimer.singleShot(0, lambda: window.start_trace(model_request(args)))
+    elif args.trace is not None:
         QTimer.singleShot(0, lambda: window.open_path(args.trace))
     else:
         QTimer.singleShot(0, window.load_demo)
     return qt_app.exec()
+
+
+def model_request(args: argparse.Namespace):
+    """The trace request ``--model FILE.py:NAME`` and its input options stand for."""
+    from app.session import ModelSource, TraceRequest
+
+    source = ModelSource(
+        "file",
+        model=args.model,
+        input_shape=args.input_shape or "",
+        input_dtype=args.input_dtype,
+    )
+    return TraceRequest(prompt=args.prompt or "", source=source, capture=args.capture)
 
 
 def _run_compare(qt_app, path_a: Path, path_b: Path) -> int:
