@@ -39,6 +39,9 @@ _LAZY = {
     "head_contributions": "tracing.lens",
     "trace_generate": "tracing.generation",
     "load_generation": "tracing.generation",
+    "load_ranks": "tracing.ranks",
+    "RankSet": "tracing.ranks",
+    "rank_path": "tracing.distributed",
 }
 
 __all__ = [
