@@ -37,11 +37,15 @@ _LAZY = {
     "find_next": "tracing.breakpoints",
     "logit_lens": "tracing.lens",
     "head_contributions": "tracing.lens",
+    "trace_step": "tracing.backward",
     "trace_generate": "tracing.generation",
     "load_generation": "tracing.generation",
     "load_ranks": "tracing.ranks",
     "RankSet": "tracing.ranks",
     "rank_path": "tracing.distributed",
+    "edits": "tracing.edits",
+    "sites": "tracing.sites",
+    "run_edited": "tracing.edit_run",
 }
 
 __all__ = [
