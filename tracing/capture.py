@@ -1219,6 +1219,8 @@ class Tracer:
     def _finish(self, error: str | None) -> Trace:
         model = self.model
         config = getattr(model, "config", None)
+        if config is None:  # DistributedDataParallel / DataParallel wrap the model
+            config = getattr(getattr(model, "module", None), "config", None)
         sizes = dims_mod.resolve_sizes(self.dims, config, self._first_input_shape)
         namer = dims_mod.namer_for(sizes)
         raw_steps = self._steps
