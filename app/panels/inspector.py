@@ -42,8 +42,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import theme
 from app.panels.attention import AttentionPanel
-from app.theme import ERROR
+from app.theme import ERROR_TEXT
 from app.widgets.heatmap import ElidedLabel, HeatmapView, LayoutFirewall
 from app.widgets.shape_table import ShapeTableModel, format_number
 from app.widgets.tensor_view import TensorView, token_labels
@@ -103,7 +104,7 @@ class Inspector(QWidget):
         self.failure_label.setWordWrap(True)
         self.failure_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.failure_label.setStyleSheet(
-            f"QLabel {{ color: {ERROR.name()}; font-family: monospace; padding: 4px; }}"
+            f"QLabel {{ color: {ERROR_TEXT}; font-family: monospace; padding: 4px; }}"
         )
         self.failure_label.hide()
 
@@ -394,7 +395,7 @@ class Inspector(QWidget):
         if stats is not None:
             nonfinite = f"NaN {stats.nan} · Inf {stats.inf}"
             if stats.has_nonfinite:
-                nonfinite = f"<span style='color:#d62728'><b>{nonfinite}</b></span>"
+                nonfinite = f"<span style='color:{theme.NONFINITE}'><b>{nonfinite}</b></span>"
             lines.append(
                 f"min {format_number(stats.min)} · max {format_number(stats.max)} · "
                 f"mean {format_number(stats.mean)} · std {format_number(stats.std)} · " + nonfinite

@@ -25,15 +25,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import theme
+
 if TYPE_CHECKING:  # pragma: no cover
     from tracing import SourceLocation
 
-LINE_FILL = QColor("#3d3522")
-FAILED_FILL = QColor("#5c2326")  # the raising line (theme.ERROR, darkened under text)
 DISK_LIMIT = 4 * 2**20  # larger files are not compared with the embedded copy
-GUTTER_FILL = QColor("#1b1d23")
-GUTTER_TEXT = QColor("#5c6370")
-GUTTER_CURRENT = QColor("#ffb547")
 
 
 class _Gutter(QWidget):
@@ -65,7 +62,8 @@ class SourceView(QPlainTextEdit):
         self.note = QLabel(self)
         self.note.setObjectName("sourceNote")
         self.note.setStyleSheet(
-            "QLabel { background: #2b2f38; color: #e5c07b; padding: 2px 6px; border-radius: 3px; }"
+            f"QLabel {{ background: {theme.TOOLTIP}; color: {theme.CURRENT};"
+            " padding: 2px 6px; border-radius: 3px; }"
         )
         self.note.hide()
         self._placeholder = self._make_document("")
@@ -80,7 +78,7 @@ class SourceView(QPlainTextEdit):
         for part in (self, self.verticalScrollBar(), self.horizontalScrollBar(),
                      *self.findChildren(QWidget, "qt_scrollarea_vcontainer"),
                      *self.findChildren(QWidget, "qt_scrollarea_hcontainer")):  # fmt: skip
-            make_opaque(part, QColor("#16181d"))
+            make_opaque(part, QColor(theme.SOURCE_BACKGROUND))
         self.blockCountChanged.connect(self._update_gutter_width)
         self.updateRequest.connect(self._update_gutter)
         self._update_gutter_width()
@@ -185,7 +183,8 @@ class SourceView(QPlainTextEdit):
         block = self.document().findBlockByNumber(line - 1)
         cursor = QTextCursor(block)
         selection = QTextEdit.ExtraSelection()
-        selection.format.setBackground(FAILED_FILL if self.failed_line else LINE_FILL)
+        fill = theme.FAILED_LINE if self.failed_line else theme.CURRENT_LINE
+        selection.format.setBackground(QColor(fill))
         selection.format.setProperty(QTextFormat.Property.FullWidthSelection, True)
         selection.cursor = cursor
         self.setExtraSelections([selection])
@@ -233,7 +232,7 @@ class SourceView(QPlainTextEdit):
 
     def paint_gutter(self, event) -> None:
         painter = QPainter(self._gutter)
-        painter.fillRect(event.rect(), GUTTER_FILL)
+        painter.fillRect(event.rect(), QColor(theme.BACKGROUND))
         block = self.firstVisibleBlock()
         number = block.blockNumber()
         top = round(self.blockBoundingGeometry(block).translated(self.contentOffset()).top())
@@ -245,7 +244,7 @@ class SourceView(QPlainTextEdit):
                 current = (
                     self.current_line == number + 1 and self.document() is not self._placeholder
                 )
-                painter.setPen(GUTTER_CURRENT if current else GUTTER_TEXT)
+                painter.setPen(QColor(theme.CURRENT if current else theme.TEXT_DISABLED))
                 painter.drawText(
                     0, top, width, height, Qt.AlignmentFlag.AlignRight, str(number + 1)
                 )

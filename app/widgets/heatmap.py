@@ -44,6 +44,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.theme import (
+    MASKED_COLOUR,
+    PROBABILITY_CMAP,
+    SEQUENTIAL_CMAP,
+    SIGNED_CMAP,
+    SIGNED_CMAP_DARK,
+)
 from app.widgets.masked_cells import masked_cells
 
 Scale = Literal["auto", "signed", "sequential", "probability"]
@@ -51,12 +58,8 @@ Scale = Literal["auto", "signed", "sequential", "probability"]
 MAX_DISPLAY = 768
 """Largest number of pixels per axis handed to the image; bigger matrices are strided."""
 
-SIGNED_CMAP = "CET-D1"  # blue - white - red, perceptually uniform, for data centred on 0
-SIGNED_CMAP_DARK = "CET-D4"  # blue - black - red: the same idea for a dark theme
-SEQUENTIAL_CMAP = "viridis"  # for non-negative data
-PROBABILITY_CMAP = "inferno"  # for attention probabilities (0..1)
-MASKED_COLOUR = "#8a93a6"  # mask fills (-1e9, -inf): a grey no colour map here uses
 MASKED_ARGB = 0xFF000000 | int(MASKED_COLOUR[1:], 16)
+"""The mask-fill colour as the premultiplied ARGB word ``ColouredImageItem`` writes."""
 
 
 def display_stride(n: int, limit: int = MAX_DISPLAY) -> int:
@@ -86,7 +89,8 @@ def token_ticks(
     return [[(i + 0.5, labels[i]) for i in range(start, stop, every)]]
 
 
-def _colormap(name: str) -> pg.ColorMap:
+def colormap(name: str) -> pg.ColorMap:
+    """The pyqtgraph colour map called ``name`` (the theme's ``*_CMAP``), built once."""
     cmap = _CMAP_CACHE.get(name)
     if cmap is None:
         cmap = _CMAP_CACHE[name] = pg.colormap.get(name)
@@ -453,7 +457,7 @@ class HeatmapView(QWidget):
         self._plot.addItem(self._image)
         self._colorbar = ColourBar(
             values=(0.0, 1.0),
-            colorMap=_colormap(SEQUENTIAL_CMAP),
+            colorMap=colormap(SEQUENTIAL_CMAP),
             width=12,
             interactive=False,
         )
@@ -604,7 +608,7 @@ class HeatmapView(QWidget):
             self._image_rect = rect
             self._image.setRect(rect)
         if cmap_name != self._cmap_name:
-            self._colorbar.setColorMap(_colormap(cmap_name))
+            self._colorbar.setColorMap(colormap(cmap_name))
             self._cmap_name = cmap_name
         if tuple(self._colorbar.levels()) != tuple(levels):  # same levels: no axis repaint
             self._colorbar.setLevels(levels)
