@@ -43,6 +43,7 @@ _LAZY = {
     "first_nonfinite_gradient": "tracing.breakpoints",
     "trace_generate": "tracing.generation",
     "load_generation": "tracing.generation",
+    "show": "tracing.show_app",
     "load_ranks": "tracing.ranks",
     "RankSet": "tracing.ranks",
     "rank_path": "tracing.distributed",

@@ -353,7 +353,11 @@ def _worth_running(tensors: Sequence[TensorRecord], sizes: Mapping[str, int]) ->
     values = [v for k, v in sizes.items() if k != "B" or v != 1]
     if len(set(values)) < len(values):
         return True
-    return any(r.dims is None or "?" in r.dims for r in tensors if len(r.shape) > 1)
+    return any(
+        r.dims is None or "?" in r.dims
+        for r in tensors
+        if len(r.shape) > 1 and r.producer is not None  # a parameter's names never flow
+    )
 
 
 def refine_dims(

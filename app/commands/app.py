@@ -84,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
     window = MainWindow()
     install_excepthook(window)
     window.show()
+    _quit_after(qt_app, window)
     if getattr(args, "model", None):
         QTimer.singleShot(0, lambda: window.start_trace(model_request(args)))
     elif args.trace is not None:
@@ -91,6 +92,27 @@ def run(args: argparse.Namespace) -> int:
     else:
         QTimer.singleShot(0, window.load_demo)
     return qt_app.exec()
+
+
+def _quit_after(qt_app, window) -> None:
+    """``SCRATCHFORMER_QUIT_AFTER_MS``: close the window after that long and print where it
+    was (for tests of ``tracing.show`` and scripted screenshots; unset in normal use)."""
+    import os
+
+    from PySide6.QtCore import QTimer
+
+    ms = os.environ.get("SCRATCHFORMER_QUIT_AFTER_MS", "")
+    if not ms.isdigit():
+        return
+
+    def report_and_quit() -> None:
+        trace = window.trace
+        where = window.status_text() if trace is not None else "no trace"
+        print(f"shown: {where}", flush=True)
+        window.close()
+        qt_app.quit()
+
+    QTimer.singleShot(int(ms), report_and_quit)
 
 
 def model_request(args: argparse.Namespace):
