@@ -273,8 +273,9 @@ def _idle_enter(spec, module, args, kwargs) -> None:
     """What a cached wrapper calls when no trace is running (someone kept it)."""
 
 
-def _idle_exit(frame, output) -> None:
+def _idle_exit(frame, output):
     """What a cached wrapper calls when no trace is running."""
+    return output
 
 
 _IDLE_CALLS = (_idle_enter, _idle_exit)
@@ -292,8 +293,7 @@ def _wrap_forward(spec: tuple, module: nn.Module, calls: list):
             frame = enter(spec, module, args, kwargs)
         output = inner(*args, **kwargs)
         with disable():
-            leave(frame, output)
-        return output
+            return leave(frame, output)  # the output, or an edit's replacement
 
     forward.__wrapped__ = inner  # inspect.signature(module.forward) still works
     return forward
@@ -576,6 +576,7 @@ def _op_recorder(tracer: Tracer):
     records, tensor_id = tracer._tensors, tracer._tensor_id
     open_op, op_done = tracer._open_op, tracer._op_done
     shapes_only = tracer._shapes_only
+    edit_names = tracer._edits.op_names if tracer._edits is not None else frozenset()
 
     def record(func, name, args, kwargs):
         tensors = _tensor_args(args, kwargs)
@@ -592,6 +593,8 @@ def _op_recorder(tracer: Tracer):
             if len(records) != known:
                 tracer._forget_records(known)
             return result
+        if name in edit_names:  # edits (tracing.edits): a new result, recorded as such
+            result, outs = tracer._edit_op(name, result, tensors)
         index, step = open_op(func, name, in_ids, out_names)
         # an op that returns its input (contiguous on a contiguous tensor) keeps its id
         pair = None if shapes_only or not tensors else (tensors[0], in_ids[0])
@@ -642,6 +645,8 @@ def _module_recorder(tracer: Tracer):
     steps, stack, calls = tracer._steps, tracer._stack, tracer._calls
     tensor_id = tracer._tensor_id
     breaker = tracer._breaker
+    edits = tracer._edits
+    edit_paths = edits.module_paths if edits is not None else frozenset()
 
     def enter(spec, module, args, kwargs):
         path, type_name, torch_module, _ = spec
@@ -666,6 +671,7 @@ def _module_recorder(tracer: Tracer):
         return frame
 
     def leave(frame, output):
+        """Close the call's step; returns its output (an edit's replacement, if any)."""
         if stack and stack[-1] is frame:
             stack.pop()
         elif any(f is frame for f in stack):  # calls above it raised; the model caught it
@@ -677,15 +683,18 @@ def _module_recorder(tracer: Tracer):
                 step.error = step.error or "raised (caught by the model)"
                 step.end = len(steps) - 1
         else:  # a call that started before the trace, or a frame of another tracer
-            return
+            return output
         index = frame[0]
         step = steps[index]
         step.end = len(steps) - 1
+        if frame[3] in edit_paths:  # edits (tracing.edits) replace the output first
+            output = edits.on_module(frame[3], step.call, output, index)
         tensors, step.output_names = _module_outputs(output)
         step.outputs = [tensor_id(t, index) for t in tensors]
         if not stack:
             tracer.output = output
         tracer._module_done(frame, tensors)
+        return output
 
     return enter, leave
 
@@ -719,6 +728,9 @@ class Tracer:
         break_on: breakpoint conditions (``tracing.breakpoints``: ``NonFinite()``,
             ``AbsAbove(1e4)``, ``ModuleIs("blocks.2")``...). The forward stops at the first
             step that meets one; the trace ends there, with ``meta["stopped_at"]``.
+        edits: edits applied while the model runs (``tracing.edits``); the trace records
+            where each applied in ``meta["edits"]``. An edit that matched nothing raises
+            :class:`tracing.edits.EditError`.
     """
 
     def __init__(
@@ -733,6 +745,7 @@ class Tracer:
         ops: bool = True,
         meta: Mapping[str, Any] | None = None,
         break_on: Any = None,
+        edits: Any = None,
     ):
         if not isinstance(model, nn.Module):
             raise TypeError(f"Tracer needs an nn.Module, got {type(model).__name__}")
@@ -753,6 +766,14 @@ class Tracer:
             from tracing.breakpoints import LiveBreaker
 
             self._breaker = LiveBreaker(break_on)
+        self._edits = None
+        if edits:
+            from tracing.edits import EditPlan
+
+            self._edits = EditPlan.of(edits)
+            self._edits.check_model(model)
+            if self._edits.op_names and not ops:
+                raise ValueError("op sites need ops=True: module-only tracing sees no ops")
         self.trace: Trace | None = None
         self.output: Any = None  # the root module's last output, when it returned
         self._active = False
@@ -820,6 +841,8 @@ class Tracer:
         self.trace = self._finish(error)
         if error is not None:
             raise TraceError(error, self.trace) from exc
+        if self._edits is not None and exc is None:
+            self._edits.check_matched()
         return False
 
     def _cleanup(self) -> None:
@@ -854,6 +877,8 @@ class Tracer:
         self._ids: dict[int, tuple] = {}  # id(tensor) -> (weakref, version, record id)
         structure = self._structure = _structure(self.model)
         self._named = [("", self.model), *structure.modules]
+        self._param_names = structure.param_names  # id(parameter or buffer) -> dotted name
+        self._buffer_ids = structure.buffer_ids
         # open module calls, innermost last: frames (see _module_recorder)
         self._stack: list[tuple[int, nn.Module, SourceLocation | None, str]] = []
         self._param_rids: dict[int, str] = {}  # record id -> parameter or buffer name
@@ -866,6 +891,8 @@ class Tracer:
         self._input_shapes: list[tuple[str, list[int]]] = []
         self._mode = None
         self._skipped_values = 0
+        if self._edits is not None:
+            self._edits.reset()
 
     # ---- extension points: where steps open and where outputs are seen
 
@@ -952,12 +979,11 @@ class Tracer:
             self._ids[key] = (weakref.ref(t), version, rid)
         except TypeError:  # pragma: no cover - tensor subclasses without weakref support
             pass
-        structure = self._structure
-        name = structure.param_names.get(key)
+        name = self._param_names.get(key)
         if name is not None:  # a parameter or buffer: no stats, no copy
             record.producer = None
             # a set lookup: isinstance(t, nn.Parameter) runs a Python metaclass check
-            record.role = "buffer" if key in structure.buffer_ids else "param"
+            record.role = "buffer" if key in self._buffer_ids else "param"
             self._param_rids[rid] = name
             return rid
         if self._shapes_only or version != t._version:
@@ -1087,16 +1113,27 @@ class Tracer:
             wrapped.append((module, previous))
             own["forward"] = wrapper
 
+    def _edit_op(self, name: str, result: Any, inputs: list) -> tuple[Any, tuple]:
+        """Apply the edits for op ``name`` in the running module call (``tracing.edits``);
+        returns the result and its tensors. An in-place op's tensor is edited in place."""
+        index, _, _, path = self._stack[-1]
+        call = self._steps[index].call
+        new = self._edits.on_op(path, call, name, result, len(self._steps), inputs)
+        if isinstance(new, _Tensor):
+            return new, (new,)
+        return new, tuple([r for r in new if isinstance(r, _Tensor)])
+
     def _pre_hook(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         with _Disable():  # our own tensor calls must not reach the op mode
             self._enter_module(self._structure.specs[id(module)], module, args, kwargs)
 
-    def _post_hook(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+    def _post_hook(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
         with _Disable():
             for frame in reversed(self._stack):
                 if frame[1] is module:
-                    self._exit_module(frame, output)
-                    return
+                    new = self._exit_module(frame, output)
+                    return None if new is output else new  # an edit replaces the output
+        return None
 
     # ---- attention maps
 
@@ -1227,6 +1264,8 @@ class Tracer:
             meta["value_cap"] = self.value_cap
             meta["value_dtype"] = None if self.value_dtype is None else str(self.value_dtype)[6:]
             meta["values_skipped"] = self._skipped_values
+        if self._edits is not None:
+            meta["edits"] = self._edits.to_meta()
         meta.update(self.extra_meta)
         return Trace(
             steps=[step.freeze(index) for index, step in enumerate(steps)],
@@ -1365,6 +1404,7 @@ def trace(
     ops: bool = True,
     meta: Mapping[str, Any] | None = None,
     break_on: Any = None,
+    edits: Any = None,
     **kwargs: Any,
 ) -> Trace:
     """Run ``model(*args, **kwargs)`` once and return everything it did as a :class:`Trace`.
@@ -1373,11 +1413,12 @@ def trace(
     that). If the forward raises, :class:`tracing.TraceError` is raised ``from`` the
     original exception, with the partial trace as ``.trace``. With ``break_on``, it stops
     at the first step that meets a condition and returns the trace up to there, with
-    ``meta["stopped_at"]``. See :class:`Tracer` for the other arguments.
+    ``meta["stopped_at"]``. With ``edits`` (``tracing.edits``), values are changed as the
+    model runs and ``meta["edits"]`` says where. See :class:`Tracer` for the other arguments.
     """
     tracer = Tracer(
         model, capture, dims=dims, value_cap=value_cap, value_dtype=value_dtype,
-        train=train, ops=ops, meta=meta, break_on=break_on,
+        train=train, ops=ops, meta=meta, break_on=break_on, edits=edits,
     )  # fmt: skip
     with torch.set_grad_enabled(grad), tracer:
         model(*args, **kwargs)

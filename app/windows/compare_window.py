@@ -73,10 +73,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.diagram import DiagramView, FrameItem
-from app.heatmap import HeatmapView
-from app.step_bar import StepBar
-from app.tensor_view import as_matrix, axis_names, leading_axes, token_labels
+from app.diagram.items import FrameItem
+from app.diagram.view import DiagramView
+from app.panels.step_bar import StepBar
+from app.widgets.heatmap import HeatmapView
+from app.widgets.tensor_view import as_matrix, axis_names, leading_axes, token_labels
 from tracing.trace_diff import StepDiff, TraceDiff
 from tracing.trace_diff import diff as diff_traces
 
@@ -948,14 +949,7 @@ class CompareLauncher(QObject):
         self.action.setShortcut(QKeySequence("Ctrl+Shift+C"))
         self.action.setStatusTip("Open a second trace and compare it step by step with this one")
         self.action.triggered.connect(lambda _checked=False: self.open_dialog())
-        window.addAction(self.action)
-        for action in window.menuBar().actions():
-            menu = action.menu()
-            if menu is not None and action.text().replace("&", "") == "File":
-                actions = menu.actions()
-                after = getattr(window, "save_action", None)
-                index = actions.index(after) + 1 if after in actions else len(actions)
-                menu.insertAction(actions[index] if index < len(actions) else None, self.action)
+        window.add_menu_action("File", self.action, after=window.save_action)
         window.traceChanged.connect(self._update_enabled)
         self._update_enabled()
 
@@ -978,7 +972,8 @@ class CompareLauncher(QObject):
 
     def open_with(self, path: str | Path) -> CompareWindow | None:
         """Compare the window's trace (A) with the trace file at ``path`` (B)."""
-        from app import dialogs, session
+        from app import session
+        from app.windows import dialogs
 
         trace = self.window.trace
         if trace is None:

@@ -49,11 +49,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import diagram, dialogs
-from app.dialogs import lay_out_form
-from app.heatmap import HeatmapView
+from app import theme
 from app.session import DEFAULT_CAPTURE, ModelSource, SessionError
-from app.tensor_view import token_label
+from app.widgets.heatmap import HeatmapView
+from app.widgets.tensor_view import token_label
+from app.windows import dialogs
+from app.windows.dialogs import lay_out_form
 from app.workers import BackgroundJob
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -222,12 +223,12 @@ BAR_H = 5
 CHIP_GAP = 3
 # the diagram's palette, so a chip looks like a box there; prompt chips sit back a shade
 PROMPT_FILL = QColor("#22252c")
-PROMPT_TEXT = diagram.TEXT_MUTED
-NEW_FILL = diagram.BOX_FILL
-NEW_BORDER = diagram.BOX_BORDER
-SELECTED = diagram.EDGE_ACTIVE
+PROMPT_TEXT = theme.TEXT_MUTED
+NEW_FILL = theme.BOX_FILL
+NEW_BORDER = theme.BOX_BORDER
+SELECTED = theme.EDGE_ACTIVE
 BAR = QColor("#5f87b8")
-TEXT = diagram.TEXT
+TEXT = theme.TEXT
 
 
 class TokenTimeline(QWidget):
@@ -680,32 +681,15 @@ class GenerationController(QObject):
         self.dock.setObjectName("generationDock")
         self.view = GenerationView(self.dock)
         self.dock.setWidget(self.view)
-        window.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.dock)
-        self.dock.hide()
         self.view.passSelected.connect(self._show_pass)
-        if not hasattr(window, "trace_models"):
-            window.trace_models = {}
 
         self.action = QAction("Trace &generation…", window)
         self.action.setShortcut(QKeySequence("Ctrl+G"))
         self.action.setStatusTip("Generate tokens and trace one forward pass per new token")
         self.action.triggered.connect(lambda _checked=False: self.open_dialog())
-        window.addAction(self.action)
         window.installEventFilter(self)  # cancel a running job when the window closes
-        toggle = self.dock.toggleViewAction()
-        toggle.setText("&Generation timeline")
-        for action in window.menuBar().actions():
-            menu = action.menu()
-            if menu is None:
-                continue
-            title = action.text().replace("&", "")
-            if title == "File":
-                after = getattr(window, "new_action", None)
-                actions = menu.actions()
-                index = actions.index(after) + 1 if after in actions else 0
-                menu.insertAction(actions[index] if index < len(actions) else None, self.action)
-            elif title == "View":
-                menu.addAction(toggle)
+        window.add_menu_action("File", self.action, after=window.new_action)
+        window.add_dock(self.dock, Qt.DockWidgetArea.BottomDockWidgetArea, "&Generation timeline")
 
     # ---- running
 
