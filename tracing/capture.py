@@ -43,6 +43,9 @@ recorders):
 - :meth:`Tracer._op_done` sees every op's tensor outputs once its step holds their ids;
 - :meth:`Tracer._module_done` sees every module call's output tensors, likewise;
 - :meth:`Tracer._op_failed` makes the step of an op that raised;
+- :meth:`Tracer._edit_op` replaces an op's result (``tracing.edits``; module outputs are
+  replaced in ``leave`` of :func:`_module_recorder`);
+- :meth:`Tracer._record_external_op` records a call the mode cannot see (a collective);
 - :meth:`Tracer._new_tensor` makes every tensor record (stats, kept value);
 - :meth:`Tracer._store_value` is the one place a kept copy enters ``trace.values``;
 - :meth:`Tracer._finish` assembles the :class:`Trace` and its ``meta``.
@@ -61,6 +64,7 @@ import dataclasses
 import gc
 import inspect
 import json
+import os
 import time
 import weakref
 from collections.abc import Mapping
@@ -71,6 +75,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from tracing import dims as dims_mod
+from tracing import distributed as distributed_mod
 from tracing.errors import TraceError
 from tracing.record import (
     CAPTURE_LEVELS,
@@ -528,6 +533,8 @@ class _OpMode(TorchFunctionMode):
 _ATTENTION_OPS = frozenset(
     {"softmax", "_softmax", "scaled_dot_product_attention", "multi_head_attention_forward"}
 )
+_COLLECTIVE_OPS = distributed_mod.FUNCTIONAL_COLLECTIVES  # their group is noted
+_NOTED_OPS = _ATTENTION_OPS | _COLLECTIVE_OPS  # ops that _op_done looks at more closely
 
 
 def _tensor_args(args: tuple, kwargs: dict | None) -> list[torch.Tensor]:
@@ -797,6 +804,10 @@ class Tracer:
         self._wrapped = []
         try:
             self._instrument_all()
+            # torch.distributed: collectives wrapped for the trace's duration
+            self._ranks = distributed_mod.capture_for(self)
+            if self._ranks is not None:
+                self._ranks.install()
             if self.ops:
                 self._mode = _OpMode(self)
                 self._mode.__enter__()
@@ -856,6 +867,9 @@ class Tracer:
             else:
                 module.__dict__["forward"] = previous
         self._wrapped = []
+        ranks = getattr(self, "_ranks", None)
+        if ranks is not None:
+            ranks.uninstall()
         if getattr(self, "_holds_cache", False):
             self._holds_cache = False
             self._structure.calls[:] = _IDLE_CALLS  # no reference to this tracer is kept
@@ -891,6 +905,7 @@ class Tracer:
         self._input_shapes: list[tuple[str, list[int]]] = []
         self._mode = None
         self._skipped_values = 0
+        self._ranks: distributed_mod.RankCapture | None = None
         if self._edits is not None:
             self._edits.reset()
 
@@ -914,9 +929,13 @@ class Tracer:
 
     def _op_done(self, index: int, name: str, func, args: tuple, kwargs, outs: tuple) -> None:
         """Every op's tensor outputs, once its step holds their records: attention maps
-        (a softmax in an attention module, a fused attention call), then breakpoints."""
-        if name in _ATTENTION_OPS:
-            outs = self._attention_op(index, name, func, args, kwargs, outs)
+        (a softmax in an attention module, a fused attention call), the group of a
+        functional collective (under torch.distributed), then breakpoints."""
+        if name in _NOTED_OPS:
+            if name not in _COLLECTIVE_OPS:
+                outs = self._attention_op(index, name, func, args, kwargs, outs)
+            elif self._ranks is not None:
+                self._ranks.functional(index, func, args, kwargs)
         if self._breaker is not None:
             self._check_outputs(index, outs)
 
@@ -934,6 +953,38 @@ class Tracer:
             self._mark_attention(step.outputs[1], tensors[1])
         if self._breaker is not None:
             self._check_outputs(index, tensors)
+
+    def _record_external_op(self, name, run, ins, in_names, outs, out_names, settled=True):
+        """Run ``run()`` and record it as op ``name``: a call the function mode cannot see
+        (a ``torch.distributed`` collective, see ``tracing.distributed``). ``ins`` are read
+        before it runs, ``outs`` (tensors it writes into; a list may be filled by ``run``)
+        after; unsettled outputs (an async collective) keep their shape only. Returns
+        ``(step index, result)``, the index None outside the traced forward."""
+        if not self._stack:
+            return None, run()
+        with _Disable():  # reading a tensor runs torch ops the mode must not record
+            in_ids = [self._tensor_id(t, None) for t in ins]
+        source = caller_location(1)
+        parent, _, _, path = self._stack[-1]
+        step = _StepDraft(
+            "op", path, name, source, in_ids, [], tuple(in_names), tuple(out_names),
+            len(self._stack), parent,
+        )  # fmt: skip
+        try:
+            result = run()
+        except Exception as e:
+            step.error = f"{type(e).__name__}: {e}"
+            self._failed_step = len(self._steps)
+            self._steps.append(step)
+            raise
+        index = len(self._steps)
+        self._steps.append(step)
+        # always new records: a collective writes in place, sometimes keeping _version
+        with _Disable():
+            step.outputs = [self._new_tensor(t, index, t._version if settled else -1) for t in outs]
+        if not self._param_rids.keys().isdisjoint(in_ids):
+            self._param_steps.append(index)
+        return index, result
 
     def _op_failed(self, func, name: str, in_ids: list[int], exc: Exception) -> None:
         """The step of an op call that raised, with its error (and no outputs)."""
@@ -979,6 +1030,10 @@ class Tracer:
             self._ids[key] = (weakref.ref(t), version, rid)
         except TypeError:  # pragma: no cover - tensor subclasses without weakref support
             pass
+        if self._ranks is not None:  # a DTensor is recorded as its local shard
+            local = self._ranks.local_view(rid, t)
+            if local is not None:
+                t, source, record.shape = local, None, local.shape
         name = self._param_names.get(key)
         if name is not None:  # a parameter or buffer: no stats, no copy
             record.producer = None
@@ -1062,6 +1117,8 @@ class Tracer:
             del self._param_rids[rid]
         for key in [k for k in self._values if int(k[1:]) >= first]:
             del self._values[key]
+        if self._ranks is not None:
+            self._ranks.forget(first)
 
     # ---- module instruments
 
@@ -1264,6 +1321,8 @@ class Tracer:
             meta["value_cap"] = self.value_cap
             meta["value_dtype"] = None if self.value_dtype is None else str(self.value_dtype)[6:]
             meta["values_skipped"] = self._skipped_values
+        if self._ranks is not None:
+            meta.update(self._ranks.meta())
         if self._edits is not None:
             meta["edits"] = self._edits.to_meta()
         meta.update(self.extra_meta)
@@ -1404,6 +1463,7 @@ def trace(
     ops: bool = True,
     meta: Mapping[str, Any] | None = None,
     break_on: Any = None,
+    out: str | os.PathLike | None = None,
     edits: Any = None,
     **kwargs: Any,
 ) -> Trace:
@@ -1414,7 +1474,9 @@ def trace(
     original exception, with the partial trace as ``.trace``. With ``break_on``, it stops
     at the first step that meets a condition and returns the trace up to there, with
     ``meta["stopped_at"]``. With ``edits`` (``tracing.edits``), values are changed as the
-    model runs and ``meta["edits"]`` says where. See :class:`Tracer` for the other arguments.
+    model runs and ``meta["edits"]`` says where. With ``out``, the trace is also saved
+    there; under ``torch.distributed`` each rank writes its own file (``out=trace.sft``
+    -> ``trace.rank0.sft``, ``trace.rank1.sft``...). See :class:`Tracer` for the rest.
     """
     tracer = Tracer(
         model, capture, dims=dims, value_cap=value_cap, value_dtype=value_dtype,
@@ -1423,6 +1485,10 @@ def trace(
     with torch.set_grad_enabled(grad), tracer:
         model(*args, **kwargs)
     assert tracer.trace is not None
+    if out is not None:
+        from tracing.trace_file import save
+
+        save(tracer.trace, distributed_mod.output_path(out))
     return tracer.trace
 
 
