@@ -1302,6 +1302,8 @@ class Tracer:
     def _finish(self, error: str | None) -> Trace:
         model = self.model
         config = getattr(model, "config", None)
+        if config is None:  # DistributedDataParallel / DataParallel wrap the model
+            config = getattr(getattr(model, "module", None), "config", None)
         sizes = dims_mod.resolve_sizes(self.dims, config, self._first_input_shape)
         steps = self._steps
         for index in self._param_steps:
