@@ -183,6 +183,13 @@ def test_failing_op_is_the_failure_step_and_its_line():
     assert step.op == "matmul" and step.error and trace.failure.type == "RuntimeError"
     assert trace.failure.location.text.startswith("return torch.matmul(a, b)")
     assert [trace.tensor(i).shape for i in step.inputs] == [(2, 3), (4, 5)]
+    from tracing.postmortem import failure_lines
+
+    lines = failure_lines(trace)
+    assert lines[0].startswith("RuntimeError: ") and "cannot be multiplied" in lines[0]
+    assert lines[1].startswith("at test_own_model.py:") and "in forward" in lines[1]
+    assert lines[-1] == "inputs:  input (B=2, T=3)  ·  arg1 (4, 5)"  # the operands, side by side
+    assert failure_lines(trace, 0) == []  # only on the failing step
 
 
 def test_root_step_source_is_the_callers_line_never_the_tool():

@@ -11,6 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import torch
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication
 
@@ -39,6 +40,7 @@ def settle(n: int = 30) -> None:
 
 
 def trace_it(prompt: str) -> None:
+    torch.manual_seed(0)  # the same random weights on every run of this script
     source = session.ModelSource("file", model=f"{mine}:TutorialLM")
     outcome = session.run_trace(session.TraceRequest(prompt, source, capture="values"))
     window._show_outcome(outcome)
