@@ -47,6 +47,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import theme
 from app.widgets.heatmap import HeatmapView
 from app.widgets.tensor_view import as_matrix, axis_names
 from app.windows.compare_window import CompareWindow, divergence_colour, entry_score, score_text
@@ -91,7 +92,7 @@ class RankWindow(QMainWindow):
         model = str(first.meta.get("model_class", "model")).rsplit(".", 1)[-1]
         summary = f"<b>world {ranks.world_size}</b> · {html.escape(str(backend))} · {model}"
         if ranks.missing:
-            summary += f" · <span style='color:#ff5c5c'>missing ranks {ranks.missing}</span>"
+            summary += f" · <span style='color:{theme.ERROR}'>missing ranks {ranks.missing}</span>"
         top = QWidget()
         top.setObjectName("rankBar")
         top_layout = QHBoxLayout(top)
