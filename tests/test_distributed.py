@@ -102,7 +102,11 @@ def test_tensor_parallel_records_layouts_and_redistributions(folder):
     moves = [c for c in trace.meta["distributed"]["collectives"] if c["op"] == "redistribute"]
     assert [["partial", "sum"]] in [m["placements"][0] for m in moves]
     last = next(m for m in moves if m["placements"][0] == [["partial", "sum"]])
-    assert last["placements"][1] == [["replicate"]] and last["ranks"] == [0, 1]
+    assert (
+        last["placements"][1] == [["replicate"]]
+        and last["ranks"] == [0, 1]
+        and last["group"] == "tp"
+    )
 
 
 def test_stitched_shards_equal_the_layer_unsharded(folder):
@@ -238,6 +242,7 @@ def test_rank_window_shows_shards_stitched_and_only_what_should_agree(qtbot, fol
     linear0 = next(s for s in window.ranks.first.steps if s.module == "0" and s.op == "linear")
     window.compare.go_to_step("a", linear0.index)
     assert window.compare.current_entry.status == "sharded"
+    assert "differ by design" in window.compare.difference_heatmap.message  # no A − B
     assert "global (3, 16) · Shard(1)" in window.stitched_title.text()
     image = window.stitched_heatmap.image_item.image
     expected = workers.mlp()[0](workers.mlp_input()).detach()
