@@ -25,6 +25,7 @@ STATUS_TEXT = {
     "shape": "shape changed",
     "only_a": "only in A",
     "only_b": "only in B",
+    "sharded": "not expected to agree (a shard)",
 }
 
 
