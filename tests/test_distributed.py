@@ -274,6 +274,11 @@ def test_file_open_ranks_and_the_command_line(qtbot, folder, tmp_path, monkeypat
     assert window.ranks_launcher.open_with([folder / "row.rank0.sft"] * 2) is None
     assert "rank 0 is also" in shown[0]
     assert is_rank_set([folder / "row.sft"]) and not is_rank_set([folder / "row.rank0.sft"])
+    # steps without tensors (a barrier) and without inputs (a recv) show like any other
+    p2p = window.ranks_launcher.open_with([folder / "p2p.sft"])
+    for position in range(len(p2p.compare.entries)):
+        p2p.compare.go_to(position)
+        assert p2p.compare.position == position
 
 
 # --------------------------------------------------------------------------- FSDP
@@ -298,3 +303,27 @@ def test_fsdp_unshard_all_gathers_are_steps_and_the_output_is_the_unsharded_mode
         assert len([s for s in trace.steps if s.op == "all_gather_single"]) == 2  # once each
         torch.testing.assert_close(trace.value(trace.steps[0].outputs[0]), ref(x).detach())
     assert ranks.first_divergence() is None
+
+
+# --------------------------------------------------------------------------- point to point
+
+
+def test_send_recv_barrier_and_async_pairs_are_steps(folder):
+    ranks = load_ranks(folder / "p2p.sft")
+    x = workers.mlp_input()
+    sender, receiver = ranks[0], ranks[1]
+    ops = [c["op"] for c in collectives_of(sender)]
+    assert ops == ["send", "barrier", "isend"]
+    assert [c["op"] for c in collectives_of(receiver)] == ["recv", "barrier", "irecv"]
+    recv = next(c for c in collectives_of(receiver) if c["op"] == "recv")
+    assert recv["src"] == 0 and recv["ranks"] == [0, 1]
+    step = receiver.steps[recv["step"]]
+    assert step.inputs == () and len(step.outputs) == 1
+    torch.testing.assert_close(receiver.value(step.outputs[0]), x)  # what rank 0 sent
+    barrier = receiver.steps[collectives_of(receiver)[1]["step"]]
+    assert barrier.inputs == () and barrier.outputs == ()
+    irecv = receiver.steps[collectives_of(receiver)[2]["step"]]
+    # issued, not yet written: the shape is kept, no statistics
+    assert receiver.tensors[irecv.outputs[0]].stats is None
+    assert receiver.graph.number_of_nodes() == len(receiver.steps)
+    torch.testing.assert_close(receiver.value(receiver.steps[0].outputs[0]), 2 * x)
