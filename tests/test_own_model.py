@@ -245,3 +245,12 @@ def test_a_copied_tutorial_edited_and_retraced(tmp_path):
     assert trace.complete and trace.sources[str(mine)] == text
     assert ModelSpec.parse(f"{mine}:TutorialLM").name == "TutorialLM"
     assert InputSpec.parse_shape("2x10") == (2, 10)
+
+
+def test_app_command_checks_the_model_argument_before_opening_a_window(capsys, tmp_path):
+    for argv, word in [
+        (["app", "--model", f"{tmp_path / 'gone.py'}:X"], "no such model file"),
+        (["app", "--model", "nocolon.py"], "FILE.py:NAME"),
+    ]:
+        rc, _, err = run_cli(capsys, *argv)
+        assert rc == 2 and word in err and len(err.strip().splitlines()) == 1

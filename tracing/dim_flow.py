@@ -349,15 +349,17 @@ def sizes_from_comments(
 
 
 def _worth_running(tensors: Sequence[TensorRecord], sizes: Mapping[str, int]) -> bool:
-    """Only when a size is shared by two letters or an axis is still unnamed."""
-    values = [v for k, v in sizes.items() if k != "B" or v != 1]
-    if len(set(values)) < len(values):
+    """Only when a size is shared by two letters or an axis is still unnamed. ``F == V``
+    does not count: the namer tells those apart by the module a tensor came from."""
+    values = [v for k, v in sizes.items() if (k != "B" or v != 1) and k != "V"]
+    if len(set(values)) < len(values) or sizes.get("V") in set(values) - {sizes.get("F")}:
         return True
-    return any(
-        r.dims is None or "?" in r.dims
-        for r in tensors
-        if len(r.shape) > 1 and r.producer is not None  # a parameter's names never flow
-    )
+    for r in tensors:
+        if r.producer is None or len(r.shape) < 2:  # a parameter's names never flow
+            continue
+        if r.dims is None or any(d == "?" and n > 1 for d, n in zip(r.dims, r.shape)):
+            return True  # (a size-1 broadcast axis has no letter to find)
+    return False
 
 
 def refine_dims(

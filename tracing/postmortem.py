@@ -19,6 +19,7 @@ from tracing.source import location_from_traceback
 
 SOURCES_CAP = 2 * 1024 * 1024
 """Bytes of source text one trace embeds at most (UTF-8)."""
+_JOINED: dict[str, tuple[list[str], str, int]] = {}  # file -> (linecache's lines, text, bytes)
 
 
 def failure_of(step: int, exc: BaseException, tb, fallback: SourceLocation | None) -> Failure:
@@ -46,8 +47,12 @@ def embed_sources(
         if file.startswith("<"):
             continue
         linecache.checkcache(file)
-        text = "".join(linecache.getlines(file))
-        size = len(text.encode("utf-8", "replace"))
+        lines = linecache.getlines(file)
+        joined = _JOINED.get(file)
+        if joined is None or joined[0] is not lines:  # linecache re-read it: join again
+            text = "".join(lines)
+            joined = _JOINED[file] = (lines, text, len(text.encode("utf-8", "replace")))
+        _, text, size = joined
         if not text or used + size > cap:
             continue
         out[file] = text
