@@ -2,7 +2,7 @@
 first failing (it forgets ``import torch.nn.functional as F``), then fixed. Under Xvfb:
 
 xvfb-run -a .venv/bin/python scripts/docs_shots/own_model.py docs/own_model_failure.png \
-    docs/own_model_attention.png
+    docs/own_model_attention.png docs/own_model_weights.png
 """
 
 # ruff: noqa: E402
@@ -62,3 +62,11 @@ window.go_to(scores)
 window.inspector.tabs.setCurrentIndex(0)
 settle()
 window.grab().save(sys.argv[2])
+
+# 3. (optional third path) the attention weights of the fixed model, Attention tab
+if len(sys.argv) > 3:
+    softmax = next(s.index for s in window.trace.steps if s.op == "softmax")
+    window.go_to(softmax)
+    window.inspector.tabs.setCurrentIndex(window.inspector.ATTENTION_TAB)
+    settle()
+    window.grab().save(sys.argv[3])
