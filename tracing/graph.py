@@ -78,10 +78,13 @@ def build_graph(trace: Trace) -> nx.DiGraph:
 
 
 def group_of(trace: Trace, depth: int) -> list[int]:
-    """For each step, the step it folds into at ``depth`` (itself if not deeper)."""
+    """For each step, the step it folds into at ``depth`` (itself if not deeper; a
+    backward step, the group of its forward step, or the root call's for the loss)."""
     groups = []
     for step in trace.steps:
-        if step.depth <= depth:
+        if step.kind == "backward":  # folds where the forward step it differentiates does
+            groups.append(groups[step.forward] if step.forward is not None else 0)
+        elif step.depth <= depth:
             groups.append(step.index)
         else:
             index = step.parent
