@@ -94,6 +94,17 @@ class TraceRequest:
     prompt: str
     source: ModelSource = field(default_factory=ModelSource)
     capture: str = DEFAULT_CAPTURE
+    training: bool = False  # a training step: forward, next-token loss, backward
+
+
+def next_token_loss(output: Any, targets: Any) -> Any:
+    """Cross-entropy of the logits (the output, or its first element) against the next
+    tokens: what a training step of a language model on the prompt computes."""
+    import torch.nn.functional as F
+
+    logits = output if not isinstance(output, (tuple, list)) else output[0]
+    logits = getattr(logits, "logits", logits)
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 
 # --------------------------------------------------------------------------- models
@@ -207,12 +218,20 @@ def run_trace(
 
     meta = {
         "text": request.prompt,
-        "tokens": ids[0].tolist(),
+        "tokens": (ids[0, :-1] if request.training else ids[0]).tolist(),
         "model_source": request.source.describe(),
     }
+    if request.training and ids.shape[1] < 2:
+        raise SessionError("A training step needs a prompt of at least two tokens")
     handle = torch.nn.modules.module.register_module_forward_pre_hook(pre_hook)
     try:
-        trace = tracing.trace(model, ids, capture=request.capture, meta=meta)
+        if request.training:  # predict each next token of the prompt
+            inputs, targets = ids[:, :-1], ids[:, 1:]
+            trace = tracing.trace_step(
+                model, inputs, next_token_loss, targets=targets, capture=request.capture, meta=meta
+            )
+        else:
+            trace = tracing.trace(model, ids, capture=request.capture, meta=meta)
     except tracing.TraceError as e:
         if _caused_by(e, Cancelled):
             return TraceOutcome(e.trace, "cancelled", "Tracing was cancelled.")
@@ -331,4 +350,9 @@ def first_steps_by_module(trace: Trace) -> dict[str, int]:
 def status_text(trace: Trace, index: int) -> str:
     """``step 37 / 412 · blocks.1.self_attn · matmul`` (1-based for people)."""
     step = trace.steps[index]
-    return f"step {index + 1} / {len(trace.steps)} · {step.label}"
+    text = f"step {index + 1} / {len(trace.steps)} · {step.label}"
+    if step.kind == "backward":  # ``∇ blocks.1.attn · MmBackward0 ← matmul``
+        text = f"step {index + 1} / {len(trace.steps)} · ∇ {step.label}"
+        if step.forward is not None:
+            text += f" ← {trace.steps[step.forward].op}"
+    return text

@@ -23,6 +23,8 @@ HIGHLIGHT = QColor("#ffb547")
 FRAME_FILL = QColor(255, 255, 255, 10)
 FRAME_BORDER = QColor("#444b5a")
 ERROR = QColor("#ff5c5c")
+GRAD_LOW = QColor("#1f3f7a")  # box fill for the smallest gradient norm in view (vanishing)
+GRAD_HIGH = QColor("#8a2b2b")  # ... and for the largest (exploding)
 
 # (keyword in the type or op name, colour of the box's accent stripe)
 ACCENTS: tuple[tuple[str, str], ...] = (

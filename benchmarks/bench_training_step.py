@@ -35,7 +35,8 @@ def main() -> None:
     tokens = min(args.tokens, config.block_size)
     ids = torch.randint(0, config.vocab_size, (1, tokens))
     clock = time.perf_counter if args.clock == "wall" else time.process_time
-    print(f"{args.preset}, {tokens} tokens, {torch.get_num_threads()} threads, {args.rounds} rounds")
+    threads = torch.get_num_threads()
+    print(f"{args.preset}, {tokens} tokens, {threads} threads, {args.rounds} rounds")
     report(print, model, ids, f"{args.preset} preset", args.rounds, 1, clock)
 
 
