@@ -96,7 +96,7 @@ def test_boxes_coloured_by_gradient_norm_on_a_log_scale(window, demo_step):
     assert tints
     norms = {k: step_grad_norm(demo_step, k) for k in tints}
     lowest, highest = min(norms, key=norms.get), max(norms, key=norms.get)
-    assert tints[lowest] == GRAD_LOW and tints[highest] == GRAD_HIGH
+    assert tints[lowest].name() == GRAD_LOW and tints[highest].name() == GRAD_HIGH
     window.grad_colour_action.trigger()
     assert not window.diagram.tints
 

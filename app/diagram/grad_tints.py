@@ -16,7 +16,7 @@ from tracing.gradients import log_scale, step_grad_norm
 def ramp(position: float) -> QColor:
     """The colour at ``position`` in [0, 1] between GRAD_LOW and GRAD_HIGH."""
     t = min(1.0, max(0.0, position))
-    lo, hi = GRAD_LOW, GRAD_HIGH
+    lo, hi = QColor(GRAD_LOW), QColor(GRAD_HIGH)
     return QColor(
         round(lo.red() + (hi.red() - lo.red()) * t),
         round(lo.green() + (hi.green() - lo.green()) * t),

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.theme import BACKGROUND, EDGE, HIGHLIGHT, TEXT_MUTED
+from app.theme import BACKGROUND, CURRENT, EDGE, ERROR, NONFINITE, TEXT_MUTED
 from app.widgets.tensor_view import TensorView
 from tracing.breakpoints import Output, grad_norm
 from tracing.gradients import layer_grad_norms, layer_of
@@ -107,7 +107,7 @@ class GradientPanel(QWidget):
         self.strip.getPlotItem().setMenuEnabled(False)
         self.strip.getAxis("left").enableAutoSIPrefix(False)
         self.strip_title = QLabel("parameter-gradient norm per layer")
-        self.strip_title.setStyleSheet(f"color: {TEXT_MUTED.name()}")
+        self.strip_title.setStyleSheet(f"color: {TEXT_MUTED}")
 
         self.body = QWidget()
         body = QVBoxLayout(self.body)
@@ -174,7 +174,7 @@ class GradientPanel(QWidget):
         for col, text in enumerate(cells):
             item = QTableWidgetItem(text)
             if rec is not None and rec.stats is not None and rec.stats.has_nonfinite and col >= 7:
-                item.setForeground(QColor("#ff7b7b"))
+                item.setForeground(QColor(NONFINITE))
             self.table.setItem(row, col, item)
 
     def _show(self, view: TensorView, rec: TensorRecord | None, missing: str) -> None:
@@ -206,9 +206,9 @@ class GradientPanel(QWidget):
         ]
         low = min(logs) - 0.5
         brushes = [
-            pg.mkBrush(HIGHLIGHT if name == current else EDGE)
+            pg.mkBrush(CURRENT if name == current else EDGE)
             if math.isfinite(v)
-            else pg.mkBrush("#ff5c5c")
+            else pg.mkBrush(ERROR)
             for name, v in zip(names, self._norms.values())
         ]
         bars = pg.BarGraphItem(

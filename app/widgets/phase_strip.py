@@ -11,10 +11,7 @@ from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
-from app.theme import HIGHLIGHT, TEXT
-
-FORWARD = QColor("#2f4f7f")
-BACKWARD = QColor("#7a4b1f")
+from app.theme import BACKWARD_PHASE, CURRENT, FORWARD_PHASE, TEXT
 
 
 class PhaseStrip(QWidget):
@@ -53,13 +50,13 @@ class PhaseStrip(QWidget):
         w, h = float(self.width()), float(self.height())
         split = w * self.backward_start / self.count
         forward, backward = QRectF(0, 0, split, h), QRectF(split, 0, w - split, h)
-        painter.fillRect(forward, FORWARD)
-        painter.fillRect(backward, BACKWARD)
-        painter.setPen(TEXT)
+        painter.fillRect(forward, QColor(FORWARD_PHASE))
+        painter.fillRect(backward, QColor(BACKWARD_PHASE))
+        painter.setPen(QColor(TEXT))
         n_back = self.count - self.backward_start
         centre = Qt.AlignmentFlag.AlignCenter
         painter.drawText(forward, centre, f"forward · {self.backward_start} steps")
         painter.drawText(backward, centre, f"backward · {n_back} steps")
         x = w * (self.index + 0.5) / self.count
-        painter.fillRect(QRectF(x - 1.5, 0, 3, h), HIGHLIGHT)
+        painter.fillRect(QRectF(x - 1.5, 0, 3, h), QColor(CURRENT))
         painter.end()
