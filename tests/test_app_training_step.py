@@ -112,3 +112,21 @@ def test_next_nonfinite_and_breakpoints_reach_gradients(window):
     bp = grad_norm_breakpoint(1e30)
     assert bp.kind == "grad" and bp.text == "‖∇‖ > 1e+30"
     assert tracing.find_next(trace, -1, [bp.condition]) == window.current  # Inf > 1e30
+
+
+def test_the_readme_nan_loss_example_is_found_with_one_key(window, tmp_path):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    try:
+        from nan_loss import main
+    finally:
+        sys.path.pop(0)
+    trace = main(str(tmp_path / "nan.trace"))
+    assert trace is not None and trace.meta["watch"]["step"] == 3
+    window.open_path(tmp_path / "nan.trace")
+    window.nan_action.trigger()  # N, from the first step
+    step = window.trace.steps[window.current]
+    assert step.op == "log" and "probs.log()" in step.source.text
+    assert "log" in tracing.first_nonfinite_gradient(window.trace).label

@@ -79,9 +79,11 @@ class GradientPanel(QWidget):
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        row_h = self.table.fontMetrics().height() + 8
+        row_h = self.table.fontMetrics().height() + 10
         self.table.verticalHeader().setDefaultSectionSize(row_h)
-        self.table.setFixedHeight(row_h * 3 + 6)
+        self.table.verticalHeader().setMinimumSectionSize(row_h)
+        header_h = self.table.horizontalHeader().sizeHint().height()
+        self.table.setFixedHeight(header_h + 2 * row_h + 2 * self.table.frameWidth() + 16)
 
         self.value_view = TensorView()
         self.grad_view = TensorView()
