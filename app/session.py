@@ -72,14 +72,20 @@ class TraceOutcome:
 
 @dataclass(frozen=True)
 class ModelSource:
-    """Which model to trace: the bundled demo, a preset with random weights, a checkpoint."""
+    """Which model to trace: the bundled demo, a preset with random weights, a checkpoint,
+    or the user's own file (``model = "FILE.py:NAME"``, see ``app.user_model``)."""
 
-    kind: Literal["demo", "preset", "checkpoint"] = "demo"
+    kind: Literal["demo", "preset", "checkpoint", "file"] = "demo"
     preset: str = "demo"
     checkpoint: str = ""
     seed: int = 0
+    model: str = ""  # kind "file": FILE.py:NAME
+    input_shape: str = ""  # kind "file": "2,10" traces random inputs instead of the prompt
+    input_dtype: str = "long"
 
     def describe(self) -> str:
+        if self.kind == "file":
+            return self.model
         if self.kind == "checkpoint":
             return Path(self.checkpoint).name
         if self.kind == "preset":
@@ -200,8 +206,17 @@ def run_trace(
             f"Unknown capture level {request.capture!r}; choose one of "
             + ", ".join(tracing.CAPTURE_LEVELS)
         )
-    model, tokenizer = build_model(request.source)
-    ids = encode_prompt(tokenizer, request.prompt, model)  # (B, T)
+    if request.source.kind == "file":
+        model, args, kwargs, meta = load_user_model(request)
+    else:
+        model, tokenizer = build_model(request.source)
+        ids = encode_prompt(tokenizer, request.prompt, model)  # (B, T)
+        args, kwargs = (ids,), {}
+        meta = {
+            "text": request.prompt,
+            "tokens": ids[0].tolist(),
+            "model_source": request.source.describe(),
+        }
     total = sum(1 for _ in model.modules())
     owned = {id(m) for m in model.modules()}
     calls = 0
@@ -216,22 +231,24 @@ def run_trace(
         if progress is not None:
             progress(min(calls, total), total)
 
-    meta = {
-        "text": request.prompt,
-        "tokens": (ids[0, :-1] if request.training else ids[0]).tolist(),
-        "model_source": request.source.describe(),
-    }
-    if request.training and ids.shape[1] < 2:
-        raise SessionError("A training step needs a prompt of at least two tokens")
+    if request.training:  # next-token cross-entropy on the token ids (the first input)
+        args, targets = _next_token_split(args)
+        if "tokens" in meta:
+            meta["tokens"] = meta["tokens"][:-1]
     handle = torch.nn.modules.module.register_module_forward_pre_hook(pre_hook)
     try:
-        if request.training:  # predict each next token of the prompt
-            inputs, targets = ids[:, :-1], ids[:, 1:]
-            trace = tracing.trace_step(
-                model, inputs, next_token_loss, targets=targets, capture=request.capture, meta=meta
+        if request.training:
+            from tracing.backward import record_step
+
+            trace = record_step(
+                model,
+                lambda: model(*args, **kwargs),
+                lambda output: next_token_loss(output, targets),
+                capture=request.capture,
+                meta=meta,
             )
         else:
-            trace = tracing.trace(model, ids, capture=request.capture, meta=meta)
+            trace = tracing.trace(model, *args, capture=request.capture, meta=meta, **kwargs)
     except tracing.TraceError as e:
         if caused_by(e, Cancelled):
             return TraceOutcome(e.trace, "cancelled", "Tracing was cancelled.")
@@ -243,6 +260,45 @@ def run_trace(
     if progress is not None:
         progress(total, total)
     return TraceOutcome(trace, "complete")
+
+
+def _next_token_split(args: tuple) -> tuple[tuple, Any]:
+    """``(ids[:, :-1], *rest)`` and the targets ``ids[:, 1:]``, for a training step on the
+    token ids the model takes first."""
+    import torch
+
+    ids = args[0] if args else None
+    if (
+        not isinstance(ids, torch.Tensor)
+        or ids.dim() != 2
+        or ids.dtype not in (torch.int64, torch.int32)
+        or ids.shape[1] < 2
+    ):
+        raise SessionError(
+            "A training step needs token ids shaped (B, T), T >= 2, as the model's first "
+            "input: it predicts each next token of the prompt"
+        )
+    return (ids[:, :-1], *args[1:]), ids[:, 1:]
+
+
+def load_user_model(request: TraceRequest) -> tuple[Any, tuple, dict, dict]:
+    """Import and build the user's ``FILE.py:NAME`` afresh (every re-trace re-imports it),
+    with its inputs: ``input_shape`` if given, else the prompt, else ``example_inputs``.
+    A failure is a SessionError whose text ends with the traceback, for the dialog."""
+    from app import user_model
+
+    source = request.source
+    try:
+        spec = user_model.ModelSpec.parse(source.model)
+        shape = user_model.InputSpec.parse_shape(source.input_shape) if source.input_shape else None
+        prompt = None if shape is not None or not request.prompt else request.prompt
+        inputs = user_model.InputSpec(prompt=prompt, shape=shape, dtype=source.input_dtype)
+        loaded = user_model.load(spec, inputs)
+    except user_model.UserCodeError as e:
+        details = f"\n\n{e.details}" if e.details else ""
+        raise SessionError(f"{e}{details}") from e
+    loaded.meta["model_source"] = source.describe()
+    return loaded.model, loaded.args, loaded.kwargs, loaded.meta
 
 
 def demo_trace(capture: str = DEFAULT_CAPTURE) -> TraceOutcome:
@@ -332,7 +388,10 @@ def next_nonfinite(trace: Trace, index: int) -> int | None:
 
 
 def failing_step(trace: Trace) -> int:
-    """The innermost step that raised (the last one marked with an error), else the last."""
+    """The step that raised (``trace.failure``; else the last one marked with an error),
+    else the last."""
+    if trace.failure is not None and 0 <= trace.failure.step < len(trace.steps):
+        return trace.failure.step
     for step in reversed(trace.steps):
         if step.error is not None:
             return step.index

@@ -3,6 +3,11 @@
 Documents are cached per file, so moving between steps swaps a document and moves a
 highlight instead of re-reading text (this runs on every step). When the file cannot be
 read (a trace from another machine) the pane shows the recorded line text alone.
+
+A trace carries the text of its source files (``Trace.sources``): the pane shows that
+embedded copy, the code that actually ran, and says so in a note when the file on disk
+differs (edited since) or is not there. The line that raised (``Trace.failure``) is
+marked in red, also when it is no op's line (a ``NameError``).
 """
 
 from __future__ import annotations
@@ -12,13 +17,21 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QRect, QSize, Qt
 from PySide6.QtGui import QColor, QFontDatabase, QPainter, QTextCursor, QTextDocument, QTextFormat
-from PySide6.QtWidgets import QPlainTextDocumentLayout, QPlainTextEdit, QTextEdit, QWidget
+from PySide6.QtWidgets import (
+    QLabel,
+    QPlainTextDocumentLayout,
+    QPlainTextEdit,
+    QTextEdit,
+    QWidget,
+)
 
 from app import theme
 from app.widgets.common import make_scroll_area_opaque
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracing import SourceLocation
+
+DISK_LIMIT = 4 * 2**20  # larger files are not compared with the embedded copy
 
 
 class _Gutter(QWidget):
@@ -44,6 +57,16 @@ class SourceView(QPlainTextEdit):
         self.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self._documents: dict[str, QTextDocument] = {}
+        self._embedded: dict[str, str] = {}  # file -> text carried by the trace
+        self._disk_state: dict[str, str] = {}  # file -> "same", "differs", "missing"
+        self.failed_line = False  # the highlighted line is where the forward raised
+        self.note = QLabel(self)
+        self.note.setObjectName("sourceNote")
+        self.note.setStyleSheet(
+            f"QLabel {{ background: {theme.TOOLTIP}; color: {theme.CURRENT};"
+            " padding: 2px 6px; border-radius: 3px; }"
+        )
+        self.note.hide()
         self._placeholder = self._make_document("")
         self.setDocument(self._placeholder)
         self.current_file: str | None = None
@@ -65,19 +88,66 @@ class SourceView(QPlainTextEdit):
         doc.setPlainText(text)
         return doc
 
+    def set_sources(self, sources: dict[str, str]) -> None:
+        """The source text a trace carries (``Trace.sources``); shown instead of the disk."""
+        self._embedded = dict(sources or {})
+        self._documents.clear()
+        self._disk_state.clear()
+        self.current_file = self.current_line = None
+
+    def disk_state(self, file: str) -> str:
+        """For an embedded file: ``"same"``, ``"differs"`` (edited since the trace) or
+        ``"missing"`` on this disk; ``""`` for a file the trace does not carry."""
+        if file not in self._embedded:
+            return ""
+        state = self._disk_state.get(file)
+        if state is None:
+            path = Path(file)
+            try:
+                if not path.is_file() or path.stat().st_size > DISK_LIMIT:
+                    state = "missing"
+                else:
+                    disk = path.read_text(encoding="utf-8", errors="replace")
+                    state = "same" if disk == self._embedded[file] else "differs"
+            except (OSError, ValueError):
+                state = "missing"
+            self._disk_state[file] = state
+        return state
+
+    def _update_note(self, file: str | None) -> None:
+        state = self.disk_state(file) if file else ""
+        text = {
+            "differs": "the file on disk differs from this trace's copy (edited since?)",
+            "missing": "this trace's copy of the file (not on this disk)",
+        }.get(state, "")
+        self.note.setText(text)
+        self.note.setVisible(bool(text))
+        if text:
+            self.note.adjustSize()
+            area = self.viewport().geometry()
+            self.note.move(area.right() - self.note.width() - 8, area.top() + 4)
+            self.note.raise_()
+
     def _document_for(self, file: str) -> QTextDocument | None:
         doc = self._documents.get(file)
         if doc is None:
-            try:
-                text = Path(file).read_text(encoding="utf-8", errors="replace")
-            except (OSError, ValueError):
-                return None
+            text = self._embedded.get(file)
+            if text is None:
+                try:
+                    text = Path(file).read_text(encoding="utf-8", errors="replace")
+                except (OSError, ValueError):
+                    return None
             doc = self._make_document(text)
             self._documents[file] = doc
         return doc
 
-    def show_location(self, source: SourceLocation | None) -> None:
-        """Show the file around ``source.line`` with the line highlighted."""
+    def show_location(self, source: SourceLocation | None, failed: bool = False) -> None:
+        """Show the file around ``source.line`` with the line highlighted (in red when
+        ``failed``: the line that raised)."""
+        if failed != self.failed_line:
+            self.failed_line = failed
+            self.current_line = None  # same line, other colour: highlight again
+        self._update_note(source.file if source is not None else None)
         if source is None:
             self._show_text("# no source line recorded for this step", None)
             return
@@ -109,7 +179,8 @@ class SourceView(QPlainTextEdit):
         block = self.document().findBlockByNumber(line - 1)
         cursor = QTextCursor(block)
         selection = QTextEdit.ExtraSelection()
-        selection.format.setBackground(QColor(theme.CURRENT_LINE))
+        fill = theme.FAILED_LINE if self.failed_line else theme.CURRENT_LINE
+        selection.format.setBackground(QColor(fill))
         selection.format.setProperty(QTextFormat.Property.FullWidthSelection, True)
         selection.cursor = cursor
         self.setExtraSelections([selection])
