@@ -340,7 +340,22 @@ def write(trace: Trace | Report, path: str | os.PathLike, fmt: str | None = None
     """Write the report to ``path``; the format comes from the suffix unless given."""
     path = Path(path)
     text = render(trace, fmt or format_for(path))
-    path.write_text(text, encoding="utf-8", newline="")
+    write_text(path, text)
+    return path
+
+
+def write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` as UTF-8 under a temporary name beside ``path``, then rename it
+    over ``path``: a failed write leaves no empty or half-written report behind."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:100]}.", suffix=".partial")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(_encodable(text))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return path
 
 

@@ -33,16 +33,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from app.cli import UserError
+    from app.commands.checks import input_file
 
-    if args.trace is not None and not args.trace.is_file():
-        raise UserError(f"no such trace file: {args.trace}")
+    if args.trace is not None:
+        input_file(args.trace, "trace file")
     compare = getattr(args, "compare", None)
     if compare is not None:
         if args.trace is not None:
             raise UserError("give either a trace file or --compare A B, not both")
         for path in compare:
-            if not path.is_file():
-                raise UserError(f"no such trace file: {path}")
+            input_file(path, "trace file")
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
 import sys
-from pathlib import Path
+
+from app.commands.checks import SEED, float_between, input_file, output_file
 
 VALUE_DTYPES = ("float32", "float16", "bfloat16")
 
@@ -47,26 +47,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--value-cap-mb",
-        type=float,
+        type=float_between(0, 2**40, low_open=True),
         help="with --capture values: keep no copy of a tensor larger than this (MiB)",
     )
-    p.add_argument("--seed", type=int, default=0, help="weights seed for --preset (default 0)")
+    p.add_argument("--seed", type=SEED, default=0, help="weights seed for --preset (default 0)")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="trace file to write")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=run)
-
-
-def _check_output(path: Path) -> None:
-    """Fail before any work when the trace could not be written."""
-    from app.cli import UserError
-
-    if path.is_dir():
-        raise UserError(f"cannot write {path}: it is a folder")
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise UserError(f"cannot write {path}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise UserError(f"cannot write {path}: permission denied")
 
 
 def _load_model(args: argparse.Namespace, say) -> tuple[object, dict]:
@@ -77,9 +64,7 @@ def _load_model(args: argparse.Namespace, say) -> tuple[object, dict]:
     from scratchformer import DecoderOnlyTransformer, ModelConfig, demo_model, load_checkpoint
 
     if args.checkpoint:
-        path = Path(args.checkpoint)
-        if not path.is_file():
-            raise UserError(f"checkpoint not found: {path}")
+        path = input_file(args.checkpoint, "checkpoint")
         return load_checkpoint(path), {"source": "checkpoint", "checkpoint": str(path)}
     if args.preset:
         if args.preset not in ModelConfig.PRESETS:
@@ -111,15 +96,12 @@ def run(args: argparse.Namespace) -> int:
             print(message, file=sys.stderr)
 
     # --- arguments, checked before any slow work
-    output = Path(args.output)
-    _check_output(output)
+    output = output_file(args.output)
     prompt = DEMO_PROMPT if args.prompt is None else args.prompt
     if not prompt:
         raise UserError("the prompt is empty; give some text with --prompt")
     if args.capture != "values" and (args.value_dtype or args.value_cap_mb is not None):
         raise UserError("--value-dtype and --value-cap-mb need --capture values")
-    if args.value_cap_mb is not None and args.value_cap_mb <= 0:
-        raise UserError("--value-cap-mb must be positive")
 
     # --- model and tokens (any problem here is reported before tracing starts)
     model, origin = _load_model(args, say)
