@@ -34,6 +34,7 @@ import os
 import random
 import resource
 import select
+import shutil
 import signal
 import struct
 import sys
@@ -46,6 +47,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("PYQTGRAPH_QT_LIB", "PySide6")
+
+CASES_VARIABLE = "SCRATCHFORMER_FUZZ_CASES"
+"""Environment variable: how many cases the test suite runs (default 200)."""
 
 MEMORY_LIMIT = 1536 * 2**20
 """Address space a case may add on top of the parent's (bytes)."""
@@ -472,12 +476,14 @@ def fuzz(cases: int, seed: int = 0, app_cases: int = 20, folder: Path | None = N
         else:
             path.unlink()
     counts["cases"] = cases
+    if own and not failures:  # failing files stay, for reproduction
+        shutil.rmtree(folder, ignore_errors=True)
     return {"counts": dict(counts), "failures": failures, "seconds": time.perf_counter() - start}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", type=int, default=300)
+    parser.add_argument("--cases", type=int, default=int(os.environ.get(CASES_VARIABLE, 300)))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--app-cases", type=int, default=20)
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
