@@ -367,6 +367,7 @@ def _exercise_app(path: Path) -> None:
     n = len(window.trace.steps) if window.trace is not None else 0
     for step in sorted({0, n // 3, n // 2, n - 1} - {-1}):
         window.go_to(step)
+        window.source_view.confirm_pending()  # the user asks for the named source file
         qt.processEvents()
     window.close()
     qt.processEvents()

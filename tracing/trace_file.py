@@ -438,30 +438,30 @@ def check_trace(trace: Trace) -> None:
 def _check_nesting(steps: list[Step], s: Step) -> None:
     """A step's place in the call tree: its parent is an earlier module step whose call
     contains it, one level up; a module call ends at or after itself. (These make the
-    tree a tree: no cycles, no unbounded chains, so every walk up it ends.)"""
+    tree a tree: no cycles, no unbounded chains, so every walk up it ends.) A backward
+    step borrows its forward step's parent and depth, after that call has ended."""
     i = s.index
+    if s.depth < 0 or s.depth > MAX_DEPTH:
+        raise _Invalid(f"step {i} has depth {s.depth}, not between 0 and {MAX_DEPTH}")
+    if s.end is not None and s.end < i:
+        raise _Invalid(f"step {i} ends at step {s.end}, before it starts")
     if s.parent is None:
         if s.depth != 0:
             raise _Invalid(f"step {i} has depth {s.depth} but no parent (expected 0)")
-    else:
-        if s.parent >= i:
-            raise _Invalid(f"step {i}: parent step {s.parent} does not come before it")
-        parent = steps[s.parent]
-        if parent.kind != "module":
-            raise _Invalid(f"step {i}: parent step {s.parent} is not a module call")
-        if s.depth != parent.depth + 1:
-            raise _Invalid(
-                f"step {i} has depth {s.depth} but its parent step {s.parent} has depth "
-                f"{parent.depth}"
-            )
-        if parent.end is not None and i > parent.end:
-            raise _Invalid(
-                f"step {i} lies after the end ({parent.end}) of its parent step {s.parent}"
-            )
-    if s.depth > MAX_DEPTH:
-        raise _Invalid(f"step {i} is nested {s.depth} deep, more than {MAX_DEPTH}")
-    if s.end is not None and s.end < i:
-        raise _Invalid(f"step {i} ends at step {s.end}, before it starts")
+        return
+    if s.parent >= i:
+        raise _Invalid(f"step {i}: parent step {s.parent} does not come before it")
+    parent = steps[s.parent]
+    if parent.kind != "module":
+        raise _Invalid(f"step {i}: parent step {s.parent} is not a module call")
+    if s.kind == "backward":
+        return
+    if s.depth != parent.depth + 1:
+        raise _Invalid(
+            f"step {i} has depth {s.depth} but its parent step {s.parent} has depth {parent.depth}"
+        )
+    if parent.end is not None and i > parent.end:
+        raise _Invalid(f"step {i} lies after the end ({parent.end}) of its parent step {s.parent}")
 
 
 def _json_default(v: Any) -> Any:

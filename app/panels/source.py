@@ -3,16 +3,29 @@
 Documents are cached per file, so moving between steps swaps a document and moves a
 highlight instead of re-reading text (this runs on every step). When the file cannot be
 read (a trace from another machine) the pane shows the recorded line text alone.
+
+A trace names its source files by path, and a trace opened from disk may come from
+anyone, so files are read only through ``tracing.source_files`` (a regular ``.py`` file
+of bounded size, nothing else: no devices, FIFOs or ``/etc/passwd``), and for a trace
+opened from a file (:meth:`SourceView.set_ask_before_reading`) only once the user has
+pressed "Show file from disk" for it: until then the pane shows the recorded line.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QRect, QSize, Qt
 from PySide6.QtGui import QColor, QFontDatabase, QPainter, QTextCursor, QTextDocument, QTextFormat
-from PySide6.QtWidgets import QPlainTextDocumentLayout, QPlainTextEdit, QTextEdit, QWidget
+from PySide6.QtWidgets import (
+    QPlainTextDocumentLayout,
+    QPlainTextEdit,
+    QTextEdit,
+    QToolButton,
+    QWidget,
+)
+
+from tracing.source_files import SourceRefused, read_source_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracing import SourceLocation
@@ -46,6 +59,18 @@ class SourceView(QPlainTextEdit):
         self.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self._documents: dict[str, QTextDocument] = {}
+        self._refused: dict[str, str] = {}  # file -> why it is not shown
+        self.ask_before_reading = False
+        self._confirmed: set[str] = set()
+        self._pending: SourceLocation | None = None  # waiting for "Show file from disk"
+        self.show_file_button = QToolButton(self)
+        self.show_file_button.setText("Show file from disk")
+        self.show_file_button.setToolTip(
+            "This trace was opened from a file and names this source file; read it from "
+            "this computer's disk"
+        )
+        self.show_file_button.clicked.connect(self.confirm_pending)
+        self.show_file_button.hide()
         self._placeholder = self._make_document("")
         self.setDocument(self._placeholder)
         self.current_file: str | None = None
@@ -72,12 +97,34 @@ class SourceView(QPlainTextEdit):
         doc.setPlainText(text)
         return doc
 
+    def set_ask_before_reading(self, ask: bool) -> None:
+        """``True`` for a trace opened from a file: read a source file it names only after
+        the user confirms it (one press per file). Forgets what was read before."""
+        self.ask_before_reading = ask
+        self._confirmed.clear()
+        self._documents.clear()
+        self._refused.clear()
+        self._pending = None
+        self.show_file_button.hide()
+
+    def confirm_pending(self) -> None:
+        """The user pressed "Show file from disk": read the pending file and show it."""
+        source = self._pending
+        if source is None:
+            return
+        self._confirmed.add(source.file)
+        self._pending = None
+        self.show_file_button.hide()
+        self.current_file = self.current_line = None
+        self.show_location(source)
+
     def _document_for(self, file: str) -> QTextDocument | None:
         doc = self._documents.get(file)
-        if doc is None:
+        if doc is None and file not in self._refused:
             try:
-                text = Path(file).read_text(encoding="utf-8", errors="replace")
-            except (OSError, ValueError):
+                text = read_source_file(file)
+            except SourceRefused as e:
+                self._refused[file] = str(e)
                 return None
             doc = self._make_document(text)
             self._documents[file] = doc
@@ -86,11 +133,20 @@ class SourceView(QPlainTextEdit):
     def show_location(self, source: SourceLocation | None) -> None:
         """Show the file around ``source.line`` with the line highlighted."""
         if source is None:
+            self._set_pending(None)
             self._show_text("# no source line recorded for this step", None)
             return
-        doc = self._document_for(source.file) if source.file else None
+        file = source.file
+        if self.ask_before_reading and file and file not in self._confirmed:
+            self._set_pending(source)
+            where = f"# {file}:{source.line} (named by the trace file; not read until you ask)\n"
+            self._show_text(where + (source.text or ""), 2 if source.text else None)
+            return
+        self._set_pending(None)
+        doc = self._document_for(file) if file else None
         if doc is None or source.line < 1 or source.line > doc.blockCount():
-            where = f"# {source.file}:{source.line} (file not available here)\n"
+            why = self._refused.get(file) or "file not available here"
+            where = f"# {file}:{source.line} ({why})\n"
             self._show_text(where + (source.text or ""), 2 if source.text else None)
             return
         if self.document() is not doc:
@@ -100,6 +156,22 @@ class SourceView(QPlainTextEdit):
             return  # already on show
         self.current_file = source.file
         self._highlight(source.line)
+
+    def _set_pending(self, source: SourceLocation | None) -> None:
+        self._pending = source
+        if source is None or source.file in self._refused:
+            self.show_file_button.hide()
+            return
+        self._place_button()
+        self.show_file_button.show()
+        self.show_file_button.raise_()
+
+    def _place_button(self) -> None:
+        hint = self.show_file_button.sizeHint()
+        area = self.viewport().geometry()
+        self.show_file_button.setGeometry(
+            area.right() - hint.width() - 8, area.top() + 6, hint.width(), hint.height()
+        )
 
     def _show_text(self, text: str, line: int | None) -> None:
         self._placeholder.setPlainText(text)
@@ -161,6 +233,7 @@ class SourceView(QPlainTextEdit):
         super().resizeEvent(event)
         cr = self.contentsRect()
         self._gutter.setGeometry(QRect(cr.left(), cr.top(), self.gutter_width(), cr.height()))
+        self._place_button()
 
     def paint_gutter(self, event) -> None:
         painter = QPainter(self._gutter)
