@@ -38,6 +38,8 @@ _LAZY = {
     "logit_lens": "tracing.lens",
     "head_contributions": "tracing.lens",
     "trace_step": "tracing.backward",
+    "watch": "tracing.watcher",
+    "first_nonfinite_gradient": "tracing.breakpoints",
     "trace_generate": "tracing.generation",
     "load_generation": "tracing.generation",
     "edits": "tracing.edits",
