@@ -270,3 +270,27 @@ def test_a_file_replaced_by_rename_keeps_reading_the_opened_one(saved, tmp_path)
     other.write_bytes(b"not a trace")
     os.replace(other, path)
     assert same_tensor(loaded.values["t5"], trace.values["t5"])
+
+
+# --------------------------------------------------------------------------- unusual dtypes
+
+
+def test_a_complex128_trace_saves_without_those_values_and_says_so(tmp_path):
+    """safetensors has no complex128: the trace is saved anyway, those values left out
+    (shape and stats kept) and a note in meta saying so."""
+
+    class Rotate(torch.nn.Module):
+        def forward(self, x):
+            return (x * 1j).exp() + x
+
+    model = Rotate()
+    x = torch.randn(2, 3, dtype=torch.complex128)
+    trace = tracing.trace(model, x, capture="values")
+    assert any(r.value_key for r in trace.tensors if r.dtype == "complex128")
+    path = tmp_path / "complex.sft"
+    trace.save(path)
+    loaded = tracing.load(path)
+    assert [r.shape for r in loaded.tensors] == [r.shape for r in trace.tensors]
+    assert all(r.value_key is None for r in loaded.tensors if r.dtype == "complex128")
+    assert "complex128" in loaded.meta["notes"][-1] and "not saved" in loaded.meta["notes"][-1]
+    assert "notes" not in trace.meta  # the trace in memory is unchanged

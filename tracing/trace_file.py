@@ -148,6 +148,7 @@ def save(trace: Trace, path: str | os.PathLike) -> Path:
         check_trace(trace)
     except _Invalid as e:
         raise TraceFileError(f"cannot save trace to {path}: {e}") from None
+    trace = _without_unstorable_values(trace)
     manifest = encode_manifest(trace)
     text = json.dumps(manifest, separators=(",", ":"), ensure_ascii=False, default=_json_default)
     graph = _graph_data(trace)
@@ -181,6 +182,35 @@ def save(trace: Trace, path: str | os.PathLike) -> Path:
             raise TraceFileError(f"cannot write {path}: {e.strerror or e}") from None
         raise
     return path
+
+
+def _without_unstorable_values(trace: Trace) -> Trace:
+    """``trace``, or a shallow copy of it without the values safetensors has no dtype for
+    (complex128, quantized...): their records keep shape and stats, lose ``value_key``,
+    and ``meta["notes"]`` says what was left out. A trace is never refused for them."""
+    if not isinstance(trace.values, dict):  # read from a file: it stored them already
+        return trace
+    unstorable = {}
+    for key in trace.values.keys():  # noqa: SIM118 - a lazy mapping: keys without values
+        value = trace.values[key]
+        if isinstance(value, torch.Tensor) and _dtype_name(value) not in _TORCH_DTYPES:
+            unstorable[key] = _dtype_name(value)
+    if not unstorable:
+        return trace
+    from dataclasses import replace
+
+    tensors = [
+        replace(r, value_key=None) if r.value_key in unstorable else r for r in trace.tensors
+    ]
+    kinds = ", ".join(sorted(set(unstorable.values())))
+    note = (
+        f"values of {len(unstorable)} tensor(s) of dtype {kinds} were not saved (the file "
+        "format has no such dtype); their shapes and stats are kept"
+    )
+    notes = trace.meta.get("notes")
+    meta = {**trace.meta, "notes": [*(notes if isinstance(notes, list) else []), note]}
+    values = {k: trace.values[k] for k in trace.values.keys() if k not in unstorable}  # noqa: SIM118
+    return replace(trace, tensors=tensors, meta=meta, values=values)
 
 
 def _values_to_write(trace: Trace, path: Path) -> dict[str, torch.Tensor]:
