@@ -58,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     opt = p.add_argument_group("optimisation")
     opt.add_argument("--steps", type=COUNT, default=3000)
     opt.add_argument("--batch-size", type=SIZE, default=64)
-    lr = float_between(0, 10, low_open=True)
+    lr = float_between(0, 1e300, low_open=True)
     opt.add_argument("--lr", type=lr, default=3e-3, help="peak learning rate")
     opt.add_argument("--warmup", type=int_between(0, 10**9), default=100, help="warm-up steps")
     opt.add_argument("--eval-interval", type=COUNT, default=250)
