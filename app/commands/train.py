@@ -68,7 +68,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     opt.add_argument("--quiet", action="store_true", help="no progress bar")
     tr = p.add_argument_group("training-step traces")
     tr.add_argument(
-        "--trace-step", type=int, metavar="N", help="save a trace of step N (1 = first)"
+        "--trace-step", type=COUNT, metavar="N", help="save a trace of step N (1 = first)"
     )
     tr.add_argument(
         "--trace-on-nonfinite",
@@ -94,12 +94,12 @@ def _trace_requests(args: argparse.Namespace) -> list[tuple[object, Path]]:
         if not 1 <= args.trace_step <= args.steps:
             raise UserError(f"--trace-step must be between 1 and --steps ({args.steps})")
         default = out.with_name(f"{out.stem}.step{args.trace_step}.trace")
-        requests.append((args.trace_step, Path(args.trace_out or default)))
+        requests.append((args.trace_step, output_file(args.trace_out or default)))
     if args.trace_on_nonfinite:
         path = Path(args.trace_out or out.with_name(f"{out.stem}.nonfinite.trace"))
         if args.trace_step is not None and args.trace_out:
             path = path.with_name(f"{path.stem}.nonfinite{path.suffix}")
-        requests.append(("nonfinite", path))
+        requests.append(("nonfinite", output_file(path)))
     return requests
 
 
@@ -117,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
     wall_start = time.perf_counter()
     # --- paths and sizes, checked before any work (nothing is created but the checkpoint)
     output_file(args.output)
+    _trace_requests(args)  # their paths too
     if args.text:
         size = input_file(args.text, "text file").stat().st_size
         if size > MAX_TEXT_BYTES:
