@@ -25,15 +25,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import theme
 from tracing.source_files import SourceRefused, read_source_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracing import SourceLocation
-
-LINE_FILL = QColor("#3d3522")
-GUTTER_FILL = QColor("#1b1d23")
-GUTTER_TEXT = QColor("#5c6370")
-GUTTER_CURRENT = QColor("#ffb547")
 
 
 class _Gutter(QWidget):
@@ -83,7 +79,7 @@ class SourceView(QPlainTextEdit):
         for part in (self, self.verticalScrollBar(), self.horizontalScrollBar(),
                      *self.findChildren(QWidget, "qt_scrollarea_vcontainer"),
                      *self.findChildren(QWidget, "qt_scrollarea_hcontainer")):  # fmt: skip
-            make_opaque(part, QColor("#16181d"))
+            make_opaque(part, QColor(theme.SOURCE_BACKGROUND))
         self.blockCountChanged.connect(self._update_gutter_width)
         self.updateRequest.connect(self._update_gutter)
         self._update_gutter_width()
@@ -188,7 +184,7 @@ class SourceView(QPlainTextEdit):
         block = self.document().findBlockByNumber(line - 1)
         cursor = QTextCursor(block)
         selection = QTextEdit.ExtraSelection()
-        selection.format.setBackground(LINE_FILL)
+        selection.format.setBackground(QColor(theme.CURRENT_LINE))
         selection.format.setProperty(QTextFormat.Property.FullWidthSelection, True)
         selection.cursor = cursor
         self.setExtraSelections([selection])
@@ -237,7 +233,7 @@ class SourceView(QPlainTextEdit):
 
     def paint_gutter(self, event) -> None:
         painter = QPainter(self._gutter)
-        painter.fillRect(event.rect(), GUTTER_FILL)
+        painter.fillRect(event.rect(), QColor(theme.BACKGROUND))
         block = self.firstVisibleBlock()
         number = block.blockNumber()
         top = round(self.blockBoundingGeometry(block).translated(self.contentOffset()).top())
@@ -249,7 +245,7 @@ class SourceView(QPlainTextEdit):
                 current = (
                     self.current_line == number + 1 and self.document() is not self._placeholder
                 )
-                painter.setPen(GUTTER_CURRENT if current else GUTTER_TEXT)
+                painter.setPen(QColor(theme.CURRENT if current else theme.TEXT_DISABLED))
                 painter.drawText(
                     0, top, width, height, Qt.AlignmentFlag.AlignRight, str(number + 1)
                 )
