@@ -147,6 +147,12 @@ def _run(args: argparse.Namespace, output: Path) -> int:
                               **options)  # fmt: skip
     except tracing.TraceError as e:
         trace, failure = e.trace, e
+    except KeyboardInterrupt as e:  # Ctrl-C: keep what was recorded, then stop
+        partial = getattr(e, "trace", None)
+        if partial is not None:
+            tracing.save(partial, output)
+            print(f"interrupted: the partial trace was saved to {output}", file=sys.stderr)
+        raise
     stages.update(1, stage="saving")
     tracing.save(trace, output)
     stages.update(1, stage="done")
