@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import theme
+from app.widgets.common import make_scroll_area_opaque
 from tracing.source_files import SourceRefused, read_source_file
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -73,13 +74,8 @@ class SourceView(QPlainTextEdit):
         self.current_line: int | None = None
         self._gutter = _Gutter(self)
         self._gutter.setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent)
-        from app.panels.step_bar import make_opaque
-
         # scrolling to the line happens on every step: keep those repaints inside this pane
-        for part in (self, self.verticalScrollBar(), self.horizontalScrollBar(),
-                     *self.findChildren(QWidget, "qt_scrollarea_vcontainer"),
-                     *self.findChildren(QWidget, "qt_scrollarea_hcontainer")):  # fmt: skip
-            make_opaque(part, QColor(theme.SOURCE_BACKGROUND))
+        make_scroll_area_opaque(self, QColor(theme.SOURCE_BACKGROUND))
         self.blockCountChanged.connect(self._update_gutter_width)
         self.updateRequest.connect(self._update_gutter)
         self._update_gutter_width()
