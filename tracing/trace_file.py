@@ -594,16 +594,20 @@ def load(path: str | os.PathLike) -> Trace:
     file and the problem for anything wrong, and never anything else.
     """
     path = Path(path)
+    # Decoding builds many small lists and records at once; the cyclic garbage collector
+    # would otherwise walk the growing heap again and again (several times the parse).
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
     try:
         container = Container(path)
     except ContainerError as e:
         raise TraceFileError(f"{path}: {e}") from None
     except (OSError, ValueError, MemoryError) as e:  # a path the OS cannot take, no memory
         raise TraceFileError(f"{path}: cannot read: {_reason(e)}") from None
+    finally:
+        if gc_was_enabled:
+            gc.enable()
 
-    # Decoding builds many small lists and records at once; the cyclic garbage collector
-    # would otherwise walk the growing heap again and again (several times the parse).
-    gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
         container.attach_checksums()
