@@ -24,7 +24,6 @@ layout allows:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import stat
@@ -276,8 +275,11 @@ class Container:
     def __del__(self) -> None:
         fd = getattr(self, "_fd", None)
         if fd is not None:
-            with contextlib.suppress(OSError):
+            self._fd = None
+            try:  # noqa: SIM105 - at interpreter exit contextlib may already be gone
                 os.close(fd)
+            except Exception:
+                pass
 
     def __enter__(self) -> Container:
         return self
