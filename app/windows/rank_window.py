@@ -50,7 +50,8 @@ from PySide6.QtWidgets import (
 from app import theme
 from app.widgets.heatmap import HeatmapView
 from app.widgets.tensor_view import as_matrix, axis_names
-from app.windows.compare_window import CompareWindow, divergence_colour, entry_score, score_text
+from app.windows.compare_window import CompareWindow, divergence_colour
+from tracing.divergence import entry_score, score_text
 from tracing.rank_report import placements_text
 from tracing.ranks import RankDivergence, RankSet, collectives_of, layout_of, load_ranks
 
@@ -311,7 +312,11 @@ class RankWindow(QMainWindow):
             )
             return
         record = first.tensors[tid]
-        names = axis_names(record)
+        # the shard's axis names fit the whole only where the shard spans the whole axis
+        names = [
+            n if record.shape[i] == layout["global_shape"][i] else f"dim{i}"
+            for i, n in enumerate(axis_names(record))
+        ]
         matrix = as_matrix(value.float(), (0,) * max(0, value.dim() - 2))
         row_name, col_name = ("", names[0]) if value.dim() == 1 else (names[-2], names[-1])
         self.stitched_heatmap.set_matrix(
