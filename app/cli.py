@@ -92,4 +92,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    # ``python -m app.cli``: run the imported module's main, so that ``UserError`` raised by
+    # the commands (``app.cli.UserError``) is the class caught here, not ``__main__``'s copy
+    from app.cli import main as _main
+
+    sys.exit(_main())

@@ -72,14 +72,20 @@ class TraceOutcome:
 
 @dataclass(frozen=True)
 class ModelSource:
-    """Which model to trace: the bundled demo, a preset with random weights, a checkpoint."""
+    """Which model to trace: the bundled demo, a preset with random weights, a checkpoint,
+    or the user's own file (``model = "FILE.py:NAME"``, see ``app.user_model``)."""
 
-    kind: Literal["demo", "preset", "checkpoint"] = "demo"
+    kind: Literal["demo", "preset", "checkpoint", "file"] = "demo"
     preset: str = "demo"
     checkpoint: str = ""
     seed: int = 0
+    model: str = ""  # kind "file": FILE.py:NAME
+    input_shape: str = ""  # kind "file": "2,10" traces random inputs instead of the prompt
+    input_dtype: str = "long"
 
     def describe(self) -> str:
+        if self.kind == "file":
+            return self.model
         if self.kind == "checkpoint":
             return Path(self.checkpoint).name
         if self.kind == "preset":
@@ -189,8 +195,17 @@ def run_trace(
             f"Unknown capture level {request.capture!r}; choose one of "
             + ", ".join(tracing.CAPTURE_LEVELS)
         )
-    model, tokenizer = build_model(request.source)
-    ids = encode_prompt(tokenizer, request.prompt, model)  # (B, T)
+    if request.source.kind == "file":
+        model, args, kwargs, meta = load_user_model(request)
+    else:
+        model, tokenizer = build_model(request.source)
+        ids = encode_prompt(tokenizer, request.prompt, model)  # (B, T)
+        args, kwargs = (ids,), {}
+        meta = {
+            "text": request.prompt,
+            "tokens": ids[0].tolist(),
+            "model_source": request.source.describe(),
+        }
     total = sum(1 for _ in model.modules())
     owned = {id(m) for m in model.modules()}
     calls = 0
@@ -205,14 +220,9 @@ def run_trace(
         if progress is not None:
             progress(min(calls, total), total)
 
-    meta = {
-        "text": request.prompt,
-        "tokens": ids[0].tolist(),
-        "model_source": request.source.describe(),
-    }
     handle = torch.nn.modules.module.register_module_forward_pre_hook(pre_hook)
     try:
-        trace = tracing.trace(model, ids, capture=request.capture, meta=meta)
+        trace = tracing.trace(model, *args, capture=request.capture, meta=meta, **kwargs)
     except tracing.TraceError as e:
         if caused_by(e, Cancelled):
             return TraceOutcome(e.trace, "cancelled", "Tracing was cancelled.")
@@ -224,6 +234,26 @@ def run_trace(
     if progress is not None:
         progress(total, total)
     return TraceOutcome(trace, "complete")
+
+
+def load_user_model(request: TraceRequest) -> tuple[Any, tuple, dict, dict]:
+    """Import and build the user's ``FILE.py:NAME`` afresh (every re-trace re-imports it),
+    with its inputs: ``input_shape`` if given, else the prompt, else ``example_inputs``.
+    A failure is a SessionError whose text ends with the traceback, for the dialog."""
+    from app import user_model
+
+    source = request.source
+    try:
+        spec = user_model.ModelSpec.parse(source.model)
+        shape = user_model.InputSpec.parse_shape(source.input_shape) if source.input_shape else None
+        prompt = None if shape is not None or not request.prompt else request.prompt
+        inputs = user_model.InputSpec(prompt=prompt, shape=shape, dtype=source.input_dtype)
+        loaded = user_model.load(spec, inputs)
+    except user_model.UserCodeError as e:
+        details = f"\n\n{e.details}" if e.details else ""
+        raise SessionError(f"{e}{details}") from e
+    loaded.meta["model_source"] = source.describe()
+    return loaded.model, loaded.args, loaded.kwargs, loaded.meta
 
 
 def demo_trace(capture: str = DEFAULT_CAPTURE) -> TraceOutcome:
@@ -354,7 +384,10 @@ def next_nonfinite(trace: Trace, index: int) -> int | None:
 
 
 def failing_step(trace: Trace) -> int:
-    """The innermost step that raised (the last one marked with an error), else the last."""
+    """The step that raised (``trace.failure``; else the last one marked with an error),
+    else the last."""
+    if trace.failure is not None and 0 <= trace.failure.step < len(trace.steps):
+        return trace.failure.step
     for step in reversed(trace.steps):
         if step.error is not None:
             return step.index

@@ -58,7 +58,11 @@ def _assert_panes_on(window, index):
     assert window.tree.selected_path() == step.module
     assert window.diagram.highlighted_key == window.diagram.key_for_step(index)
     assert window.diagram.items_by_key[window.diagram.highlighted_key].highlighted
-    assert window.source_view.current_line == step.source.line
+    # the root step has no user line when the app ran the model (never the app's own);
+    # the failing step shows the line that raised
+    failure = trace.failure
+    source = failure.location if failure and failure.step == index else step.source
+    assert window.source_view.current_line == (source.line if source else None)
     assert window.inspector.step_index == index
     # the inspector's header counts the same way as the status line (1-based)
     assert window.inspector._title.text().startswith(f"Step {index + 1} / {len(trace.steps)} · ")

@@ -77,9 +77,12 @@ from torch.overrides import TorchFunctionMode
 
 from tracing import dims as dims_mod
 from tracing import distributed as distributed_mod
+from tracing.dim_flow import refine_dims
 from tracing.errors import TraceError
+from tracing.postmortem import embed_sources, failure_of
 from tracing.record import (
     CAPTURE_LEVELS,
+    Failure,
     ModuleInfo,
     SourceLocation,
     Step,
@@ -961,6 +964,7 @@ class Tracer:
         self._keep_values = self.capture == "values"
         self._calls: dict[str, int] = {}
         self._failed_step: int | None = None
+        self._failure: Failure | None = None
         self._first_input_shape: tuple[int, ...] | None = None
         self._input_shapes: list[tuple[str, list[int]]] = []
         self._mode = None
@@ -1355,6 +1359,7 @@ class Tracer:
         source: SourceLocation | None = step.source
         if step.kind == "module":
             source = location_from_traceback(tb) or source
+        self._failure = failure_of(failed, exc, tb, source)
         where = f"{step.module or '<root>'} · {step.op}"
         at = ""
         if source is not None:
@@ -1378,7 +1383,7 @@ class Tracer:
         config = getattr(model, "config", None)
         if config is None:  # DistributedDataParallel / DataParallel wrap the model
             config = getattr(getattr(model, "module", None), "config", None)
-        sizes = dims_mod.resolve_sizes(self.dims, config, self._first_input_shape)
+        sizes = dims_mod.resolve_sizes(self.dims, config, self._first_input_shape, model)
         steps = self._steps
         for index in self._param_steps:
             steps[index].input_names = self._input_names(steps[index])
@@ -1404,13 +1409,17 @@ class Tracer:
         if self._notes:
             meta["notes"] = list(self._notes)
         meta.update(self.extra_meta)
+        records = [step.freeze(index) for index, step in enumerate(steps)]
+        tensors = self._tensor_records(dims_mod.namer_for(sizes))
         return Trace(
-            steps=[step.freeze(index) for index, step in enumerate(steps)],
+            steps=records,
             modules=self._structure.module_infos(model),
-            tensors=self._tensor_records(dims_mod.namer_for(sizes)),
+            tensors=refine_dims(records, tensors, sizes),  # names that follow the ops
             meta=meta,
             values=self._values,
             error=error,
+            failure=self._failure,
+            sources=embed_sources(records, self._failure),
         )
 
     def _tensor_records(self, namer) -> list[TensorRecord]:

@@ -73,6 +73,7 @@ from tracing.container import (
     ContainerError,
 )
 from tracing.errors import TraceFileError
+from tracing.postmortem import failure_from_json, failure_to_json, sources_from_json
 from tracing.record import (
     SCHEMA_VERSION,
     ModuleInfo,
@@ -417,6 +418,8 @@ def encode_manifest(trace: Trace) -> dict[str, Any]:
         "tensors": {"fields": tensor_fields, "rows": tensor_rows},
         "modules": {"fields": module_fields, "rows": module_rows},
         "stats_fields": list(_STATS_FIELDS),
+        "failure": failure_to_json(trace.failure),
+        "source_files": trace.sources,
     }
 
 
@@ -924,7 +927,15 @@ def _validate(
         return sources[v]
 
     steps = _decode_rows(manifest, "steps", Step, _STEP_RULES, "step", {"source": as_source})
-    trace = Trace(steps=steps, modules=modules, tensors=tensors, meta=meta, error=error)
+    try:
+        failure = failure_from_json(manifest.get("failure"), len(steps))
+        embedded = sources_from_json(manifest.get("source_files"))
+    except ValueError as e:
+        raise _Invalid(str(e)) from None
+    trace = Trace(
+        steps=steps, modules=modules, tensors=tensors, meta=meta, error=error,
+        failure=failure, sources=embedded,
+    )  # fmt: skip
     check_trace(trace)
     if stored is not None:
         for rec in tensors:
