@@ -46,6 +46,7 @@ def test_our_model_maps_equal_the_weights_the_module_returns():
             assert torch.all(weights.triu(1) == 0)
 
 
+@pytest.mark.slow
 def test_hf_gpt2_maps_equal_output_attentions():
     model = tiny_gpt2(seed=None, n_layer=3, vocab_size=64, n_positions=16)
     tokens = torch.randint(0, 64, (2, 7))
