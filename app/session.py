@@ -21,7 +21,7 @@ functions at the end; they only read ``Trace.steps``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -310,20 +310,61 @@ def demo_trace(capture: str = DEFAULT_CAPTURE) -> TraceOutcome:
 
 
 def open_trace(path: str | Path) -> Trace:
-    """Read a trace file; any problem becomes one SessionError naming the file and the cause."""
+    """Read a trace file; any problem becomes one SessionError naming the file and the cause.
+
+    The trace's values come wrapped in :class:`CheckedValues`, so a value that cannot be
+    read later (the file changed on disk, a checksum failed) reads as missing and is
+    reported through ``trace.values.on_error`` instead of raising inside a pane.
+    """
     import tracing
 
     path = Path(path)
-    if not path.exists():
-        raise SessionError(f"No such file: {path}")
-    if path.is_dir():
-        raise SessionError(f"{path} is a folder, not a trace file.")
     try:
-        return tracing.load(path)
+        trace = tracing.load(path)
     except tracing.TraceFileError as e:
-        raise SessionError(f"{path.name} is not a readable trace file: {e}") from e
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise SessionError(f"{path.name} is not a readable trace file: {e}") from e
+        reason = str(e).removeprefix(f"{path}: ")
+        if reason == "no such file":
+            raise SessionError(f"No such file: {path}") from e
+        raise SessionError(f"{path.name} is not a readable trace file: {reason}") from e
+    trace.values = CheckedValues(trace.values)
+    return trace
+
+
+class CheckedValues(Mapping):
+    """A loaded trace's values as the app reads them: a read that fails with
+    ``TraceFileError`` is reported once per key to ``on_error(message)`` and then reads
+    as missing (``KeyError``, so ``Trace.value`` gives None and panes show "no value")."""
+
+    def __init__(self, inner: Mapping, on_error: Callable[[str], None] | None = None):
+        self.inner = inner
+        self.on_error = on_error
+        self.failed: dict[str, str] = {}
+
+    def __getitem__(self, key: str):
+        from tracing.errors import TraceFileError
+
+        try:
+            return self.inner[key]
+        except TraceFileError as e:
+            if key not in self.failed:
+                self.failed[key] = str(e)
+                if self.on_error is not None:
+                    self.on_error(str(e))
+            raise KeyError(key) from None
+
+    def __iter__(self):
+        return iter(self.inner)
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.inner
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if close is not None:
+            close()
 
 
 def caused_by(error: BaseException, kind: type[BaseException]) -> bool:
