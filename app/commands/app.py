@@ -52,13 +52,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from app.cli import UserError
+    from app.commands.checks import input_file
     from app.windows.rank_window import is_rank_set
 
     paths = list(args.trace or [])
     ranks = is_rank_set(paths)
-    for path in paths:
-        if not path.is_file() and not ranks:
-            raise UserError(f"no such trace file: {path}")
+    if not ranks:
+        for path in paths:
+            input_file(path, "trace file")
     args.trace = paths[0] if len(paths) == 1 and not ranks else None
     if getattr(args, "model", None):
         from app.user_model import ModelSpec, UserCodeError
@@ -76,8 +77,7 @@ def run(args: argparse.Namespace) -> int:
         if paths:
             raise UserError("give either trace files or --compare A B, not both")
         for path in compare:
-            if not path.is_file():
-                raise UserError(f"no such trace file: {path}")
+            input_file(path, "trace file")
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 

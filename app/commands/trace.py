@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
 import sys
 from pathlib import Path
 
 from app.commands import ranks
+from app.commands.checks import SEED, float_between, input_file, output_file
 
 VALUE_DTYPES = ("float32", "float16", "bfloat16")
 
@@ -57,10 +57,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--value-cap-mb",
-        type=float,
+        type=float_between(0, 2**40, low_open=True),
         help="with --capture values: keep no copy of a tensor larger than this (MiB)",
     )
-    p.add_argument("--seed", type=int, default=0, help="weights seed for --preset (default 0)")
+    p.add_argument("--seed", type=SEED, default=0, help="weights seed for --preset (default 0)")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="trace file to write")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     ranks.add_arguments(p)
@@ -97,19 +97,6 @@ def load_user_model(args: argparse.Namespace):
         raise UserError(str(e)) from e
 
 
-def _check_output(path: Path) -> None:
-    """Fail before any work when the trace could not be written."""
-    from app.cli import UserError
-
-    if path.is_dir():
-        raise UserError(f"cannot write {path}: it is a folder")
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise UserError(f"cannot write {path}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise UserError(f"cannot write {path}: permission denied")
-
-
 def _load_model(args: argparse.Namespace, say) -> tuple[object, dict]:
     """The model to trace and a description of where it came from (for the meta)."""
     import torch
@@ -118,9 +105,7 @@ def _load_model(args: argparse.Namespace, say) -> tuple[object, dict]:
     from scratchformer import DecoderOnlyTransformer, ModelConfig, demo_model, load_checkpoint
 
     if args.checkpoint:
-        path = Path(args.checkpoint)
-        if not path.is_file():
-            raise UserError(f"checkpoint not found: {path}")
+        path = input_file(args.checkpoint, "checkpoint")
         return load_checkpoint(path), {"source": "checkpoint", "checkpoint": str(path)}
     if args.preset:
         if args.preset not in ModelConfig.PRESETS:
@@ -158,14 +143,12 @@ def _run(args: argparse.Namespace, output: Path) -> int:
             print(message, file=sys.stderr)
 
     # --- arguments, checked before any slow work
-    _check_output(output)
+    output_file(output)
     prompt = DEMO_PROMPT if args.prompt is None else args.prompt
     if not prompt:
         raise UserError("the prompt is empty; give some text with --prompt")
     if args.capture != "values" and (args.value_dtype or args.value_cap_mb is not None):
         raise UserError("--value-dtype and --value-cap-mb need --capture values")
-    if args.value_cap_mb is not None and args.value_cap_mb <= 0:
-        raise UserError("--value-cap-mb must be positive")
     options = {}
     if args.capture == "values":
         if args.value_dtype:
@@ -215,6 +198,12 @@ def _trace_and_save(model, inputs, kwargs, meta, args, options, output: Path) ->
         )
     except tracing.TraceError as e:
         trace, failure = e.trace, e
+    except KeyboardInterrupt as e:  # Ctrl-C: keep what was recorded, then stop
+        partial = getattr(e, "trace", None)
+        if partial is not None:
+            tracing.save(partial, output)
+            print(f"interrupted: the partial trace was saved to {output}", file=sys.stderr)
+        raise
     stages.update(1, stage="saving")
     tracing.save(trace, output)
     stages.update(1, stage="done")

@@ -8,11 +8,17 @@ A trace carries the text of its source files (``Trace.sources``): the pane shows
 embedded copy, the code that actually ran, and says so in a note when the file on disk
 differs (edited since) or is not there. The line that raised (``Trace.failure``) is
 marked in red, also when it is no op's line (a ``NameError``).
+
+A trace names its source files by path, and a trace opened from disk may come from
+anyone, so files on disk are read only through ``tracing.source_files`` (a regular
+``.py`` file of bounded size, nothing else: no devices, FIFOs or ``/etc/passwd``), and
+for a trace opened from a file (:meth:`SourceView.set_ask_before_reading`) a file it does
+not carry is shown only once the user has pressed "Show file from disk" for it: until
+then the pane shows the recorded line.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QRect, QSize, Qt
@@ -22,16 +28,16 @@ from PySide6.QtWidgets import (
     QPlainTextDocumentLayout,
     QPlainTextEdit,
     QTextEdit,
+    QToolButton,
     QWidget,
 )
 
 from app import theme
 from app.widgets.common import make_scroll_area_opaque
+from tracing.source_files import SourceRefused, read_source_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracing import SourceLocation
-
-DISK_LIMIT = 4 * 2**20  # larger files are not compared with the embedded copy
 
 
 class _Gutter(QWidget):
@@ -67,6 +73,22 @@ class SourceView(QPlainTextEdit):
             " padding: 2px 6px; border-radius: 3px; }"
         )
         self.note.hide()
+        self._refused: dict[str, str] = {}  # file -> why it is not read from disk
+        self.ask_before_reading = False
+        self._confirmed: set[str] = set()
+        self._pending: SourceLocation | None = None  # waiting for "Show file from disk"
+        self.show_file_button = QToolButton(self)
+        self.show_file_button.setText("Show file from disk")
+        self.show_file_button.setToolTip(
+            "This trace was opened from a file and names this source file; read it from "
+            "this computer's disk"
+        )
+        self.show_file_button.setStyleSheet(
+            f"QToolButton {{ background: {theme.TOOLTIP}; color: {theme.CURRENT};"
+            " padding: 3px 8px; border-radius: 3px; }"
+        )
+        self.show_file_button.clicked.connect(self.confirm_pending)
+        self.show_file_button.hide()
         self._placeholder = self._make_document("")
         self.setDocument(self._placeholder)
         self.current_file: str | None = None
@@ -102,17 +124,55 @@ class SourceView(QPlainTextEdit):
             return ""
         state = self._disk_state.get(file)
         if state is None:
-            path = Path(file)
             try:
-                if not path.is_file() or path.stat().st_size > DISK_LIMIT:
-                    state = "missing"
-                else:
-                    disk = path.read_text(encoding="utf-8", errors="replace")
-                    state = "same" if disk == self._embedded[file] else "differs"
-            except (OSError, ValueError):
+                disk = read_source_file(file)
+            except SourceRefused:
                 state = "missing"
+            else:
+                state = "same" if disk == self._embedded[file] else "differs"
             self._disk_state[file] = state
         return state
+
+    def set_ask_before_reading(self, ask: bool) -> None:
+        """``True`` for a trace opened from a file: read a source file it names (and does
+        not carry) only after the user confirms it, one press per file. Forgets what was
+        read before."""
+        self.ask_before_reading = ask
+        self._confirmed.clear()
+        self._documents.clear()
+        self._refused.clear()
+        self._pending = None
+        self.show_file_button.hide()
+
+    def confirm_pending(self) -> None:
+        """The user pressed "Show file from disk": read the pending file and show it."""
+        source = self._pending
+        if source is None:
+            return
+        self._confirmed.add(source.file)
+        self._pending = None
+        self.show_file_button.hide()
+        self.current_file = self.current_line = None
+        self.show_location(source, self.failed_line)
+
+    def _set_pending(self, source: SourceLocation | None) -> None:
+        self._pending = source
+        if source is None or source.file in self._refused:
+            self.show_file_button.hide()
+            return
+        self._place_button()
+        self.show_file_button.show()
+        self.show_file_button.raise_()
+
+    def _place_button(self) -> None:
+        hint = self.show_file_button.sizeHint()
+        area = self.viewport().geometry()  # bottom right: the recorded line stays readable
+        self.show_file_button.setGeometry(
+            area.right() - hint.width() - 8,
+            area.bottom() - hint.height() - 6,
+            hint.width(),
+            hint.height(),
+        )
 
     def _update_note(self, file: str | None) -> None:
         state = self.disk_state(file) if file else ""
@@ -130,12 +190,13 @@ class SourceView(QPlainTextEdit):
 
     def _document_for(self, file: str) -> QTextDocument | None:
         doc = self._documents.get(file)
-        if doc is None:
+        if doc is None and file not in self._refused:
             text = self._embedded.get(file)
             if text is None:
                 try:
-                    text = Path(file).read_text(encoding="utf-8", errors="replace")
-                except (OSError, ValueError):
+                    text = read_source_file(file)
+                except SourceRefused as e:
+                    self._refused[file] = str(e)
                     return None
             doc = self._make_document(text)
             self._documents[file] = doc
@@ -149,11 +210,21 @@ class SourceView(QPlainTextEdit):
             self.current_line = None  # same line, other colour: highlight again
         self._update_note(source.file if source is not None else None)
         if source is None:
+            self._set_pending(None)
             self._show_text("# no source line recorded for this step", None)
             return
-        doc = self._document_for(source.file) if source.file else None
+        file = source.file
+        asking = self.ask_before_reading and file not in self._embedded
+        if asking and file and file not in self._confirmed and file not in self._refused:
+            self._set_pending(source)
+            where = f"# {file}:{source.line} (not read until you ask)\n"
+            self._show_text(where + (source.text or ""), 2 if source.text else None)
+            return
+        self._set_pending(None)
+        doc = self._document_for(file) if file else None
         if doc is None or source.line < 1 or source.line > doc.blockCount():
-            where = f"# {source.file}:{source.line} (file not available here)\n"
+            why = self._refused.get(file) or "file not available here"
+            where = f"# {file}:{source.line} ({why})\n"
             self._show_text(where + (source.text or ""), 2 if source.text else None)
             return
         if self.document() is not doc:
@@ -225,6 +296,7 @@ class SourceView(QPlainTextEdit):
         super().resizeEvent(event)
         cr = self.contentsRect()
         self._gutter.setGeometry(QRect(cr.left(), cr.top(), self.gutter_width(), cr.height()))
+        self._place_button()
 
     def paint_gutter(self, event) -> None:
         painter = QPainter(self._gutter)
