@@ -94,6 +94,7 @@ class TraceRequest:
     prompt: str
     source: ModelSource = field(default_factory=ModelSource)
     capture: str = DEFAULT_CAPTURE
+    edits: tuple = ()  # tracing.edits.Edit objects applied while tracing (app.edit_session)
 
 
 # --------------------------------------------------------------------------- models
@@ -212,8 +213,13 @@ def run_trace(
     }
     handle = torch.nn.modules.module.register_module_forward_pre_hook(pre_hook)
     try:
-        trace = tracing.trace(model, ids, capture=request.capture, meta=meta)
+        edits = list(request.edits) or None
+        trace = tracing.trace(model, ids, capture=request.capture, meta=meta, edits=edits)
+    except tracing.edits.EditError as e:
+        raise SessionError(f"The edit cannot run: {e}") from e
     except tracing.TraceError as e:
+        if _caused_by(e, tracing.edits.EditError):
+            raise SessionError(f"The edit cannot run: {e.__cause__ or e}") from e
         if _caused_by(e, Cancelled):
             return TraceOutcome(e.trace, "cancelled", "Tracing was cancelled.")
         return TraceOutcome(e.trace, "failed", str(e))

@@ -141,36 +141,56 @@ def logit_difference(
 
 def head_sites(trace) -> list[tuple[Site, int]]:
     """(site, output index) of each attention layer's per-head output ``(B, H, T, D)``, in
-    the order they ran: the op that multiplies an attention map with the values (or the
-    fused attention call that made the map), as its module's output when it returns it."""
-    steps = trace.steps
+    the order they ran (see :func:`head_site_for_map`)."""
+    consumers = _consumers(trace)
     found: list[tuple[Site, int]] = []
-    seen: set[int] = set()
+    for rec in trace.tensors:
+        if rec.role == "attention" and rec.producer is not None:
+            site = _head_site(trace, rec, consumers)
+            if site is not None and site not in found:
+                found.append(site)
+    return found
+
+
+def head_site_for_map(trace, step_index: int) -> tuple[Site, int] | None:
+    """(site, output index) of the per-head output made from the attention map that step
+    ``step_index`` computed (a softmax, a fused attention call); None if there is none."""
+    step = trace.steps[step_index]
+    for rid in step.outputs:
+        rec = trace.tensor(rid)
+        if rec.role == "attention":
+            return _head_site(trace, rec, _consumers(trace))
+    return None
+
+
+def _consumers(trace) -> dict[int, list]:
     consumers: dict[int, list] = {}
-    for s in steps:
+    for s in trace.steps:
         for rid in s.inputs:
             consumers.setdefault(rid, []).append(s)
-    for rec in trace.tensors:
-        if rec.role != "attention" or rec.producer is None:
-            continue
-        producer = steps[rec.producer]
-        if producer.kind == "op" and producer.op in ("scaled_dot_product_attention",):
-            step = producer  # fused: its first output is already per head
-        else:
-            mixes = [c for c in consumers.get(rec.id, ()) if c.op in ("matmul", "bmm", "einsum")]
-            if not mixes:
-                continue
-            step = mixes[0]
-        if step.index in seen or not step.outputs:
-            continue
-        seen.add(step.index)
-        out = step.outputs[0]
-        parent = steps[step.parent] if step.parent is not None else None
-        if parent is not None and out in parent.outputs:  # the module returns it: cheaper
-            found.append((step_site(trace, parent), parent.outputs.index(out)))
-        else:
-            found.append((step_site(trace, step), 0))
-    return found
+    return consumers
+
+
+def _head_site(trace, rec, consumers: dict[int, list]) -> tuple[Site, int] | None:
+    """The op that multiplies an attention map with the values (or the fused attention
+    call that made the map), as its module's output when the module returns it (a module
+    site needs no op instrument, so patching it is cheaper)."""
+    steps = trace.steps
+    producer = steps[rec.producer]
+    if producer.kind == "op" and producer.op == "scaled_dot_product_attention":
+        step = producer  # fused: its first output is already per head
+    else:
+        mixes = [c for c in consumers.get(rec.id, ()) if c.op in ("matmul", "bmm", "einsum")]
+        if not mixes:
+            return None
+        step = mixes[0]
+    if not step.outputs:
+        return None
+    out = step.outputs[0]
+    parent = steps[step.parent] if step.parent is not None else None
+    if parent is not None and out in parent.outputs:
+        return step_site(trace, parent), parent.outputs.index(out)
+    return step_site(trace, step), 0
 
 
 def block_sites(trace) -> list[Site]:
@@ -337,6 +357,7 @@ def sweep(
 __all__ = [
     "SweepResult",
     "block_sites",
+    "head_site_for_map",
     "head_sites",
     "logit_difference",
     "output_logits",

@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 
 from app import session
 from app.diagram.view import DiagramView
-from app.panels import breakpoints, generation, lens
+from app.panels import breakpoints, edits, generation, lens
 from app.panels.inspector import Inspector
 from app.panels.module_tree import ModuleTree
 from app.panels.source import SourceView
@@ -83,6 +83,10 @@ class MainWindow(QMainWindow):
         self.job: TraceJob | None = None
         self.progress_dialog: QProgressDialog | None = None
         self._last_prompt = ""
+        # how the shown trace was made, when it came from a live model (edits re-run it);
+        # None for a trace opened from a file
+        self.trace_request: session.TraceRequest | None = None
+        self._pending_request: session.TraceRequest | None = None
 
         # ---- panes
         self.tree = ModuleTree(self)
@@ -138,6 +142,7 @@ class MainWindow(QMainWindow):
         self.breakpoints_dock = breakpoints.attach(self)
         self.lens_dock = lens.attach(self)
         self.generation = generation.attach(self)
+        self.edits = edits.attach(self)
         self.set_trace(None)
 
     # --------------------------------------------------------------------- actions
@@ -450,6 +455,7 @@ class MainWindow(QMainWindow):
         except session.SessionError as e:
             dialogs.show_error(self, "Cannot open trace", str(e))
             return False
+        self.trace_request = None  # no live model behind a file
         self.set_trace(trace, path=path)
         self._remember(path)
         self.statusBar().showMessage(f"Opened {path}", 4000)
@@ -612,6 +618,7 @@ class MainWindow(QMainWindow):
         except session.SessionError as e:
             dialogs.show_error(self, "Cannot load the demo", str(e))
             return
+        self._pending_request = request
         self._on_trace_finished(outcome)
 
     def start_trace(self, request: session.TraceRequest) -> TraceJob | None:
@@ -621,6 +628,7 @@ class MainWindow(QMainWindow):
             return None
         job = TraceJob(request)
         self.job = job
+        self._pending_request = request
         self.progress_dialog = dialogs.cancellable_progress(
             self, "Tracing the forward pass…", "New trace", 100, job.cancel
         )
@@ -657,6 +665,7 @@ class MainWindow(QMainWindow):
         if outcome.trace is None:
             dialogs.show_error(self, "Tracing failed", outcome.message or "No trace was recorded.")
             return
+        self.trace_request = self._pending_request
         self.set_trace(outcome.trace, path=None, start=outcome.start_step)
         if outcome.status == "failed":
             step = outcome.trace.steps[self.current] if outcome.trace.steps else None
