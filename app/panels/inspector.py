@@ -42,6 +42,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import theme
 from app.panels.attention import AttentionPanel
 from app.widgets.heatmap import ElidedLabel, HeatmapView, LayoutFirewall
 from app.widgets.shape_table import ShapeTableModel, format_number
@@ -379,7 +380,7 @@ class Inspector(QWidget):
         if stats is not None:
             nonfinite = f"NaN {stats.nan} · Inf {stats.inf}"
             if stats.has_nonfinite:
-                nonfinite = f"<span style='color:#d62728'><b>{nonfinite}</b></span>"
+                nonfinite = f"<span style='color:{theme.NONFINITE}'><b>{nonfinite}</b></span>"
             lines.append(
                 f"min {format_number(stats.min)} · max {format_number(stats.max)} · "
                 f"mean {format_number(stats.mean)} · std {format_number(stats.std)} · " + nonfinite

@@ -32,7 +32,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyqtgraph as pg
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
 from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import (
@@ -46,7 +45,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.widgets.heatmap import PROBABILITY_CMAP, HeatmapView
+from app import theme
+from app.theme import PROBABILITY_CMAP
+from app.widgets.heatmap import HeatmapView, colormap
 from app.widgets.tensor_view import token_label
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -93,7 +94,7 @@ class LensTableModel(QAbstractTableModel):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.lens: LensResult | None = None
-        self._cmap = pg.colormap.get(PROBABILITY_CMAP)
+        self._cmap = colormap(PROBABILITY_CMAP)
         self._bold = QFont()
         self._bold.setBold(True)
 
@@ -138,7 +139,8 @@ class LensTableModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.BackgroundRole:
             return self._colour(prob)
         if role == Qt.ItemDataRole.ForegroundRole:
-            return QColor("#111318") if self._colour(prob).lightness() > 140 else QColor("#f2f4f8")
+            dark_text = self._colour(prob).lightness() > 140
+            return QColor(theme.TEXT_ON_LIGHT if dark_text else theme.TEXT_ON_DARK)
         if role == Qt.ItemDataRole.FontRole:
             return self._bold if hit else None
         if role == Qt.ItemDataRole.TextAlignmentRole:
@@ -247,10 +249,6 @@ class LensView(QWidget):
         self.grid.setShowGrid(True)
         self.grid.setWordWrap(False)
         self.grid.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.grid.setStyleSheet(
-            "QTableView#lensGrid { gridline-color: #1b1d23; }"
-            "QTableView#lensGrid QTableCornerButton::section { background: #1f2229; border: none; }"
-        )
         self.grid.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         self.grid.horizontalHeader().setMinimumSectionSize(80)
         self.grid.verticalHeader().setDefaultSectionSize(self.grid.fontMetrics().height() + 10)
@@ -478,7 +476,6 @@ def attach(window):
     ``id(trace)`` to a model already at hand (a traced generation fills it). A trace opened
     from a file has no model, and the dock says so.
     """
-    from PySide6.QtGui import QKeySequence
     from PySide6.QtWidgets import QDockWidget
 
     from app import session
@@ -487,10 +484,6 @@ def attach(window):
     dock.setObjectName("lensDock")
     view = LensView(dock)
     dock.setWidget(view)
-    window.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, dock)
-    dock.hide()
-    if not hasattr(window, "trace_models"):
-        window.trace_models = {}
 
     def model_factory_for(trace):
         if trace is None or getattr(window, "trace_path", None) is not None:
@@ -512,13 +505,12 @@ def attach(window):
 
     window.traceChanged.connect(on_trace_changed)
     on_trace_changed()
-    toggle = dock.toggleViewAction()
-    toggle.setText("&Lens (logit lens, heads)")
-    toggle.setShortcut(QKeySequence("Ctrl+L"))
-    toggle.setStatusTip("What each layer predicts, and what each head writes")
-    window.addAction(toggle)
-    for action in window.menuBar().actions():
-        if action.text().replace("&", "") == "View" and action.menu() is not None:
-            action.menu().addAction(toggle)
+    window.add_dock(
+        dock,
+        Qt.DockWidgetArea.BottomDockWidgetArea,
+        "&Lens (logit lens, heads)",
+        shortcut="Ctrl+L",
+        tip="What each layer predicts, and what each head writes",
+    )
     dock.view = view
     return dock

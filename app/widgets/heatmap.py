@@ -44,15 +44,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.theme import PROBABILITY_CMAP, SEQUENTIAL_CMAP, SIGNED_CMAP, SIGNED_CMAP_DARK
+
 Scale = Literal["auto", "signed", "sequential", "probability"]
 
 MAX_DISPLAY = 768
 """Largest number of pixels per axis handed to the image; bigger matrices are strided."""
-
-SIGNED_CMAP = "CET-D1"  # blue - white - red, perceptually uniform, for data centred on 0
-SIGNED_CMAP_DARK = "CET-D4"  # blue - black - red: the same idea for a dark theme
-SEQUENTIAL_CMAP = "viridis"  # for non-negative data
-PROBABILITY_CMAP = "inferno"  # for attention probabilities (0..1)
 
 
 def display_stride(n: int, limit: int = MAX_DISPLAY) -> int:
@@ -82,7 +79,8 @@ def token_ticks(
     return [[(i + 0.5, labels[i]) for i in range(start, stop, every)]]
 
 
-def _colormap(name: str) -> pg.ColorMap:
+def colormap(name: str) -> pg.ColorMap:
+    """The pyqtgraph colour map called ``name`` (the theme's ``*_CMAP``), built once."""
     cmap = _CMAP_CACHE.get(name)
     if cmap is None:
         cmap = _CMAP_CACHE[name] = pg.colormap.get(name)
@@ -445,7 +443,7 @@ class HeatmapView(QWidget):
         self._plot.addItem(self._image)
         self._colorbar = ColourBar(
             values=(0.0, 1.0),
-            colorMap=_colormap(SEQUENTIAL_CMAP),
+            colorMap=colormap(SEQUENTIAL_CMAP),
             width=12,
             interactive=False,
         )
@@ -580,7 +578,7 @@ class HeatmapView(QWidget):
             self._image_rect = rect
             self._image.setRect(rect)
         if cmap_name != self._cmap_name:
-            self._colorbar.setColorMap(_colormap(cmap_name))
+            self._colorbar.setColorMap(colormap(cmap_name))
             self._cmap_name = cmap_name
         if tuple(self._colorbar.levels()) != tuple(levels):  # same levels: no axis repaint
             self._colorbar.setLevels(levels)
