@@ -59,11 +59,12 @@ def write_png(result, path: Path, title: str) -> None:
     """Render the heatmap without a screen (Qt's offscreen platform when there is none)."""
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from PySide6.QtGui import QGuiApplication
+    from PySide6.QtWidgets import QApplication
 
     from app.widgets.sweep_heatmap import sweep_image
 
-    _app = QGuiApplication.instance() or QGuiApplication(["scratchformer"])
+    # a QApplication (not a QGuiApplication): a later widget in this process needs one
+    _app = QApplication.instance() or QApplication(["scratchformer"])
     if not sweep_image(result, title).save(str(path), "PNG"):
         from app.cli import UserError
 

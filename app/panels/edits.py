@@ -36,7 +36,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import edit_session
+from app import edit_session, theme
 from app.session import SessionError
 from app.windows import dialogs
 from app.workers import BackgroundJob, JobWithProgress
@@ -118,7 +118,13 @@ def prediction_card(rows: list[edit_session.PredictionRow] | None) -> QLabel:
         "<th align='right'>after&nbsp;</th><th align='right'>change</th></tr>"
     ]
     for r in rows:
-        colour = "#7bd88f" if r.change > 0.005 else "#ff7b72" if r.change < -0.005 else "#9aa3b2"
+        colour = (
+            theme.RESIDUAL_EDGE
+            if r.change > 0.005
+            else theme.ERROR_TEXT
+            if r.change < -0.005
+            else theme.TEXT_MUTED
+        )
         cells.append(
             f"<tr><td><code>{html.escape(repr(r.label), quote=False)}</code></td>"
             f"<td align='right'>{r.before:.1%}&nbsp;</td><td align='right'>{r.after:.1%}&nbsp;</td>"

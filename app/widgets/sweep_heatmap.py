@@ -18,8 +18,8 @@ from PySide6.QtWidgets import QSizePolicy, QWidget
 from app import theme
 from tracing.patching import SweepResult
 
-_POSITIVE = QColor(theme.HIGHLIGHT)
-_NEGATIVE = QColor("#5fa8ff")
+_POSITIVE = QColor(theme.CURRENT)
+_NEGATIVE = QColor(theme.TEXT_SHAPE)
 _ZERO = QColor(theme.BOX_FILL)
 _MARGIN = 12
 
@@ -88,10 +88,10 @@ def paint_sweep(painter: QPainter, result: SweepResult, title: str = "") -> None
     values = result.values
     n_rows, n_cols = values.shape
     cell = layout.cell
-    painter.setPen(theme.TEXT)
+    painter.setPen(QColor(theme.TEXT))
     heading, metric = _heading(result, title)
     painter.drawText(QRectF(_MARGIN, _MARGIN, 2000, layout.line), heading)
-    painter.setPen(theme.TEXT_MUTED)
+    painter.setPen(QColor(theme.TEXT_MUTED))
     painter.drawText(QRectF(_MARGIN, _MARGIN + layout.line, 2000, layout.line), metric)
     # column labels, rotated so long ones fit
     for j, label in enumerate(result.columns):
@@ -105,7 +105,7 @@ def paint_sweep(painter: QPainter, result: SweepResult, title: str = "") -> None
     small.setPointSizeF(max(6.0, font.pointSizeF() * 0.8))
     for i, label in enumerate(result.rows):
         y = layout.top + i * cell
-        painter.setPen(theme.TEXT_MUTED)
+        painter.setPen(QColor(theme.TEXT_MUTED))
         painter.drawText(
             QRectF(_MARGIN, y, layout.row_width - 8, cell),
             Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
@@ -118,7 +118,9 @@ def paint_sweep(painter: QPainter, result: SweepResult, title: str = "") -> None
             value = float(values[i, j])
             if show_numbers and not math.isnan(value):
                 painter.setFont(small)
-                painter.setPen(QColor("#111111") if colour.lightness() > 140 else theme.TEXT)
+                painter.setPen(
+                    QColor(theme.TEXT_ON_LIGHT if colour.lightness() > 140 else theme.TEXT)
+                )
                 painter.drawText(rect, Qt.AlignmentFlag.AlignCenter, f"{value:.2f}")
                 painter.setFont(font)
     # legend
@@ -131,7 +133,7 @@ def paint_sweep(painter: QPainter, result: SweepResult, title: str = "") -> None
             QRectF(layout.left + k * width / steps, y, width / steps + 1, layout.line * 0.6),
             effect_colour(x),
         )
-    painter.setPen(theme.TEXT_MUTED)
+    painter.setPen(QColor(theme.TEXT_MUTED))
     painter.drawText(QRectF(layout.left, y + layout.line * 0.7, 2000, layout.line), _LEGEND)
 
 
@@ -142,7 +144,7 @@ def sweep_image(result: SweepResult, title: str = "", scale: float = 2.0) -> QIm
         round(size.width() * scale), round(size.height() * scale), QImage.Format.Format_RGB32
     )
     image.setDevicePixelRatio(scale)
-    image.fill(theme.BACKGROUND)
+    image.fill(QColor(theme.BACKGROUND))
     painter = QPainter(image)
     painter.setRenderHint(QPainter.RenderHint.Antialiasing)
     painter.setRenderHint(QPainter.RenderHint.TextAntialiasing)
@@ -173,9 +175,9 @@ class SweepHeatmap(QWidget):
 
     def paintEvent(self, event) -> None:
         painter = QPainter(self)
-        painter.fillRect(self.rect(), theme.BACKGROUND)
+        painter.fillRect(self.rect(), QColor(theme.BACKGROUND))
         if self.result is None:
-            painter.setPen(theme.TEXT_MUTED)
+            painter.setPen(QColor(theme.TEXT_MUTED))
             painter.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter, "no sweep yet")
         else:
             painter.setRenderHint(QPainter.RenderHint.TextAntialiasing)
