@@ -412,7 +412,7 @@ class RankCapture:
         if kwargs and isinstance(kwargs.get("group_name"), str):
             group_name = kwargs["group_name"]
         group, ranks = group_description(group_name)
-        name = self.tracer._steps[index][2]
+        name = self.tracer._steps[index].op
         entry = {"op": name, "api": "functional", "group": group, "ranks": ranks, "step": index}
         reduce_op = next((a for a in args[1:] if isinstance(a, str) and a != group_name), None)
         if reduce_op is not None and "reduce" in name:
