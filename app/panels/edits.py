@@ -326,6 +326,11 @@ class EditsController(QObject):
         edits_label.setWordWrap(True)
         edits_label.setObjectName("hint")
         compare.add_card("Edits", edits_label)
+        heads = [e.head for e in self.active_edits() if isinstance(e.head, int)]
+        if heads:  # A − B on the edited head, not on head 0
+            for spin in compare.slice_bar.spins:
+                if spin.toolTip().startswith("index along axis H "):
+                    spin.setValue(heads[0])
         compare.setWindowFlag(Qt.WindowType.Window, True)
         compare.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose, True)
         compare.destroyed.connect(lambda _o=None, c=compare: self._forget(c))
