@@ -15,6 +15,7 @@ from PySide6.QtGui import QColor, QFontDatabase, QPainter, QTextCursor, QTextDoc
 from PySide6.QtWidgets import QPlainTextDocumentLayout, QPlainTextEdit, QTextEdit, QWidget
 
 from app import theme
+from app.widgets.common import make_scroll_area_opaque
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracing import SourceLocation
@@ -49,13 +50,8 @@ class SourceView(QPlainTextEdit):
         self.current_line: int | None = None
         self._gutter = _Gutter(self)
         self._gutter.setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent)
-        from app.panels.step_bar import make_opaque
-
         # scrolling to the line happens on every step: keep those repaints inside this pane
-        for part in (self, self.verticalScrollBar(), self.horizontalScrollBar(),
-                     *self.findChildren(QWidget, "qt_scrollarea_vcontainer"),
-                     *self.findChildren(QWidget, "qt_scrollarea_hcontainer")):  # fmt: skip
-            make_opaque(part, QColor(theme.SOURCE_BACKGROUND))
+        make_scroll_area_opaque(self, QColor(theme.SOURCE_BACKGROUND))
         self.blockCountChanged.connect(self._update_gutter_width)
         self.updateRequest.connect(self._update_gutter)
         self._update_gutter_width()

@@ -9,7 +9,7 @@ the named signals (``stepOverRequested``...) leave the rule to the window, which
 from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QFont, QPainter, QPalette
+from PySide6.QtGui import QColor, QFont, QPainter
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QSizePolicy,
@@ -22,14 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import theme
-
-
-def make_opaque(widget: QWidget, colour: QColor) -> None:
-    """Fill the widget's background itself, so updating it does not repaint its parents."""
-    palette = widget.palette()
-    palette.setColor(QPalette.ColorRole.Window, colour)
-    widget.setPalette(palette)
-    widget.setAutoFillBackground(True)
+from app.widgets.common import make_opaque
 
 
 class TextLine(QWidget):
