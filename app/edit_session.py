@@ -228,6 +228,12 @@ def run_sweep(
 
     from tracing.patching import sweep
 
+    if request.base.source.kind == "file":
+        raise SessionError(
+            "A sweep patches one prompt's run into another's, so it needs a model that "
+            "reads the prompt (the demo, a preset, a checkpoint). For your own model call "
+            "tracing.patching.sweep(model, clean_inputs, corrupted_inputs) from Python."
+        )
     model, tokenizer = build_model(request.base.source)
     clean = encode_prompt(tokenizer, request.clean, model)
     corrupted = encode_prompt(tokenizer, request.corrupted, model)
