@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tracing import Trace
     from tracing.patching import SweepResult
 
-ACTIONS = ("zero", "mean", "scale", "patch")
+ACTIONS = ("zero", "mean", "scale", "patch", "patch_file")
 """The edit actions the app offers, in menu order."""
 
 
@@ -72,7 +72,7 @@ def make_action(kind: str, scale: float = 0.0, source: Any = None) -> Action:
         return MeanAblate("positions")
     if kind == "scale":
         return Scale(float(scale))
-    if kind == "patch":
+    if kind in ("patch", "patch_file"):
         if source is None:
             raise SessionError("Patch needs the other trace to take values from.")
         return source if isinstance(source, PatchFromPrompt) else Patch(source)

@@ -76,6 +76,11 @@ def bench_sweep(rounds: int, tokens: int) -> None:
             result = sweep(model, clean, corrupted, over="heads")
             sweep_times.append(time.perf_counter() - start)
             assert result.runs == n
+            print(
+                f"  round {len(sweep_times)}: plain {plain_times[-1]:.2f} s, sweep "
+                f"{sweep_times[-1]:.2f} s, {sweep_times[-1] / plain_times[-1]:.3f}x",
+                flush=True,
+            )
     plain, swept = statistics.median(plain_times), statistics.median(sweep_times)
     print(f"  {n} plain forwards {plain:7.2f} s   (each round: {_list(plain_times)})")
     print(f"  sweep over heads  {swept:7.2f} s   (each round: {_list(sweep_times)})")

@@ -48,11 +48,12 @@ def _head_menu_edit(window, layer: int, head: int):
     map_step = attention.step_for_layer(layer)
     menu = window.edits.head_menu(map_step, head)
     texts = [a.text() for a in menu.actions() if a.text()]
-    assert texts[-4:] == [
+    assert texts[-5:] == [
         "Zero",
         "Mean-ablate (mean over positions)",
         "Scale…",
         "Patch from another prompt…",
+        "Patch from a trace file…",
     ]
     return map_step, lambda action: edit_session.edit_for_head(window.trace, map_step, head, action)
 
@@ -101,6 +102,28 @@ def test_box_menu_edits_that_step(window, errors):
     assert window.edits.enabled == [False]
     assert not window.edits.run(background=False)
     assert "No edit is enabled" in errors[-1][1]
+
+
+def test_patch_from_a_trace_file_restores_the_clean_prediction(
+    window, errors, tmp_path, monkeypatch
+):
+    """Patch the last block from a saved trace of another prompt: the clean run's logits."""
+    from PySide6.QtWidgets import QFileDialog
+
+    import tracing
+
+    model = scratchformer.demo_model()
+    ids = torch.tensor([scratchformer.ByteTokenizer().encode("workplay|yalp")])
+    other = tracing.trace(model, ids, capture="values")
+    path = tmp_path / "other.trace"
+    other.save(path)
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(path), ""))
+    index = window.trace.module_steps("blocks.1")[0].index
+    make = lambda a: edit_session.edit_for_step(window.trace, index, a)  # noqa: E731
+    assert window.edits.apply("patch_file", make, background=False), errors
+    edited = window.edits.last_compare.trace_b
+    root = edited.steps[0]
+    assert torch.equal(edited.value(root.outputs[0]), other.value(other.steps[0].outputs[0]))
 
 
 def test_trace_from_file_says_what_is_missing(window, errors, tmp_path):

@@ -20,7 +20,8 @@ import os
 import sys
 from pathlib import Path
 
-from app.commands.trace import _check_output, _load_model
+from app.commands.checks import output_file
+from app.commands.trace import _load_model
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -85,11 +86,8 @@ def run(args: argparse.Namespace) -> int:
         if not quiet:
             print(message, file=sys.stderr)
 
-    output = Path(args.output)
-    _check_output(output)
-    png = Path(args.png) if args.png else None
-    if png is not None:
-        _check_output(png)
+    output = output_file(args.output)
+    png = output_file(args.png) if args.png else None
     tok = ByteTokenizer()
     clean, corrupted = tok.encode(args.clean), tok.encode(args.corrupted)
     if not clean or not corrupted:

@@ -52,6 +52,7 @@ MENU_TEXT = {
     "mean": "Mean-ablate (mean over positions)",
     "scale": "Scale…",
     "patch": "Patch from another prompt…",
+    "patch_file": "Patch from a trace file…",
 }
 
 
@@ -230,6 +231,10 @@ class EditsController(QObject):
             if not ok or not prompt:
                 return False
             source = edit_session.PatchFromPrompt(prompt)
+        elif kind == "patch_file":
+            source = self._choose_trace_file()
+            if source is None:
+                return False
         try:
             edit = make(edit_session.make_action(kind, scale, source))
         except (SessionError, EditError) as e:
@@ -237,6 +242,26 @@ class EditsController(QObject):
             return False
         self.add(edit)
         return self.run(background=background)
+
+    def _choose_trace_file(self):
+        """A values trace file of the same model to patch from (None: cancelled or bad)."""
+        from PySide6.QtWidgets import QFileDialog
+
+        from app import session
+
+        path, _ = QFileDialog.getOpenFileName(
+            self.window,
+            "Patch from a trace file (captured at values)",
+            "",
+            "Trace files (*.safetensors *.sftrace *.sft *.trace);;All files (*)",
+        )
+        if not path:
+            return None
+        try:
+            return session.open_trace(path)
+        except session.SessionError as e:
+            dialogs.show_error(self.window, "Cannot patch from that file", str(e))
+            return None
 
     def add(self, edit: Edit) -> None:
         self.edits.append(edit)
@@ -405,5 +430,11 @@ def attach(window) -> EditsController:
     menu.addAction(rerun)
     menu.addAction(toggle)
     controller.menu = menu
+    # right-click on the step bar's status line: the current step's menu
+    status = window.step_bar.status
+    status.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+    status.customContextMenuRequested.connect(
+        lambda pos: controller.show_step_menu(window.current, status.mapToGlobal(pos))
+    )
     controller._on_trace_changed()
     return controller
