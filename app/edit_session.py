@@ -126,7 +126,8 @@ def run_edits(
         action = edit.action
         if isinstance(action, PatchFromPrompt) and action.source is None:
             action.source = trace_prompt(request.base, action.prompt, cancel)
-    base = replace(request.base, capture="values", edits=tuple(request.edits))
+    # the forward only (a training step's trace is compared on its forward steps)
+    base = replace(request.base, capture="values", edits=tuple(request.edits), training=False)
     outcome = run_trace(base, progress=progress, cancel=cancel)
     if outcome.status == "failed" and outcome.trace is not None:
         outcome.message = outcome.message or "the edited forward pass raised"
@@ -135,7 +136,8 @@ def run_edits(
 
 def trace_prompt(base: TraceRequest, prompt: str, cancel=None) -> Trace:
     """The same model on another prompt, at ``values`` (a source for Patch)."""
-    outcome = run_trace(replace(base, prompt=prompt, capture="values", edits=()), cancel=cancel)
+    other = replace(base, prompt=prompt, capture="values", edits=(), training=False)
+    outcome = run_trace(other, cancel=cancel)
     if outcome.trace is None or outcome.status != "complete":
         raise SessionError(outcome.message or f"cannot trace {prompt!r}")
     return outcome.trace

@@ -17,8 +17,6 @@ from app import session
 from app.windows import dialogs
 from app.windows.main_window import MainWindow, install_excepthook
 
-pytestmark = pytest.mark.gui
-
 
 @pytest.fixture
 def errors(monkeypatch):
