@@ -58,7 +58,7 @@ from tracing.record import (
     Trace,
 )
 from tracing.source import caller_location, location_from_traceback
-from tracing.stats import tensor_stats
+from tracing.stats import StatsCollector
 
 DEFAULT_VALUE_CAP = 64 * 2**20
 """Bytes: a tensor larger than this (after any ``value_dtype`` downcast) keeps no copy."""
@@ -773,6 +773,7 @@ class Tracer:
         self._mode = None
         self._skipped_values = 0
         self._attention_types: dict[str, bool] = {}
+        self._stats = StatsCollector()
 
     # ---- tensor records
 
@@ -836,7 +837,7 @@ class Tracer:
                     self._values[key_] = value
                     record[4] = key_
         if record[3] is None:
-            record[3] = tensor_stats(t)
+            record[3] = self._stats.add(t)  # on an accelerator: pending, no sync
         if self._want_values and record[4] is None:
             self._keep_value(rid, t)
         return rid
@@ -1044,7 +1045,7 @@ class Tracer:
             shape, dtype, device, stats, key, producer, role = self._tensors[rid][:7]
             record = TensorRecord(
                 id=rid, shape=tuple(shape), dtype=_dtype_name(dtype), device=_device_name(device),
-                stats=stats,
+                stats=self._stats.resolve(stats),  # a breakpoint pays for its sync
                 value_key=key, producer=producer, role=role,
             )  # fmt: skip
             records.append(record)
@@ -1141,7 +1142,10 @@ class Tracer:
         named = namer.named_cache()  # (shape, context) -> dims, filled by namer() calls
         unseen = dims_mod.UNSEEN
         dtypes, devices = _DTYPE_NAMES, _DEVICE_NAMES
+        self._stats.finish()  # every statistic still on a device comes back at once
+        resolve = self._stats.resolve
         for rid, (size, dtype, device, stats, key, producer, role) in enumerate(self._tensors):
+            stats = resolve(stats)
             shape = tuple(size)
             dtype = dtypes.get(dtype) or _dtype_name(dtype)
             device = devices.get(device) or _device_name(device)
