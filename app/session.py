@@ -1,7 +1,7 @@
 """What the debugger does, without the windows: load a demo, trace a prompt, open a file, step.
 
 Everything here is plain Python so it can be tested without a display. The Qt layer
-(``app.main_window``) calls these functions and turns their errors into dialogs.
+(``app.windows.main_window``) calls these functions and turns their errors into dialogs.
 
 Three ways a trace arrives:
 

@@ -62,7 +62,8 @@ def main() -> int:
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
-    from app.main_window import MainWindow, apply_theme
+    from app.theme import apply_theme
+    from app.windows.main_window import MainWindow
 
     apply_theme(app)
     with tempfile.TemporaryDirectory() as tmp:

@@ -40,7 +40,7 @@ def main() -> int:
     from PySide6.QtWidgets import QApplication
 
     import tracing
-    from app.inspector import Inspector
+    from app.panels.inspector import Inspector
 
     app = QApplication.instance() or QApplication([])
 

@@ -39,8 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtCore import QCoreApplication, QEvent
     from PySide6.QtWidgets import QApplication
 
-    from app.heatmap import HeatmapView
-    from app.tensor_view import token_label
+    from app.widgets.heatmap import HeatmapView
+    from app.widgets.tensor_view import token_label
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     tokens = [token_label(b) for b in args.text.encode("utf-8")]

@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def main() -> int:
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "docs" / "screenshot.png"
     app = QApplication.instance() or QApplication(sys.argv[:1])
-    from app.main_window import MainWindow, apply_theme
+    from app.theme import apply_theme
+    from app.windows.main_window import MainWindow
 
     apply_theme(app)
     if not QFontMetrics(app.font()).inFont("A"):

@@ -13,8 +13,9 @@ from app_fixtures import tiny_trace
 from PySide6.QtCore import QMimeData, QPointF, QSettings, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 
-from app import dialogs, session
-from app.main_window import MainWindow, install_excepthook
+from app import session
+from app.windows import dialogs
+from app.windows.main_window import MainWindow, install_excepthook
 
 pytestmark = pytest.mark.gui
 

@@ -7,7 +7,7 @@ import torch
 
 import scratchformer
 import tracing
-from app.breakpoints_panel import BreakpointsDock, BreakpointsPanel
+from app.panels.breakpoints import BreakpointsDock, BreakpointsPanel
 from tracing.breakpoints import MASK_OPS
 
 pytestmark = pytest.mark.gui
@@ -159,7 +159,7 @@ def test_dock_holds_the_panel(qtbot):
 def test_main_window_dock_drives_the_step(qtbot, tmp_path, inf_trace):
     from PySide6.QtCore import QSettings
 
-    from app.main_window import MainWindow
+    from app.windows.main_window import MainWindow
 
     window = MainWindow(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
     qtbot.addWidget(window)

@@ -9,7 +9,7 @@ import torch
 
 import scratchformer
 import tracing
-from app.compare_window import CompareWindow, divergence_colour, entry_score, score_text
+from app.windows.compare_window import CompareWindow, divergence_colour, entry_score, score_text
 
 pytestmark = pytest.mark.gui
 
@@ -160,8 +160,8 @@ def test_from_files_and_helpers(qtbot, tmp_path, demo_trace):
 def test_main_window_compare_with_a_file(qtbot, tmp_path, monkeypatch, demo_trace, changed_trace):
     from PySide6.QtCore import QSettings
 
-    from app import dialogs
-    from app.main_window import MainWindow
+    from app.windows import dialogs
+    from app.windows.main_window import MainWindow
 
     shown = []
     monkeypatch.setattr(dialogs, "show_error", lambda parent, t, x, details="": shown.append(t))

@@ -6,7 +6,9 @@ import pytest
 from app_fixtures import tiny_trace
 from PySide6.QtCore import QPoint, Qt
 
-from app.diagram import INPUT, OUTPUT, BoxItem, DiagramLayout, DiagramView, FrameItem
+from app.diagram.items import BoxItem, FrameItem
+from app.diagram.layout import INPUT, OUTPUT, DiagramLayout
+from app.diagram.view import DiagramView
 
 pytestmark = pytest.mark.gui
 

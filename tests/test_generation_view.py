@@ -9,7 +9,7 @@ import torch
 from PySide6.QtCore import QPointF, Qt
 
 import scratchformer
-from app.generation_view import (
+from app.panels.generation import (
     GenerationJob,
     GenerationRequest,
     GenerationView,
@@ -127,7 +127,7 @@ def _xy(point: QPointF) -> tuple[float, float]:
 def test_main_window_steps_within_and_across_passes(qtbot, tmp_path, outcome):
     from PySide6.QtCore import QSettings
 
-    from app.main_window import MainWindow
+    from app.windows.main_window import MainWindow
 
     window = MainWindow(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
     qtbot.addWidget(window)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from PySide6.QtCore import QPointF
 
-from app.heatmap import (
+from app.widgets.heatmap import (
     PROBABILITY_CMAP,
     SEQUENTIAL_CMAP,
     SIGNED_CMAP,
@@ -21,7 +21,7 @@ from app.heatmap import (
     token_every,
     token_ticks,
 )
-from app.tensor_view import as_matrix, token_label
+from app.widgets.tensor_view import as_matrix, token_label
 
 REPO = Path(__file__).resolve().parents[1]
 

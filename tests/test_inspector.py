@@ -7,8 +7,8 @@ import torch
 from PySide6.QtCore import Qt
 
 import tracing
-from app.inspector import Inspector
-from app.shape_table import ShapeTableModel
+from app.panels.inspector import Inspector
+from app.widgets.shape_table import ShapeTableModel
 from scratchformer import ByteTokenizer, DecoderOnlyTransformer, ModelConfig
 from tracing.record import Trace
 

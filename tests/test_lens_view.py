@@ -8,7 +8,7 @@ import torch
 
 import scratchformer
 import tracing
-from app.lens_view import LensTableModel, LensView
+from app.panels.lens import LensTableModel, LensView
 
 pytestmark = pytest.mark.gui
 
@@ -139,7 +139,7 @@ def test_model_factory_runs_only_when_the_lens_is_shown(qtbot, model, demo_trace
 def test_main_window_lens_dock_has_the_model_only_for_its_own_traces(qtbot, tmp_path, demo_trace):
     from PySide6.QtCore import QSettings
 
-    from app.main_window import MainWindow
+    from app.windows.main_window import MainWindow
 
     window = MainWindow(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
     qtbot.addWidget(window)

@@ -6,7 +6,13 @@ import pytest
 from app_fixtures import tiny_trace
 from PySide6.QtCore import QModelIndex
 
-from app.module_tree import PATH_ROLE, ModuleFilterProxy, ModuleTree, ModuleTreeModel, format_count
+from app.panels.module_tree import (
+    PATH_ROLE,
+    ModuleFilterProxy,
+    ModuleTree,
+    ModuleTreeModel,
+    format_count,
+)
 
 pytestmark = pytest.mark.gui
 

@@ -7,7 +7,7 @@ import torch
 from PySide6.QtCore import Qt
 
 import tracing
-from app.shape_table import NONFINITE_BACKGROUND, ShapeTableModel
+from app.widgets.shape_table import NONFINITE_BACKGROUND, ShapeTableModel
 from scratchformer import ByteTokenizer, DecoderOnlyTransformer, ModelConfig
 from tracing.record import Step, TensorRecord, TensorStats, Trace
 

@@ -37,8 +37,12 @@ _LAZY = {
     "find_next": "tracing.breakpoints",
     "logit_lens": "tracing.lens",
     "head_contributions": "tracing.lens",
+    "trace_step": "tracing.backward",
     "trace_generate": "tracing.generation",
     "load_generation": "tracing.generation",
+    "edits": "tracing.edits",
+    "sites": "tracing.sites",
+    "run_edited": "tracing.edit_run",
 }
 
 __all__ = [

@@ -165,8 +165,9 @@ def _idle_enter(spec, module, args, kwargs) -> None:
     """What a cached wrapper calls when no trace is running (someone kept it)."""
 
 
-def _idle_exit(frame, output) -> None:
+def _idle_exit(frame, output):
     """What a cached wrapper calls when no trace is running."""
+    return output
 
 
 _IDLE_CALLS = (_idle_enter, _idle_exit)
@@ -184,8 +185,7 @@ def _wrap_forward(spec: tuple, module: nn.Module, calls: list):
             frame = enter(spec, module, args, kwargs)
         output = inner(*args, **kwargs)
         with disable():
-            leave(frame, output)
-        return output
+            return leave(frame, output)  # the output, or an edit's replacement
 
     forward.__wrapped__ = inner  # inspect.signature(module.forward) still works
     return forward
@@ -418,6 +418,7 @@ def _op_recorder(tracer: Tracer):
     tables_get = _arg_tables.get
     Tensor, sequences, special = _Tensor, (tuple, list), _SPECIAL_OPS
     default_names, one_output, output_names = _ARG_NAMES, _ONE_OUTPUT, _OUTPUT_NAMES
+    edit_names = tracer._edits.op_names if tracer._edits is not None else frozenset()
 
     def record(func, name, args, kwargs):
         tensors = []
@@ -466,6 +467,8 @@ def _op_recorder(tracer: Tracer):
                 return result
             k = len(outs)
             out_names = output_names[k] if k < len(output_names) else _output_names(k)
+        if name in edit_names:  # edits (tracing.edits): a new result, recorded as such
+            result, outs = tracer._edit_op(name, result, tensors)
         index = len(steps)
         parent, _, source, path = stack[-1]
         if source is None:
@@ -509,6 +512,8 @@ def _module_recorder(tracer: Tracer):
     tensor_id = tracer._tensor_id
     calls = tracer._calls
     breaker = tracer._breaker
+    edits = tracer._edits
+    edit_paths = edits.module_paths if edits is not None else frozenset()
     Tensor, one_output = _Tensor, _ONE_OUTPUT
 
     def enter(spec, module, args, kwargs):
@@ -546,6 +551,7 @@ def _module_recorder(tracer: Tracer):
         return frame
 
     def leave(frame, output):
+        """Close the call's step; returns its output (an edit's replacement, if any)."""
         if stack and stack[-1] is frame:
             stack.pop()
         elif any(f is frame for f in stack):  # calls above it raised; the model caught it
@@ -557,10 +563,12 @@ def _module_recorder(tracer: Tracer):
                 step[12] = step[12] or "raised (caught by the model)"
                 step[10] = len(steps) - 1
         else:  # a call that started before the trace, or a frame of another tracer
-            return
+            return output
         index = frame[0]
         step = steps[index]
         step[10] = len(steps) - 1
+        if frame[3] in edit_paths:  # edits (tracing.edits) replace the output first
+            output = edits.on_module(frame[3], step[11], output, index)
         if isinstance(output, Tensor):
             tensors = (output,)
             step[7] = one_output
@@ -582,6 +590,7 @@ def _module_recorder(tracer: Tracer):
             tracer._mark_attention(ids[1], tensors[1])
         if breaker is not None:
             tracer._check_outputs(index, tensors)
+        return output
 
     return enter, leave
 
@@ -618,6 +627,9 @@ class Tracer:
         break_on: breakpoint conditions (``tracing.breakpoints``: ``NonFinite()``,
             ``AbsAbove(1e4)``, ``ModuleIs("blocks.2")``...). The forward stops at the first
             step that meets one; the trace ends there, with ``meta["stopped_at"]``.
+        edits: edits applied while the model runs (``tracing.edits``); the trace records
+            where each applied in ``meta["edits"]``. An edit that matched nothing raises
+            :class:`tracing.edits.EditError`.
     """
 
     def __init__(
@@ -632,6 +644,7 @@ class Tracer:
         ops: bool = True,
         meta: Mapping[str, Any] | None = None,
         break_on: Any = None,
+        edits: Any = None,
     ):
         if not isinstance(model, nn.Module):
             raise TypeError(f"Tracer needs an nn.Module, got {type(model).__name__}")
@@ -652,6 +665,14 @@ class Tracer:
             from tracing.breakpoints import LiveBreaker
 
             self._breaker = LiveBreaker(break_on)
+        self._edits = None
+        if edits:
+            from tracing.edits import EditPlan
+
+            self._edits = EditPlan.of(edits)
+            self._edits.check_model(model)
+            if self._edits.op_names and not ops:
+                raise ValueError("op sites need ops=True: module-only tracing sees no ops")
         self.trace: Trace | None = None
         self.output: Any = None  # the root module's last output, when it returned
         self._active = False
@@ -719,6 +740,8 @@ class Tracer:
         self.trace = self._finish(error)
         if error is not None:
             raise TraceError(error, self.trace) from exc
+        if self._edits is not None and exc is None:
+            self._edits.check_matched()
         return False
 
     def _cleanup(self) -> None:
@@ -774,6 +797,8 @@ class Tracer:
         self._skipped_values = 0
         self._attention_types: dict[str, bool] = {}
         self._stats = StatsCollector()
+        if self._edits is not None:
+            self._edits.reset()
 
     # ---- tensor records
 
@@ -937,16 +962,27 @@ class Tracer:
             wrapped.append((module, previous))
             own["forward"] = wrapper
 
+    def _edit_op(self, name: str, result: Any, inputs: list) -> tuple[Any, tuple]:
+        """Apply the edits for op ``name`` in the running module call (``tracing.edits``);
+        returns the result and its tensors. An in-place op's tensor is edited in place."""
+        index, _, _, path = self._stack[-1]
+        call = self._steps[index][11]
+        new = self._edits.on_op(path, call, name, result, len(self._steps), inputs)
+        if isinstance(new, _Tensor):
+            return new, (new,)
+        return new, tuple([r for r in new if isinstance(r, _Tensor)])
+
     def _pre_hook(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         with _Disable():  # our own tensor calls must not reach the op mode
             self._enter_module(self._specs[id(module)], module, args, kwargs)
 
-    def _post_hook(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+    def _post_hook(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
         with _Disable():
             for frame in reversed(self._stack):
                 if frame[1] is module:
-                    self._exit_module(frame, output)
-                    return
+                    new = self._exit_module(frame, output)
+                    return None if new is output else new  # an edit replaces the output
+        return None
 
     def _root_inputs(self, ids: list[int], names: tuple, tensors) -> None:
         """The root call's tensors are the trace's inputs (first call: also their shapes)."""
@@ -1177,6 +1213,8 @@ class Tracer:
             meta["value_cap"] = self.value_cap
             meta["value_dtype"] = None if self.value_dtype is None else str(self.value_dtype)[6:]
             meta["values_skipped"] = self._skipped_values
+        if self._edits is not None:
+            meta["edits"] = self._edits.to_meta()
         meta.update(self.extra_meta)
         return Trace(
             steps=steps,
@@ -1398,6 +1436,7 @@ def trace(
     ops: bool = True,
     meta: Mapping[str, Any] | None = None,
     break_on: Any = None,
+    edits: Any = None,
     **kwargs: Any,
 ) -> Trace:
     """Run ``model(*args, **kwargs)`` once and return everything it did as a :class:`Trace`.
@@ -1406,11 +1445,12 @@ def trace(
     that). If the forward raises, :class:`tracing.TraceError` is raised ``from`` the
     original exception, with the partial trace as ``.trace``. With ``break_on``, it stops
     at the first step that meets a condition and returns the trace up to there, with
-    ``meta["stopped_at"]``. See :class:`Tracer` for the other arguments.
+    ``meta["stopped_at"]``. With ``edits`` (``tracing.edits``), values are changed as the
+    model runs and ``meta["edits"]`` says where. See :class:`Tracer` for the other arguments.
     """
     tracer = Tracer(
         model, capture, dims=dims, value_cap=value_cap, value_dtype=value_dtype,
-        train=train, ops=ops, meta=meta, break_on=break_on,
+        train=train, ops=ops, meta=meta, break_on=break_on, edits=edits,
     )  # fmt: skip
     with torch.set_grad_enabled(grad), tracer:
         model(*args, **kwargs)

@@ -12,6 +12,10 @@ Vocabulary
   (``kind == "module"``; recorded at entry, so its index comes before the ops that ran
   inside it) or a *tensor operation* (``kind == "op"``: ``matmul``, ``transpose``, the
   residual ``+`` ...), recorded when it returns.
+- A training-step trace (``tracing.trace_step``) adds *backward steps*
+  (``kind == "backward"``), one per autograd node that ran, in execution order, after the
+  forward ones; each points at the forward step it differentiates (``Step.forward``) and
+  outputs gradient records (``role == "grad"``, ``TensorRecord.grad_of``).
 - A **tensor record** describes one tensor value seen at a step boundary. Ids are indices
   into ``Trace.tensors``. The same tensor object passed along (a module's output that is
   its last op's output) keeps one id; an in-place op that changes it makes a new id.
@@ -37,7 +41,7 @@ SCHEMA_VERSION = 1
 CaptureLevel = Literal["shapes", "stats", "values"]
 CAPTURE_LEVELS: tuple[str, ...] = ("shapes", "stats", "values")
 
-StepKind = Literal["module", "op"]
+StepKind = Literal["module", "op", "backward"]
 
 
 # --------------------------------------------------------------------------- records
@@ -81,7 +85,8 @@ class TensorRecord:
     stats: TensorStats | None = None  # filled at capture "stats" and "values"
     value_key: str | None = None  # key into Trace.values when a copy was kept
     producer: int | None = None  # index of the innermost step that produced it
-    role: str | None = None  # e.g. "attention" for attention weights, "input", "param"
+    role: str | None = None  # e.g. "attention" for attention weights, "input", "param", "grad"
+    grad_of: int | None = None  # role "grad": id of the forward tensor it is the gradient of
 
     @property
     def numel(self) -> int:
@@ -115,6 +120,7 @@ class Step:
     end: int | None = None  # module steps: index of the last step inside this call
     call: int = 0  # module steps: 0 for the first call of that module, 1 for the second...
     error: str | None = None  # set on the step that raised (and enclosing module steps)
+    forward: int | None = None  # backward steps: the forward step whose output it differentiates
 
     @property
     def label(self) -> str:
@@ -183,6 +189,31 @@ class Trace:
         were captured, or it was over the size cap) or its entry is missing."""
         key = self.tensors[tensor_id].value_key
         return None if key is None else self.values.get(key)
+
+    # ---- training steps (tracing.trace_step): gradients and backward steps
+
+    @property
+    def backward_start(self) -> int | None:
+        """Index of the first backward step, or None for a forward-only trace."""
+        for s in self.steps:
+            if s.kind == "backward":
+                return s.index
+        return None
+
+    def grad(self, tensor_id: int) -> TensorRecord | None:
+        """The gradient of forward tensor ``tensor_id`` (a ``role == "grad"`` record whose
+        value, when kept, is ``trace.value(record.id)``), or None when it got none."""
+        index = self.__dict__.get("_grad_index")
+        if index is None or index[0] != len(self.tensors):
+            grads = {r.grad_of: r.id for r in self.tensors if r.grad_of is not None}
+            index = self.__dict__["_grad_index"] = (len(self.tensors), grads)
+        rid = index[1].get(tensor_id)
+        return None if rid is None else self.tensors[rid]
+
+    def param_grad(self, name: str) -> TensorRecord | None:
+        """This step's gradient of the parameter ``name`` (``"blocks.0.ff.fc1.weight"``)."""
+        rid = self.meta.get("param_grads", {}).get(name)
+        return None if rid is None else self.tensors[rid]
 
     def module_steps(self, path: str) -> list[Step]:
         """Every call of the module at ``path`` (two for a module called twice)."""

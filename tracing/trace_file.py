@@ -119,7 +119,7 @@ _ST_DTYPES = {
 
 _TORCH_DTYPES = {name: code for code, name in _ST_DTYPES.items()}
 
-_STEP_KINDS = ("module", "op")
+_STEP_KINDS = ("module", "op", "backward")
 _STATS_FIELDS = tuple(f.name for f in fields(TensorStats))
 
 
@@ -371,6 +371,8 @@ def check_trace(trace: Trace) -> None:
                 f"tensor record {i}: producer step {r.producer} is out of range "
                 f"(the trace has {n_steps} steps)"
             )
+        if r.grad_of is not None and not 0 <= r.grad_of < n_tensors:
+            raise _Invalid(f"tensor record {i}: grad_of {r.grad_of} is out of range")
         if r.dims is not None and len(r.dims) != len(r.shape):
             raise _Invalid(
                 f"tensor record {i} has {len(r.dims)} axis names for {len(r.shape)} axes"
@@ -385,7 +387,7 @@ def check_trace(trace: Trace) -> None:
                         f"step {i}: {name} tensor id {t} is out of range "
                         f"(the trace has {n_tensors} tensors)"
                     )
-        for name, ref in (("parent", s.parent), ("end", s.end)):
+        for name, ref in (("parent", s.parent), ("end", s.end), ("forward", s.forward)):
             if ref is not None and not 0 <= ref < n_steps:
                 raise _Invalid(
                     f"step {i}: {name} step {ref} is out of range (the trace has {n_steps} steps)"
@@ -393,7 +395,7 @@ def check_trace(trace: Trace) -> None:
         if s.module not in modules:
             raise _Invalid(f"step {i}: module path {s.module!r} is not a module of the trace")
         if s.kind not in _STEP_KINDS:
-            raise _Invalid(f"step {i}: kind {s.kind!r} is neither 'module' nor 'op'")
+            raise _Invalid(f"step {i}: kind {s.kind!r} is not one of {', '.join(_STEP_KINDS)}")
     for m in modules.values():
         if m.parent is not None and m.parent not in modules:
             raise _Invalid(f"module {m.path!r} names an unknown parent {m.parent!r}")
@@ -678,6 +680,7 @@ _STEP_RULES = {
     "end": _as_opt_int,
     "call": _as_int,
     "error": _as_opt_str,
+    "forward": _as_opt_int,
 }
 _TENSOR_RULES = {
     "id": _as_int,
@@ -688,6 +691,7 @@ _TENSOR_RULES = {
     "value_key": _as_opt_str,
     "producer": _as_opt_int,
     "role": _as_opt_str,
+    "grad_of": _as_opt_int,
 }
 _MODULE_RULES = {
     "path": _as_str,

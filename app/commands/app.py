@@ -2,7 +2,7 @@
 
 With no file it traces the bundled demo model on its default prompt, so a person sees a
 real forward pass at once; with a trace file it opens that. ``--compare A B`` opens two
-trace files side by side instead (``app.compare_window``).
+trace files side by side instead (``app.windows.compare_window``).
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
     qt_app.setApplicationName("Scratchformer")
     qt_app.setOrganizationName("Scratchformer")
 
-    from app.main_window import MainWindow, apply_theme, install_excepthook
+    from app.theme import apply_theme
+    from app.windows.main_window import MainWindow, install_excepthook
 
     apply_theme(qt_app)
     if compare is not None:
@@ -68,9 +69,9 @@ def run(args: argparse.Namespace) -> int:
 def _run_compare(qt_app, path_a: Path, path_b: Path) -> int:
     """``scratchformer app --compare A B``: the compare window on its own."""
     from app.cli import UserError
-    from app.compare_window import CompareWindow
-    from app.main_window import install_excepthook
     from app.session import SessionError
+    from app.windows.compare_window import CompareWindow
+    from app.windows.main_window import install_excepthook
 
     try:
         window = CompareWindow.from_files(path_a, path_b)

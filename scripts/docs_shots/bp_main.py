@@ -14,7 +14,8 @@ import scratchformer
 import tracing
 
 app = QApplication(sys.argv[:1])
-from app.main_window import MainWindow, apply_theme
+from app.theme import apply_theme
+from app.windows.main_window import MainWindow
 
 apply_theme(app)
 m = scratchformer.demo_model()

@@ -13,10 +13,10 @@ import scratchformer
 import tracing
 
 app = QApplication(sys.argv[:1])
-from app.main_window import apply_theme
+from app.theme import apply_theme
 
 apply_theme(app)
-from app.compare_window import CompareWindow
+from app.windows.compare_window import CompareWindow
 
 tok = scratchformer.ByteTokenizer()
 ids = torch.tensor([tok.encode(scratchformer.DEMO_PROMPT)])

@@ -9,10 +9,10 @@ import sys
 from PySide6.QtWidgets import QApplication
 
 app = QApplication(sys.argv[:1])
-from app.main_window import apply_theme
+from app.theme import apply_theme
 
 apply_theme(app)
-from app.generation_view import GenerationRequest, GenerationView, run_generation
+from app.panels.generation import GenerationRequest, GenerationView, run_generation
 
 out = run_generation(GenerationRequest("transformer|", max_new_tokens=12))
 v = GenerationView()

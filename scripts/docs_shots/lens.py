@@ -13,10 +13,10 @@ import scratchformer
 import tracing
 
 app = QApplication(sys.argv[:1])
-from app.main_window import apply_theme
+from app.theme import apply_theme
 
 apply_theme(app)
-from app.lens_view import LensView
+from app.panels.lens import LensView
 
 m = scratchformer.demo_model()
 tok = scratchformer.ByteTokenizer()

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QSettings, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
 from PySide6.QtWidgets import (
-    QApplication,
     QFileDialog,
     QLabel,
     QMainWindow,
@@ -29,12 +28,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import breakpoints_panel, compare_window, dialogs, generation_view, lens_view, session
-from app.diagram import DiagramView
-from app.inspector import Inspector
-from app.module_tree import ModuleTree
-from app.source_view import SourceView
-from app.step_bar import StepBar
+from app import session
+from app.diagram.view import DiagramView
+from app.panels import breakpoints, generation, lens
+from app.panels.inspector import Inspector
+from app.panels.module_tree import ModuleTree
+from app.panels.source import SourceView
+from app.panels.step_bar import StepBar
+from app.windows import compare_window, dialogs
 from app.workers import TraceJob
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -134,9 +135,9 @@ class MainWindow(QMainWindow):
         self._build_toolbar()
         # ---- analysis: File ▸ Compare with… / Trace generation…, Breakpoints and Lens docks
         self.compare = compare_window.attach(self)
-        self.breakpoints_dock = breakpoints_panel.attach(self)
-        self.lens_dock = lens_view.attach(self)
-        self.generation = generation_view.attach(self)
+        self.breakpoints_dock = breakpoints.attach(self)
+        self.lens_dock = lens.attach(self)
+        self.generation = generation.attach(self)
         self.set_trace(None)
 
     # --------------------------------------------------------------------- actions
@@ -780,39 +781,3 @@ def install_excepthook(window: QWidget) -> None:
             busy = False
 
     sys.excepthook = hook
-
-
-def apply_theme(app: QApplication) -> None:
-    """Fusion style, a dark palette and ``app/style.qss``."""
-    from PySide6.QtGui import QColor, QPalette
-
-    app.setStyle("Fusion")
-    palette = QPalette()
-    colours = {
-        QPalette.ColorRole.Window: "#1f2229",
-        QPalette.ColorRole.WindowText: "#d7dae0",
-        QPalette.ColorRole.Base: "#181a1f",
-        QPalette.ColorRole.AlternateBase: "#22252c",
-        QPalette.ColorRole.ToolTipBase: "#2b2f38",
-        QPalette.ColorRole.ToolTipText: "#e6e9ef",
-        QPalette.ColorRole.Text: "#d7dae0",
-        QPalette.ColorRole.Button: "#2a2e37",
-        QPalette.ColorRole.ButtonText: "#d7dae0",
-        QPalette.ColorRole.BrightText: "#ffffff",
-        QPalette.ColorRole.Highlight: "#3d5a80",
-        QPalette.ColorRole.HighlightedText: "#ffffff",
-        QPalette.ColorRole.Link: "#8fd3ff",
-        QPalette.ColorRole.PlaceholderText: "#6b7385",
-    }
-    for role, colour in colours.items():
-        palette.setColor(role, QColor(colour))
-    for role in (
-        QPalette.ColorRole.WindowText,
-        QPalette.ColorRole.Text,
-        QPalette.ColorRole.ButtonText,
-    ):
-        palette.setColor(QPalette.ColorGroup.Disabled, role, QColor("#5c6370"))
-    app.setPalette(palette)
-    qss = Path(__file__).with_name("style.qss")
-    if qss.is_file():
-        app.setStyleSheet(qss.read_text(encoding="utf-8"))

@@ -46,8 +46,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.heatmap import PROBABILITY_CMAP, HeatmapView
-from app.tensor_view import token_label
+from app.widgets.heatmap import PROBABILITY_CMAP, HeatmapView
+from app.widgets.tensor_view import token_label
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch.nn as nn

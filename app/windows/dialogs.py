@@ -1,6 +1,6 @@
 """Dialogs: the new-trace form, and one helper every error goes through.
 
-Tests replace :func:`show_error` (``monkeypatch.setattr(app.dialogs, "show_error", ...)``);
+Tests replace :func:`show_error` (``monkeypatch.setattr(app.windows.dialogs, "show_error", ...)``);
 so the window always calls it as ``dialogs.show_error(...)``, never through a copied name.
 """
 

@@ -73,10 +73,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.diagram import DiagramView, FrameItem
-from app.heatmap import HeatmapView
-from app.step_bar import StepBar
-from app.tensor_view import as_matrix, axis_names, leading_axes, token_labels
+from app.diagram.items import FrameItem
+from app.diagram.view import DiagramView
+from app.panels.step_bar import StepBar
+from app.widgets.heatmap import HeatmapView
+from app.widgets.tensor_view import as_matrix, axis_names, leading_axes, token_labels
 from tracing.trace_diff import StepDiff, TraceDiff
 from tracing.trace_diff import diff as diff_traces
 
@@ -978,7 +979,8 @@ class CompareLauncher(QObject):
 
     def open_with(self, path: str | Path) -> CompareWindow | None:
         """Compare the window's trace (A) with the trace file at ``path`` (B)."""
-        from app import dialogs, session
+        from app import session
+        from app.windows import dialogs
 
         trace = self.window.trace
         if trace is None:

@@ -39,7 +39,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.heatmap import PROBABILITY_CMAP, ElidedLabel, HeatmapView, _colormap
+from app.widgets.heatmap import PROBABILITY_CMAP, ElidedLabel, HeatmapView, _colormap
 from tracing.record import Trace
 
 THUMB_PIXELS = 48

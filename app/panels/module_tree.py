@@ -66,7 +66,7 @@ class ModuleTreeModel(QStandardItemModel):
             self._build(trace)
 
     def _build(self, trace: Trace) -> None:
-        from app.diagram import shape_label
+        from app.diagram.layout import shape_label
 
         modules = trace.modules
         self._info = dict(modules)
@@ -196,7 +196,7 @@ class ModuleTree(QWidget):
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.view.setColumnHidden(3, True)  # parameter counts live in the tooltip
         self.view.selectionModel().currentChanged.connect(self._on_current_changed)
-        from app.step_bar import make_opaque
+        from app.panels.step_bar import make_opaque
 
         for part in (self.view, self.view.verticalScrollBar(), self.view.horizontalScrollBar(),
                      *self.view.findChildren(QWidget, "qt_scrollarea_vcontainer"),

@@ -52,7 +52,7 @@ class SourceView(QPlainTextEdit):
         self.current_line: int | None = None
         self._gutter = _Gutter(self)
         self._gutter.setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent)
-        from app.step_bar import make_opaque
+        from app.panels.step_bar import make_opaque
 
         # scrolling to the line happens on every step: keep those repaints inside this pane
         for part in (self, self.verticalScrollBar(), self.horizontalScrollBar(),

@@ -42,10 +42,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.attention_view import AttentionPanel
-from app.heatmap import ElidedLabel, HeatmapView, LayoutFirewall
-from app.shape_table import ShapeTableModel, format_number
-from app.tensor_view import TensorView, token_labels
+from app.panels.attention import AttentionPanel
+from app.widgets.heatmap import ElidedLabel, HeatmapView, LayoutFirewall
+from app.widgets.shape_table import ShapeTableModel, format_number
+from app.widgets.tensor_view import TensorView, token_labels
 from tracing.record import TensorRecord, Trace
 
 _ROW = QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows

@@ -49,11 +49,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import diagram, dialogs
-from app.dialogs import lay_out_form
-from app.heatmap import HeatmapView
+from app import theme
 from app.session import DEFAULT_CAPTURE, ModelSource, SessionError
-from app.tensor_view import token_label
+from app.widgets.heatmap import HeatmapView
+from app.widgets.tensor_view import token_label
+from app.windows import dialogs
+from app.windows.dialogs import lay_out_form
 from app.workers import BackgroundJob
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -222,12 +223,12 @@ BAR_H = 5
 CHIP_GAP = 3
 # the diagram's palette, so a chip looks like a box there; prompt chips sit back a shade
 PROMPT_FILL = QColor("#22252c")
-PROMPT_TEXT = diagram.TEXT_MUTED
-NEW_FILL = diagram.BOX_FILL
-NEW_BORDER = diagram.BOX_BORDER
-SELECTED = diagram.EDGE_ACTIVE
+PROMPT_TEXT = theme.TEXT_MUTED
+NEW_FILL = theme.BOX_FILL
+NEW_BORDER = theme.BOX_BORDER
+SELECTED = theme.EDGE_ACTIVE
 BAR = QColor("#5f87b8")
-TEXT = diagram.TEXT
+TEXT = theme.TEXT
 
 
 class TokenTimeline(QWidget):

@@ -22,7 +22,7 @@ import torch
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
 
-from app.heatmap import HeatmapView, LayoutFirewall
+from app.widgets.heatmap import HeatmapView, LayoutFirewall
 from tracing.record import TensorRecord, Trace
 
 MAX_LEADING_AXES = 6

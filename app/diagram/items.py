@@ -1,0 +1,246 @@
+"""The diagram's drawn pieces: :class:`BoxItem`, :class:`FrameItem`, :class:`EdgeItem`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtGui import (
+    QColor,
+    QPainter,
+    QPainterPath,
+    QPainterPathStroker,
+    QPen,
+    QPolygonF,
+)
+from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem
+
+from app.diagram.layout import ARROW, FRAME_TITLE, H_PAD, DiagramLayout, Node
+from app.theme import (
+    BOX_BORDER,
+    BOX_FILL,
+    EDGE,
+    EDGE_ACTIVE,
+    ERROR,
+    HIGHLIGHT,
+    TEXT,
+    TEXT_MUTED,
+    TEXT_SHAPE,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from app.diagram.view import DiagramView
+
+# --------------------------------------------------------------------------- items
+
+
+class BoxItem(QGraphicsItem):
+    """A module call or an op: name, type, output shape; highlighted when current."""
+
+    def __init__(self, node: Node, layout: DiagramLayout, view: DiagramView):
+        super().__init__()
+        self.node = node
+        self._layout = layout
+        self._view = view
+        self.highlighted = False
+        self.hovered = False
+        self.setPos(node.rect.topLeft())
+        self.setToolTip(node.tooltip)
+        self.setAcceptHoverEvents(True)
+        self.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+        self.setZValue(2)
+
+    # Qt virtuals (camelCase names, or Qt never calls them)
+    def boundingRect(self) -> QRectF:
+        return QRectF(0, 0, self.node.rect.width(), self.node.rect.height()).adjusted(-4, -4, 4, 4)
+
+    def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
+        node, layout = self.node, self._layout
+        rect = QRectF(0, 0, node.rect.width(), node.rect.height())
+        is_op = not node.subtitle
+        radius = rect.height() / 2 if is_op and node.key >= 0 else 7.0
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        fill = QColor(BOX_FILL)
+        if self.hovered:
+            fill = fill.lighter(125)
+        if self.highlighted:
+            glow = QColor(HIGHLIGHT)
+            glow.setAlpha(60)
+            painter.setPen(QPen(glow, 7))
+            painter.setBrush(Qt.BrushStyle.NoBrush)
+            painter.drawRoundedRect(rect, radius, radius)
+            fill = QColor("#3a3424")
+        border = HIGHLIGHT if self.highlighted else (ERROR if node.error else BOX_BORDER)
+        painter.setPen(QPen(border, 2.0 if self.highlighted or node.error else 1.0))
+        painter.setBrush(fill)
+        painter.drawRoundedRect(rect, radius, radius)
+        # accent stripe on the left
+        stripe = QPainterPath()
+        stripe.addRoundedRect(rect.adjusted(1, 1, -1, -1), radius, radius)
+        clip = QPainterPath()
+        clip.addRect(QRectF(rect.left(), rect.top(), 5 if not is_op else 8, rect.height()))
+        painter.fillPath(stripe.intersected(clip), node.accent)
+        # text
+        x = H_PAD + (4 if is_op else 2)
+        w = rect.width() - x - H_PAD + 4
+        y = 5.0 if is_op else 7.0
+        lh = layout.line_h
+        painter.setPen(ERROR if node.error else TEXT)
+        painter.setFont(layout.bold)
+        painter.drawText(QRectF(x, y, w, lh), Qt.AlignmentFlag.AlignVCenter, node.title)
+        y += lh
+        painter.setFont(layout.small)
+        if node.subtitle:
+            painter.setPen(TEXT_MUTED)
+            painter.drawText(QRectF(x, y, w, lh), Qt.AlignmentFlag.AlignVCenter, node.subtitle)
+            y += lh
+        painter.setPen(TEXT_SHAPE)
+        painter.drawText(QRectF(x, y, w, lh), Qt.AlignmentFlag.AlignVCenter, node.shape)
+        if node.expandable:  # a "+" badge: double-click to open
+            badge = QRectF(rect.right() - 20, rect.top() + 6, 13, 13)
+            painter.setPen(QPen(TEXT_MUTED, 1.2))
+            painter.setBrush(Qt.BrushStyle.NoBrush)
+            painter.drawRoundedRect(badge, 3, 3)
+            c = badge.center()
+            painter.drawLine(QPointF(c.x() - 3.5, c.y()), QPointF(c.x() + 3.5, c.y()))
+            painter.drawLine(QPointF(c.x(), c.y() - 3.5), QPointF(c.x(), c.y() + 3.5))
+
+    def set_highlighted(self, on: bool) -> None:
+        if on != self.highlighted:
+            self.highlighted = on
+            self.update()
+
+    def hoverEnterEvent(self, event) -> None:
+        self.hovered = True
+        self.update()
+
+    def hoverLeaveEvent(self, event) -> None:
+        self.hovered = False
+        self.update()
+
+    def mousePressEvent(self, event) -> None:
+        if event.button() == Qt.MouseButton.LeftButton:
+            event.accept()
+            if self.node.key >= 0:
+                self._view.stepActivated.emit(self.node.key)
+        else:
+            event.ignore()
+
+    def mouseDoubleClickEvent(self, event) -> None:
+        event.accept()
+        if self.node.expandable:
+            self._view.request_toggle(self.node.key)
+
+
+class FrameItem(QGraphicsItem):
+    """An expanded module call drawn as a frame around its children."""
+
+    def __init__(self, node: Node, layout: DiagramLayout, view: DiagramView, depth: int):
+        super().__init__()
+        self.node = node
+        self._layout = layout
+        self._view = view
+        self.title = layout.frame_title(node.key)
+        self.highlighted = False
+        self.setPos(node.rect.topLeft())
+        self.setToolTip(node.tooltip + "<br><i>double-click the title to collapse</i>")
+        self.setZValue(-10 + depth)
+
+    def boundingRect(self) -> QRectF:
+        return QRectF(0, 0, self.node.rect.width(), self.node.rect.height()).adjusted(-3, -3, 3, 3)
+
+    def shape(self) -> QPainterPath:
+        # only the title bar takes clicks, so a click inside the frame can pan the view
+        path = QPainterPath()
+        path.addRect(QRectF(0, 0, self.node.rect.width(), FRAME_TITLE))
+        return path
+
+    def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
+        rect = QRectF(0, 0, self.node.rect.width(), self.node.rect.height())
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        accent = QColor(self.node.accent)
+        fill = QColor(accent)
+        fill.setAlpha(16)
+        border = QColor(accent)
+        border.setAlpha(110)
+        if self.highlighted:
+            border = HIGHLIGHT
+        painter.setBrush(fill)
+        pen = QPen(border, 2.0 if self.highlighted else 1.2)
+        pen.setStyle(Qt.PenStyle.SolidLine)
+        painter.setPen(pen)
+        painter.drawRoundedRect(rect, 10, 10)
+        painter.setFont(self._layout.bold)
+        painter.setPen(HIGHLIGHT if self.highlighted else accent.lighter(120))
+        text_rect = QRectF(12, 4, rect.width() - 40, FRAME_TITLE - 6)
+        painter.drawText(text_rect, Qt.AlignmentFlag.AlignVCenter, self.title)
+        # a "−" badge: double-click to collapse
+        badge = QRectF(rect.right() - 22, 7, 13, 13)
+        painter.setPen(QPen(TEXT_MUTED, 1.2))
+        painter.setBrush(Qt.BrushStyle.NoBrush)
+        painter.drawRoundedRect(badge, 3, 3)
+        c = badge.center()
+        painter.drawLine(QPointF(c.x() - 3.5, c.y()), QPointF(c.x() + 3.5, c.y()))
+
+    def set_highlighted(self, on: bool) -> None:
+        if on != self.highlighted:
+            self.highlighted = on
+            self.update()
+
+    def mousePressEvent(self, event) -> None:
+        if event.button() == Qt.MouseButton.LeftButton:
+            event.accept()
+            self._view.stepActivated.emit(self.node.key)
+        else:
+            event.ignore()
+
+    def mouseDoubleClickEvent(self, event) -> None:
+        event.accept()
+        self._view.request_toggle(self.node.key)
+
+
+class EdgeItem(QGraphicsItem):
+    """A data-flow arrow: a smooth cubic path ending in an arrowhead."""
+
+    def __init__(self, path: QPainterPath, tip: QPointF, angle_deg: float, detour: bool):
+        super().__init__()
+        self.path = path
+        self.detour = detour
+        self.active = False
+        import math
+
+        a = math.radians(angle_deg)
+        # arrowhead points back along the direction of travel
+        back = QPointF(-math.cos(a), math.sin(a))
+        side = QPointF(-back.y(), back.x())
+        base = tip + back * ARROW
+        self.arrow = QPolygonF([tip, base + side * (ARROW * 0.5), base - side * (ARROW * 0.5)])
+        self._bounds = path.boundingRect().united(self.arrow.boundingRect()).adjusted(-3, -3, 3, 3)
+        self.setZValue(1)
+
+    def boundingRect(self) -> QRectF:
+        return self._bounds
+
+    def shape(self) -> QPainterPath:
+        stroker = QPainterPathStroker()
+        stroker.setWidth(6)
+        return stroker.createStroke(self.path)
+
+    def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
+        colour = EDGE_ACTIVE if self.active else EDGE
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        pen = QPen(colour, 2.0 if self.active else 1.4)
+        if self.detour and not self.active:
+            pen.setColor(QColor("#7bd88f").darker(115))  # residual / skip paths
+        painter.setPen(pen)
+        painter.setBrush(Qt.BrushStyle.NoBrush)
+        painter.drawPath(self.path)
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.setBrush(pen.color())
+        painter.drawPolygon(self.arrow)
+
+    def set_active(self, on: bool) -> None:
+        if on != self.active:
+            self.active = on
+            self.update()

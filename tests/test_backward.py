@@ -1,0 +1,327 @@
+"""A traced training step records the gradients plain autograd computes, bit for bit.
+
+The reference is an untraced run of a copy of the same model from the same random state:
+``retain_grad()`` on the tensors compared (module outputs via forward hooks, or named
+intermediates a test model keeps), ``.grad`` of the parameters, and the optimizer state
+after ``step()``. Models: ours, a Hugging Face GPT-2 built from a config, and
+``nn.TransformerDecoder`` (nobody here wrote it), plus small models for tied weights,
+in-place ops, ``no_grad`` regions, a module called twice and ``torch.utils.checkpoint``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+import tracing
+from tracing.backward import trace_step
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+# --------------------------------------------------------------------------- models
+
+
+def ours():
+    from scratchformer import DecoderOnlyTransformer, ModelConfig
+
+    config = ModelConfig.preset("nano", dropout=0.1)
+    model = DecoderOnlyTransformer(config).train()
+    x = torch.randint(0, config.vocab_size, (2, 11))
+    y = torch.randint(0, config.vocab_size, (2, 11))
+    return model, x, lambda out, t: F.cross_entropy(out.flatten(0, 1), t.flatten()), y
+
+
+def hf_gpt2():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(
+        n_layer=2, n_embd=48, n_head=4, vocab_size=101, n_positions=32,
+        bos_token_id=0, eos_token_id=0, attn_implementation="eager",
+    )  # fmt: skip
+    model = transformers.GPT2LMHeadModel(config).train()
+    ids = torch.randint(0, 101, (2, 9))
+    return model, {"input_ids": ids, "labels": ids}, None, None
+
+
+def torch_decoder():
+    layer = nn.TransformerDecoderLayer(32, 4, 64, dropout=0.1, batch_first=True)
+    model = nn.TransformerDecoder(layer, num_layers=2, norm=nn.LayerNorm(32)).train()
+    tgt, memory = torch.randn(2, 9, 32), torch.randn(2, 5, 32)
+    return model, (tgt, memory), lambda out: out.square().mean(), None
+
+
+class Tricky(nn.Module):
+    """Tied weights, an in-place op, a no_grad region, a module called twice, a
+    checkpointed block; keeps its intermediates in ``kept`` when ``keep`` is set."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(17, 8)
+        self.inner = nn.Linear(8, 8)
+        self.block = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8))
+        self.head = nn.Linear(8, 17, bias=False)
+        self.head.weight = self.emb.weight  # tied: one parameter used twice
+        self.keep = False
+        self.kept: dict[str, torch.Tensor] = {}
+
+    def _keep(self, name: str, t: torch.Tensor) -> torch.Tensor:
+        if self.keep:
+            t.retain_grad()
+            self.kept[name] = t
+        return t
+
+    def forward(self, x):
+        h = self._keep("emb", self.emb(x))
+        a = self._keep("inner1", self.inner(h))  # called twice
+        b = self._keep("inner2", self.inner(a.tanh()))
+        with torch.no_grad():
+            scale = b.abs().mean() + 1  # no grad flows through this
+        c = self._keep("scaled", b / scale)
+        d = c * 1.0
+        d.mul_(2.0)  # in place
+        d = self._keep("doubled", d)
+        e = self._keep("ckpt", checkpoint(self.block, d, use_reentrant=False))
+        return self.head(e + h)
+
+
+def tricky():
+    return Tricky(), torch.randint(0, 17, (3, 5)), lambda out: out.logsumexp(-1).mean(), None
+
+
+MODELS = {"ours": ours, "hf_gpt2": hf_gpt2, "torch_decoder": torch_decoder, "tricky": tricky}
+
+
+# --------------------------------------------------------------------------- reference
+
+
+def _tensors(obj) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (tuple, list)):
+        return [t for o in obj for t in _tensors(o)]
+    if isinstance(obj, Mapping):
+        return [t for o in obj.values() for t in _tensors(o)]
+    return []
+
+
+def _call(model, inputs):
+    if isinstance(inputs, tuple):
+        return model(*inputs)
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    return model(inputs)
+
+
+def _loss(out, loss_fn, targets):
+    if loss_fn is None:
+        return out.loss
+    return loss_fn(out) if targets is None else loss_fn(out, targets)
+
+
+def plain_step(model, inputs, loss_fn, targets, optimizer=None):
+    """The untraced step, retaining the grad of every module call's first output."""
+    outputs: list[tuple[str, torch.Tensor]] = []
+    in_forward = [True]  # not the recomputation of a checkpointed block in the backward
+    handles = []
+    for path, module in model.named_modules():
+
+        def hook(mod, args, out, path=path):
+            ts = _tensors(out)
+            if in_forward[0] and ts and ts[0].requires_grad:
+                ts[0].retain_grad()
+                outputs.append((path, ts[0]))
+
+        handles.append(module.register_forward_hook(hook))
+    try:
+        loss = _loss(_call(model, inputs), loss_fn, targets)
+        in_forward[0] = False
+        loss.backward()
+    finally:
+        for h in handles:
+            h.remove()
+    if optimizer is not None:
+        optimizer.step()
+    return loss, outputs
+
+
+def run_both(make, capture="values", with_optimizer=True, seed=0):
+    torch.manual_seed(seed)
+    model, inputs, loss_fn, targets = make()
+    twin = copy.deepcopy(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2) if with_optimizer else None
+    opt_twin = torch.optim.AdamW(twin.parameters(), lr=1e-2) if with_optimizer else None
+    torch.manual_seed(1)
+    trace = trace_step(model, inputs, loss_fn, opt, targets=targets, capture=capture)
+    torch.manual_seed(1)
+    loss, outputs = plain_step(twin, inputs, loss_fn, targets, opt_twin)
+    return trace, model, opt, twin, opt_twin, loss, outputs
+
+
+# --------------------------------------------------------------------------- fidelity
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_gradients_equal_plain_autograd_bit_for_bit(name):
+    trace, model, opt, twin, opt_twin, loss, outputs = run_both(MODELS[name])
+    assert trace.meta["loss"] == float(loss.detach())
+    calls = [s for s in trace.steps if s.kind == "module" and s.outputs]
+    compared = 0
+    for path, ref in outputs:
+        step = next(s for s in calls if s.module == path)
+        calls.remove(step)
+        grad = trace.grad(step.outputs[0])
+        if ref.grad is None:
+            assert grad is None or trace.value(grad.id) is None, path
+            continue
+        assert grad is not None, f"no gradient recorded for {path}"
+        assert torch.equal(trace.value(grad.id), ref.grad), path
+        compared += 1
+    assert compared >= 5
+    # parameters: this step's gradient, .grad, the updated weights and the optimizer state
+    for (pname, p), (_, q) in zip(model.named_parameters(), twin.named_parameters()):
+        if q.grad is None:
+            continue
+        rec = trace.param_grad(pname)
+        assert rec is not None, pname
+        assert torch.equal(trace.value(rec.id), q.grad), pname
+        assert torch.equal(p.grad, q.grad), pname
+        assert torch.equal(p, q), pname
+    state, state_twin = opt.state_dict()["state"], opt_twin.state_dict()["state"]
+    assert state.keys() == state_twin.keys()
+    for k in state:
+        for field in state[k]:
+            assert torch.equal(state[k][field], state_twin[k][field]), (k, field)
+
+
+def test_tricky_intermediates_equal_retain_grad():
+    """Op-level tensors (not module outputs): an in-place result, a no_grad region, a
+    module called twice, a checkpointed block, and the tied weight's summed gradient."""
+    torch.manual_seed(0)
+    model, x, loss_fn, _ = tricky()
+    twin = copy.deepcopy(model)
+    twin.keep = True
+    trace = trace_step(model, x, loss_fn, capture="values")
+    loss_fn(twin(x)).backward()
+    # the module-call outputs of the traced run, by the twin's names
+    inner = trace.module_steps("inner")
+    assert len(inner) == 2  # called twice: two calls, two gradients
+    named = {"emb": trace.module_steps("emb")[0].outputs[0]}
+    named["inner1"], named["inner2"] = inner[0].outputs[0], inner[1].outputs[0]
+    named["ckpt"] = trace.module_steps("block")[0].outputs[0]
+    div = next(s for s in trace.steps if s.kind == "op" and s.op == "div")
+    named["scaled"] = div.outputs[0]
+    mul_ = next(s for s in trace.steps if s.kind == "op" and s.op == "mul_")
+    named["doubled"] = mul_.outputs[0]
+    for name, rid in named.items():
+        grad = trace.grad(rid)
+        assert grad is not None, name
+        assert torch.equal(trace.value(grad.id), twin.kept[name].grad), name
+    # the no_grad region made no gradient
+    abs_step = next(s for s in trace.steps if s.kind == "op" and s.op == "abs")
+    assert trace.grad(abs_step.outputs[0]) is None
+    # tied: one AccumulateGrad step, the sum of both uses, under either name
+    acc = [s for s in trace.steps if s.op == "AccumulateGrad" and s.module == "emb"]
+    assert len(acc) == 1
+    tied = trace.param_grad("emb.weight")
+    assert torch.equal(trace.value(tied.id), twin.emb.weight.grad)
+
+
+def test_backward_steps_follow_forward_in_execution_order_and_link_back():
+    trace, model, *_ = run_both(ours, capture="stats", with_optimizer=False)
+    start = trace.backward_start
+    assert start == trace.meta["forward_steps"]
+    assert all(s.kind != "backward" for s in trace.steps[:start])
+    backward = trace.steps[start:]
+    assert all(s.kind == "backward" for s in backward)
+    assert backward[0].op == "NllLossBackward0" and backward[0].forward is None  # the loss
+    # the model's output node comes first among linked ones: the LM head
+    linked = [s for s in backward if s.forward is not None]
+    assert trace.steps[linked[0].forward].module == "lm_head"
+    for s in linked:
+        fwd = trace.steps[s.forward]
+        assert fwd.kind != "backward" and s.source == fwd.source
+    # a gradient's record points at the forward tensor, and has its shape and dims
+    for s in backward:
+        for rid in s.outputs:
+            rec = trace.tensors[rid]
+            assert rec.role == "grad" and rec.producer == s.index
+            if rec.grad_of is not None:
+                fwd = trace.tensors[rec.grad_of]
+                assert fwd.shape == rec.shape and fwd.dims == rec.dims
+    # every parameter has exactly one AccumulateGrad step
+    acc = [s for s in backward if s.op == "AccumulateGrad"]
+    n_params = len(list(model.parameters()))  # tied weights once
+    assert len(acc) == len(trace.meta["param_grads"]) == n_params
+
+
+def test_update_ratios_are_the_relative_weight_change():
+    trace, model, *_ = run_both(tricky)
+    ratios = trace.meta["update_ratios"]
+    torch.manual_seed(0)  # the same model as it was before the step
+    start, *_ = tricky()
+    w0, w1 = start.inner.weight, model.inner.weight
+    b0, b1 = start.inner.bias, model.inner.bias
+    expected = (
+        torch.cat([(w1 - w0).flatten(), (b1 - b0).flatten()]).norm()
+        / torch.cat([w0.flatten(), b0.flatten()]).norm()
+    )
+    assert ratios["inner"] == pytest.approx(float(expected.detach()), rel=1e-5)
+    assert trace.meta["optimizer"] == "AdamW"
+
+
+def test_nothing_stays_attached():
+    torch.manual_seed(0)
+    model, x, loss_fn, _ = tricky()
+    trace_step(model, x, loss_fn, capture="stats")
+    for m in model.modules():
+        assert "forward" not in m.__dict__
+        assert not m._forward_hooks and not m._forward_pre_hooks
+    for p in model.parameters():
+        assert not p._backward_hooks
+    # a second, plain step works and gives the same gradient as a fresh model's
+    model.zero_grad()
+    loss_fn(model(x)).backward()
+    assert model.inner.weight.grad is not None
+
+
+def test_trace_file_round_trip_keeps_backward():
+    trace, *_ = run_both(tricky, capture="values", with_optimizer=True)
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "step.trace"
+        trace.save(path)
+        loaded = tracing.load(path)
+        assert [s.kind for s in loaded.steps] == [s.kind for s in trace.steps]
+        assert [s.forward for s in loaded.steps] == [s.forward for s in trace.steps]
+        g = trace.param_grad("inner.weight")
+        assert torch.equal(loaded.value(loaded.param_grad("inner.weight").id), trace.value(g.id))
+        assert loaded.meta["update_ratios"] == pytest.approx(trace.meta["update_ratios"])
+
+
+def test_bad_loss_is_one_clear_error():
+    torch.manual_seed(0)
+    model, x, _, _ = tricky()
+    with pytest.raises(ValueError, match="one number"):
+        trace_step(model, x, lambda out: out)
+    with pytest.raises(TypeError, match="loss tensor"):
+        trace_step(model, x, lambda out: 1.0)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    with pytest.raises(ValueError, match="does not require grad"):
+        trace_step(model, x, lambda out: out.sum())
+
+
+def test_shapes_capture_keeps_no_stats_but_all_steps():
+    shapes, *_ = run_both(tricky, capture="shapes", with_optimizer=False)
+    stats, *_ = run_both(tricky, capture="stats", with_optimizer=False)
+    assert [(s.op, s.forward) for s in shapes.steps] == [(s.op, s.forward) for s in stats.steps]
+    grads = [r for r in shapes.tensors if r.role == "grad"]
+    assert grads and all(r.stats is None and r.value_key is None for r in grads)

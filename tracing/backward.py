@@ -1,0 +1,386 @@
+"""Record one training step: the forward as usual, the loss, then the backward pass.
+
+>>> t = tracing.trace_step(model, tokens, loss_fn, optimizer=opt, targets=labels)  # doctest: +SKIP
+>>> t.grad(t.steps[40].outputs[0]).stats            # doctest: +SKIP
+>>> t.param_grad("blocks.0.attn.q_proj.weight")     # doctest: +SKIP
+
+How the backward is seen
+------------------------
+The forward is recorded by the ordinary :class:`tracing.capture.Tracer`, which here also
+notes, for every tensor it records, the autograd node that made it (``grad_fn``) and which
+of that node's outputs it is (``output_nr``). Before ``loss.backward()`` the graph is
+walked from ``loss.grad_fn`` and every node gets a *pre-hook*
+(``torch.autograd.graph.Node.register_prehook``): autograd calls it just before the node
+runs, with the gradients of the node's outputs — which are the gradients of the forward
+tensors that node made. So each hook call is one backward step, in execution order, and
+its gradients are those ``retain_grad()`` would keep (tensor hooks, the user's included,
+run before node pre-hooks; ``retain_grad`` runs last among those). Hooks only read: the
+gradients, ``.grad`` of the parameters and the optimizer state are those of an untraced
+step, bit for bit. Every handle is removed in ``finally``.
+
+Which forward step a node belongs to: the one whose output it made. A node no recorded
+tensor came from (the inside of one op, such as the weight transpose of ``F.linear``,
+or the loss computed outside the model) belongs to the node that passed it its gradient
+(``forward`` is then that node's step), or to no step (the loss: ``module == ""``).
+Such internal gradients keep their shape only; gradients of recorded tensors and of
+parameters get statistics and values as the capture level says.
+
+The parameters' gradients are the ``AccumulateGrad`` steps (one per parameter, whatever
+the number of uses: tied weights arrive summed). They are *this step's* gradient: if
+``.grad`` already held something (no ``zero_grad()``), ``.grad`` is the sum and the
+record is the new part.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from tracing.capture import DEFAULT_VALUE_CAP, Tracer
+from tracing.errors import TraceError
+from tracing.record import Step, TensorRecord, Trace
+from tracing.stats import tensor_stats
+
+_ACCUMULATE = "AccumulateGrad"
+
+
+class _StepTracer(Tracer):
+    """A :class:`Tracer` that also notes each recorded tensor's autograd node."""
+
+    def _reset(self) -> None:
+        super()._reset()
+        self.nodes: list[tuple[int, Any, int]] = []  # (record id, grad_fn, output_nr)
+
+    def _new_tensor(self, t, producer, version, source=None) -> int:
+        rid = super()._new_tensor(t, producer, version, source)
+        fn = t.grad_fn
+        if fn is not None:
+            self.nodes.append((rid, fn, t.output_nr))
+        return rid
+
+
+def _node_name(node: Any) -> str:
+    """``MmBackward0``; ``AccumulateGrad`` without its C++ namespace."""
+    return node.name().rsplit("::", 1)[-1]
+
+
+def _graph_nodes(root: Any) -> list[tuple[Any, Any]]:
+    """Every node reachable from ``root``, with the node it was first reached from
+    (breadth first, so the parent is the nearest consumer toward the loss)."""
+    seen = {id(root)}
+    order = [(root, None)]
+    i = 0
+    while i < len(order):
+        node = order[i][0]
+        i += 1
+        for nxt, _ in node.next_functions:
+            if nxt is not None and id(nxt) not in seen:
+                seen.add(id(nxt))
+                order.append((nxt, node))
+    return order
+
+
+def _call(model: nn.Module, inputs: Any) -> Any:
+    """``model(*inputs)`` for a tuple or list, ``model(**inputs)`` for a dict, else
+    ``model(inputs)``."""
+    if isinstance(inputs, (tuple, list)):
+        return model(*inputs)
+    if isinstance(inputs, Mapping):
+        return model(**inputs)
+    return model(inputs)
+
+
+def _compute_loss(output: Any, loss_fn: Callable | None, targets: Any) -> Any:
+    if loss_fn is not None:
+        return loss_fn(output) if targets is None else loss_fn(output, targets)
+    if isinstance(output, torch.Tensor):
+        return output
+    if isinstance(output, Mapping) and "loss" in output:
+        return output["loss"]
+    return getattr(output, "loss", None)
+
+
+def _check_loss(loss: Any) -> None:
+    if not isinstance(loss, torch.Tensor):
+        raise TypeError(
+            "trace_step needs a loss tensor: pass loss_fn (called as loss_fn(output) or "
+            f"loss_fn(output, targets)), got {type(loss).__name__}"
+        )
+    if loss.numel() != 1:
+        raise ValueError(
+            f"the loss must be one number (a scalar tensor), got shape {tuple(loss.shape)}"
+        )
+    if loss.grad_fn is None:
+        raise ValueError(
+            "the loss does not require grad: no parameter took part in it (the model ran "
+            "under torch.no_grad(), or every parameter has requires_grad=False)"
+        )
+
+
+# --------------------------------------------------------------------------- the recorder
+
+
+class _BackwardRecorder:
+    """Appends a backward step (and its gradient records) to ``trace`` per node that runs."""
+
+    def __init__(self, trace: Trace, tracer: _StepTracer, capture: str, break_on: Any):
+        self.trace = trace
+        self.capture = capture
+        self.value_cap = tracer.value_cap
+        self.value_dtype = tracer.value_dtype
+        self.param_names = tracer._param_names  # id(parameter) -> dotted name
+        self.param_rids = {name: rid for rid, name in tracer._param_rids.items()}
+        self.first_use: dict[int, int] = {}  # parameter record id -> first step using it
+        for step in trace.steps:
+            for rid in step.inputs:
+                if rid in tracer._param_rids:
+                    self.first_use.setdefault(rid, step.index)
+        self.param_grads: dict[str, int] = {}
+        self.skipped_values = 0
+        self.hit = None  # the BreakHit that stopped the recording, if any
+        self.condition = None
+        if break_on:
+            from tracing.breakpoints import as_condition
+
+            self.condition = as_condition(break_on)
+        # id(node) -> {output_nr: forward record id}, and the forward step of the node
+        self.made: dict[int, dict[int, int]] = {}
+        self.link: dict[int, int | None] = {}
+        tensors = trace.tensors
+        for rid, node, nr in tracer.nodes:
+            outs = self.made.setdefault(id(node), {})
+            outs.setdefault(nr, rid)
+            if id(node) not in self.link:
+                self.link[id(node)] = tensors[rid].producer
+
+    def instrument(self, loss: torch.Tensor) -> list:
+        """Pre-hooks on every node of the loss's graph; returns their handles."""
+        handles = []
+        link = self.link
+        for node, parent in _graph_nodes(loss.grad_fn):
+            if id(node) not in link:  # inside one op, or the loss: its consumer's step
+                link[id(node)] = None if parent is None else link.get(id(parent))
+            handles.append(node.register_prehook(self._hook(node)))
+        return handles
+
+    def _hook(self, node: Any):
+        def prehook(grad_outputs):
+            if self.hit is None:
+                with torch.no_grad():
+                    self._record(node, grad_outputs)
+
+        return prehook
+
+    def _record(self, node: Any, grads: tuple) -> None:
+        trace = self.trace
+        steps = trace.steps
+        index = len(steps)
+        op = _node_name(node)
+        forward = self.link.get(id(node))
+        fstep = steps[forward] if forward is not None else None
+        made = self.made.get(id(node), {})
+        module, source, depth, parent = "", None, 0, None
+        if fstep is not None:
+            module, source, depth, parent = fstep.module, fstep.source, fstep.depth, fstep.parent
+        param = None
+        if op == _ACCUMULATE:
+            param = self.param_names.get(id(node.variable))
+            if param is not None:  # belongs where the parameter was first used
+                of = self.param_rids.get(param)
+                made = {} if of is None else {0: of}
+                forward = self.first_use.get(of) if of is not None else None
+                fstep = steps[forward] if forward is not None else None
+                source = depth = parent = None
+                if fstep is not None:
+                    source, depth, parent = fstep.source, fstep.depth, fstep.parent
+                module, depth = param.rpartition(".")[0], depth or 0
+        ids, names, live = [], [], []
+        for nr, g in enumerate(grads):
+            if g is None:
+                continue
+            of = made.get(nr)
+            full = of is not None or param is not None  # a recorded tensor's or a parameter's
+            rid = self._grad_record(g, index, of, full)
+            ids.append(rid)
+            names.append("grad" if len(grads) == 1 else f"grad[{nr}]")
+            live.append(g)
+            if param is not None:
+                self.param_grads[param] = rid
+        step = Step(
+            index=index, kind="backward", module=module, op=op, source=source,
+            outputs=tuple(ids), output_names=tuple(names), depth=depth, parent=parent,
+            forward=forward,
+        )  # fmt: skip
+        steps.append(step)
+        if self.condition is not None:
+            self._check(step, live)
+
+    def _grad_record(self, g: torch.Tensor, producer: int, of: int | None, full: bool) -> int:
+        tensors = self.trace.tensors
+        rid = len(tensors)
+        dims = None
+        if of is not None:
+            fwd = tensors[of]
+            dims = fwd.dims if fwd.shape == tuple(g.shape) else None
+        stats = key = None
+        if full and self.capture != "shapes":
+            stats = tensor_stats(g)
+            if self.capture == "values":
+                key = self._keep(rid, g)
+        record = TensorRecord(
+            id=rid, shape=tuple(g.shape), dtype=str(g.dtype).removeprefix("torch."),
+            device=str(g.device), dims=dims, stats=stats, value_key=key,
+            producer=producer, role="grad", grad_of=of,
+        )  # fmt: skip
+        tensors.append(record)
+        return rid
+
+    def _keep(self, rid: int, g: torch.Tensor) -> str | None:
+        dtype = self.value_dtype if self.value_dtype is not None else g.dtype
+        if not g.is_floating_point():
+            dtype = g.dtype
+        if g.numel() * dtype.itemsize > self.value_cap:
+            self.skipped_values += 1
+            return None
+        key = f"t{rid}"
+        self.trace.values[key] = g.detach().to(device="cpu", dtype=dtype, copy=True)
+        return key
+
+    def _check(self, step: Step, live: list[torch.Tensor]) -> None:
+        from tracing.breakpoints import Output, make_hit
+
+        outputs = [
+            Output(self.trace.tensors[rid], g, name)
+            for rid, g, name in zip(step.outputs, live, step.output_names)
+        ]
+        reason = self.condition.check(step, "exit", outputs)
+        if reason:
+            self.hit = make_hit(step, "exit", reason)
+
+
+# --------------------------------------------------------------------------- updates
+
+
+def update_ratios(model: nn.Module, before: dict[int, torch.Tensor]) -> dict[str, float]:
+    """|Δw| / |w| per module (its own parameters, L2 norms), from copies taken before the
+    optimizer step. A module whose weights did not move has ratio 0."""
+    ratios = {}
+    for path, module in model.named_modules():
+        moved = size = 0.0
+        for p in module.parameters(recurse=False):
+            old = before.get(id(p))
+            if old is None:
+                continue
+            moved += float((p.detach() - old).square().sum())
+            size += float(old.square().sum())
+        if size > 0:
+            ratios[path] = math.sqrt(moved) / math.sqrt(size)
+    return ratios
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def trace_step(
+    model: nn.Module,
+    inputs: Any,
+    loss_fn: Callable | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    *,
+    targets: Any = None,
+    capture: str = "stats",
+    break_on: Any = None,
+    value_cap: int = DEFAULT_VALUE_CAP,
+    value_dtype: torch.dtype | None = None,
+    dims: Mapping[str, int] | None = None,
+    meta: Mapping[str, Any] | None = None,
+) -> Trace:
+    """Run one training step — forward, loss, backward, and ``optimizer.step()`` if given —
+    and return it as one :class:`Trace` whose backward steps follow the forward ones.
+
+    Args:
+        model: any ``nn.Module``, in the mode it is in (``model.train()`` for dropout).
+        inputs: what the model is called with: a tensor, a tuple (``model(*inputs)``) or a
+            dict (``model(**inputs)``, e.g. a Hugging Face batch with ``labels``).
+        loss_fn: ``loss_fn(output)`` or, with ``targets``, ``loss_fn(output, targets)``;
+            None when the model's output is the loss or has ``.loss``.
+        optimizer: stepped after the backward (the caller's training goes on); the trace
+            keeps each module's update ratio |Δw|/|w| in ``meta["update_ratios"]``. Call
+            ``zero_grad()`` before, as a training loop does.
+        capture, value_cap, value_dtype, dims, meta: as for :func:`tracing.trace`; the
+            gradients follow the same level, cap and dtype.
+        break_on: breakpoint conditions. Forward ones stop the forward (no backward then);
+            gradient ones (``NonFinite()``, ``GradNormAbove(1e3)``...) end the recording at
+            the first backward step that meets one. The backward still completes (``.grad``
+            is whole) but the optimizer step is *not* taken. ``meta["stopped_at"]`` says where.
+
+    Raises:
+        TraceError: the forward or the loss raised (``.trace`` holds the forward so far).
+        TypeError / ValueError: no scalar loss that requires grad.
+    """
+    tracer = _StepTracer(
+        model, capture, dims=dims, value_cap=value_cap, value_dtype=value_dtype,
+        train=model.training, meta=meta,
+        break_on=[c for c in _as_list(break_on) if not _gradient_only(c)] or None,
+    )  # fmt: skip
+    with torch.enable_grad():
+        with tracer:
+            output = _call(model, inputs)
+        trace = tracer.trace
+        assert trace is not None
+        trace.meta["phase"] = "training step"
+        if "stopped_at" in trace.meta:
+            return trace  # a forward breakpoint: no loss, no backward
+        try:
+            loss = _compute_loss(output, loss_fn, targets)
+        except Exception as e:
+            trace.error = f"{type(e).__name__}: {e}"
+            raise TraceError(f"the loss could not be computed: {trace.error}", trace) from e
+        _check_loss(loss)
+        trace.meta["loss"] = float(loss.detach())
+        trace.meta["forward_steps"] = len(trace.steps)
+        recorder = _BackwardRecorder(trace, tracer, capture, break_on)
+        handles: list = []
+        try:
+            handles = recorder.instrument(loss)
+            loss.backward()
+        except Exception as e:
+            trace.error = f"{type(e).__name__}: {e}"
+            raise TraceError(f"the backward pass failed: {trace.error}", trace) from e
+        finally:
+            for h in handles:
+                h.remove()
+            tracer.nodes = []  # no autograd node outlives the step
+    trace.meta["param_grads"] = recorder.param_grads
+    if recorder.skipped_values:
+        trace.meta["values_skipped"] = trace.meta.get("values_skipped", 0) + recorder.skipped_values
+    if recorder.hit is not None:
+        trace.meta["stopped_at"] = recorder.hit.to_meta()
+        return trace
+    if optimizer is not None:
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        before = {id(p): p.detach().clone() for p in params}
+        optimizer.step()
+        trace.meta["update_ratios"] = update_ratios(model, before)
+        trace.meta["optimizer"] = type(optimizer).__name__
+    return trace
+
+
+def _as_list(break_on: Any) -> list:
+    if not break_on:
+        return []
+    from tracing.breakpoints import Condition
+
+    return [break_on] if isinstance(break_on, Condition) else list(break_on)
+
+
+def _gradient_only(condition: Any) -> bool:
+    """Conditions that can only hold at a backward step (not worth checking in the forward)."""
+    return bool(getattr(condition, "gradient_only", False))
+
+
+__all__ = ["trace_step", "update_ratios"]
