@@ -165,3 +165,14 @@ def test_no_full_size_temporary_on_the_nonfinite_path(monkeypatch):
     st = tensor_stats(t)
     assert st.inf == expected
     assert max(sizes, default=0) <= BLOCK
+
+
+@pytest.mark.parametrize("collect", [tensor_stats, _deferred])
+def test_values_near_the_float32_limit_do_not_overflow(collect):
+    """Hugging Face masks hold ``finfo.min``: their sum and squares overflow float32."""
+    low = torch.finfo(torch.float32).min
+    t = torch.zeros(2, 1, 9, 9).masked_fill(torch.ones(9, 9).triu(1).bool(), low)
+    st = collect(t)
+    lo, hi, mean, std, _ = _reference(t)
+    assert (st.min, st.max) == (lo, hi)
+    assert st.mean == pytest.approx(mean, rel=1e-6) and st.std == pytest.approx(std, rel=1e-5)

@@ -88,11 +88,20 @@ def tensor_stats(t: torch.Tensor) -> TensorStats | None:
             return _nonfinite_stats(_as_float(flat), lo, hi)
         if lo == hi:  # a constant: exactly, not up to rounding
             return TensorStats(float(lo), float(hi), float(lo), 0.0, 0, 0)
-        f = _as_float(flat)
-        n = f.numel()
-        mean, var = _mean_var(f, n)
+        f = _widened(_as_float(flat), max(-lo, hi))
+        mean, var = _mean_var(f, f.numel())
         return TensorStats(float(lo), float(hi), mean, math.sqrt(var), 0, 0)
 
+
+def _widened(f: torch.Tensor, largest: float) -> torch.Tensor:
+    """``f`` in float64 when its sum of squares could overflow its own dtype (a mask
+    filled with ``finfo.min``, as Hugging Face models make); otherwise ``f`` itself."""
+    if f.dtype != torch.float64 and largest * largest * f.numel() > _OVERFLOW:
+        return f.to(torch.float64)
+    return f
+
+
+_OVERFLOW = 1e36  # float32 holds up to 3.4e38
 
 _SCRATCH = threading.local()
 
@@ -180,9 +189,10 @@ def _nonfinite_stats(f: torch.Tensor, lo: float, hi: float) -> TensorStats:
     n_finite = n - n_bad
     if n_finite == 0:
         return TensorStats(_NAN, _NAN, _NAN, _NAN, n_nan, n_bad - n_nan)
-    mean, var = _mean_var(f, n_finite, fill=0.0)
+    lo, hi = min(lows), max(highs)
+    mean, var = _mean_var(_widened(f, max(-lo, hi)), n_finite, fill=0.0)
     std = math.sqrt(var)
-    return TensorStats(float(min(lows)), float(max(highs)), mean, std, n_nan, n_bad - n_nan)
+    return TensorStats(float(lo), float(hi), mean, std, n_nan, n_bad - n_nan)
 
 
 # --------------------------------------------------------------------------- on the device
@@ -209,8 +219,11 @@ def device_row(t: torch.Tensor) -> torch.Tensor | None:
         zero = torch.zeros((), dtype=f.dtype, device=f.device)
         mean = torch.where(finite, f, zero).sum(dtype=torch.float64) / n_finite.clamp(min=1)
         filled = torch.where(finite, f, mean.to(f.dtype))
-        var = torch.var_mean(filled, correction=0)[0].double() * (n / n_finite.clamp(min=1))
         lo, hi = torch.aminmax(filled)
+        # scaled to at most 1 first, so squares of values near the dtype's limit do not overflow
+        scale = torch.maximum(lo.abs(), hi.abs()).clamp(min=torch.finfo(f.dtype).tiny)
+        var = torch.var_mean(filled / scale, correction=0)[0].double() * scale.double() ** 2
+        var = var * (n / n_finite.clamp(min=1))
         n_inf = n - n_finite - n_nan
         parts = (lo, hi, mean, var, n_nan, n_inf)
         return torch.stack([p.to(torch.float64) for p in parts])
