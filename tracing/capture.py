@@ -38,9 +38,11 @@ import dataclasses
 import gc
 import inspect
 import json
+import os
 import time
 import weakref
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -48,6 +50,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from tracing import dims as dims_mod
+from tracing import trace_file
 from tracing.errors import TraceError
 from tracing.record import (
     CAPTURE_LEVELS,
@@ -59,6 +62,8 @@ from tracing.record import (
 )
 from tracing.source import caller_location, location_from_traceback
 from tracing.stats import StatsCollector
+from tracing.trace_file import TraceWriter
+from tracing.values import StreamedValues, ValueArena
 
 DEFAULT_VALUE_CAP = 64 * 2**20
 """Bytes: a tensor larger than this (after any ``value_dtype`` downcast) keeps no copy."""
@@ -619,7 +624,8 @@ class Tracer:
         capture: ``"shapes"``, ``"stats"`` or ``"values"``.
         dims: sizes for symbolic axis names, e.g. ``{"B": 1, "T": 12, "C": 64}``; missing
             letters are read from ``model.config`` and the first input's shape.
-        value_cap: at ``"values"``, tensors larger than this many bytes keep no copy.
+        value_cap: at ``"values"``, tensors larger than this many bytes keep no copy
+            (``None``: every tensor keeps one; with ``out``, memory stays flat anyway).
         value_dtype: at ``"values"``, store floating copies in this dtype (e.g. float16).
         train: trace in training mode (dropout active) instead of eval mode.
         ops: also record tensor ops (not only module calls).
@@ -630,6 +636,11 @@ class Tracer:
         edits: edits applied while the model runs (``tracing.edits``); the trace records
             where each applied in ``meta["edits"]``. An edit that matched nothing raises
             :class:`tracing.edits.EditError`.
+        out: write the trace to this file while it records: each kept value goes to the
+            file as it is produced (memory stays flat whatever the trace size), the
+            header when the trace finishes, and ``trace.values`` then reads lazily from
+            the file. An interrupted capture leaves no complete-looking file; a forward
+            that raises leaves the partial trace in it.
     """
 
     def __init__(
@@ -638,13 +649,14 @@ class Tracer:
         capture: str = "stats",
         *,
         dims: Mapping[str, int] | None = None,
-        value_cap: int = DEFAULT_VALUE_CAP,
+        value_cap: int | None = DEFAULT_VALUE_CAP,
         value_dtype: torch.dtype | None = None,
         train: bool = False,
         ops: bool = True,
         meta: Mapping[str, Any] | None = None,
         break_on: Any = None,
         edits: Any = None,
+        out: str | os.PathLike | None = None,
     ):
         if not isinstance(model, nn.Module):
             raise TypeError(f"Tracer needs an nn.Module, got {type(model).__name__}")
@@ -655,7 +667,8 @@ class Tracer:
         self.model = model
         self.capture = capture
         self.dims = dict(dims) if dims else None
-        self.value_cap = int(value_cap)
+        self.value_cap = None if value_cap is None else int(value_cap)
+        self.out = None if out is None else Path(out)
         self.value_dtype = value_dtype
         self.train = train
         self.ops = ops
@@ -701,6 +714,7 @@ class Tracer:
                 self._mode.__enter__()
         except BaseException:
             self._cleanup()
+            self._sink.abort()
             raise
         # A trace makes thousands of small containers and keeps every one of them: the
         # cyclic collector would scan them again and again for nothing (as ``timeit``
@@ -725,6 +739,8 @@ class Tracer:
     def _exit(self, exc: BaseException | None, tb) -> bool:
         self._cleanup()
         self._active = False
+        if exc is not None and not isinstance(exc, Exception):
+            self._sink.abort()  # interrupted (Ctrl+C, exit): no file that looks complete
         if self._breaker is not None and isinstance(exc, self._breaker.Stop):
             last = len(self._steps) - 1
             for index, *_ in self._stack:  # close the module calls the stop interrupted
@@ -797,6 +813,7 @@ class Tracer:
         self._skipped_values = 0
         self._attention_types: dict[str, bool] = {}
         self._stats = StatsCollector()
+        self._sink = ValueArena() if self.out is None else StreamedValues(TraceWriter(self.out))
         if self._edits is not None:
             self._edits.reset()
 
@@ -853,14 +870,13 @@ class Tracer:
             src = self._tensors[source[1]]
             if view == "all":  # same elements, so the same statistics
                 record[3] = src[3]
-            if src[4] is not None:
-                copy = self._values[src[4]]
-                if copy.is_contiguous() and source[0].is_contiguous():
-                    offset = t.storage_offset() - source[0].storage_offset()
-                    value = copy.as_strided(t.shape, t.stride(), copy.storage_offset() + offset)
-                    key_ = f"t{rid}"
-                    self._values[key_] = value
-                    record[4] = key_
+            copy = None if src[4] is None else self._values.get(src[4])  # None: streamed
+            if copy is not None and copy.is_contiguous() and source[0].is_contiguous():
+                offset = t.storage_offset() - source[0].storage_offset()
+                value = copy.as_strided(t.shape, t.stride(), copy.storage_offset() + offset)
+                key_ = f"t{rid}"
+                self._values[key_] = value
+                record[4] = key_
         if record[3] is None:
             record[3] = self._stats.add(t)  # on an accelerator: pending, no sync
         if self._want_values and record[4] is None:
@@ -886,16 +902,14 @@ class Tracer:
         dtype = t.dtype
         if self.value_dtype is not None and t.is_floating_point():
             dtype = self.value_dtype
-        if t.numel() * dtype.itemsize > self.value_cap and not force:
+        cap = self.value_cap
+        if cap is not None and t.numel() * dtype.itemsize > cap and not force:
             self._skipped_values += 1
             return
-        # detach() leaves autograd out of the copy: no no_grad() context needed
-        if dtype == t.dtype and t.is_cpu:
-            copy = t.detach().clone()
-        else:
-            copy = t.detach().to(device="cpu", dtype=dtype, copy=True)
-        key = f"t{rid}"
-        self._values[key] = copy
+        # into the arena or the file; detach() leaves autograd out of the copy
+        key, copy = self._sink.keep(f"t{rid}", t, dtype)
+        if copy is not None:
+            self._values[key] = copy
         rec[4] = key
 
     def _mark_attention(self, rid: int, t: torch.Tensor) -> None:
@@ -1216,7 +1230,8 @@ class Tracer:
         if self._edits is not None:
             meta["edits"] = self._edits.to_meta()
         meta.update(self.extra_meta)
-        return Trace(
+        self._sink.finish()  # copies from a device: waited for once, here
+        trace = Trace(
             steps=steps,
             modules=self._module_infos(),
             tensors=tensors,
@@ -1224,6 +1239,10 @@ class Tracer:
             values=self._values,
             error=error,
         )
+        if self.out is not None and not self._sink.aborted:
+            self._sink.writer.close(trace)  # the header, then the file takes its name
+            trace.values = trace_file.load(self.out).values
+        return trace
 
 
 # --------------------------------------------------------------------------- helpers
@@ -1437,6 +1456,7 @@ def trace(
     meta: Mapping[str, Any] | None = None,
     break_on: Any = None,
     edits: Any = None,
+    out: str | os.PathLike | None = None,
     **kwargs: Any,
 ) -> Trace:
     """Run ``model(*args, **kwargs)`` once and return everything it did as a :class:`Trace`.
@@ -1446,11 +1466,13 @@ def trace(
     original exception, with the partial trace as ``.trace``. With ``break_on``, it stops
     at the first step that meets a condition and returns the trace up to there, with
     ``meta["stopped_at"]``. With ``edits`` (``tracing.edits``), values are changed as the
-    model runs and ``meta["edits"]`` says where. See :class:`Tracer` for the other arguments.
+    model runs and ``meta["edits"]`` says where. With ``out``, the trace is written to that
+    file as it records (values streamed, memory flat) and its values are read from it.
+    See :class:`Tracer` for the other arguments.
     """
     tracer = Tracer(
         model, capture, dims=dims, value_cap=value_cap, value_dtype=value_dtype,
-        train=train, ops=ops, meta=meta, break_on=break_on, edits=edits,
+        train=train, ops=ops, meta=meta, break_on=break_on, edits=edits, out=out,
     )  # fmt: skip
     with torch.set_grad_enabled(grad), tracer:
         model(*args, **kwargs)

@@ -50,6 +50,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=float,
         help="with --capture values: keep no copy of a tensor larger than this (MiB)",
     )
+    p.add_argument(
+        "--no-stream",
+        action="store_true",
+        help="keep values in memory and save at the end (default: write each to the file "
+        "as it is produced, so memory stays flat)",
+    )
     p.add_argument("--seed", type=int, default=0, help="weights seed for --preset (default 0)")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="trace file to write")
     p.add_argument("--quiet", action="store_true", help="no progress output")
@@ -148,12 +154,15 @@ def run(args: argparse.Namespace) -> int:
     # --- trace, then save (also a partial trace: that is when the debugger is needed)
     stages = ProgressBar(2, f"trace {len(ids)} tokens", stream=io.StringIO() if quiet else None)
     failure = None
+    if not args.no_stream:
+        options["out"] = output  # values go to the file as they come; the header at the end
     try:
         trace = tracing.trace(model, x, capture=args.capture, meta=meta, **options)
     except tracing.TraceError as e:
         trace, failure = e.trace, e
     stages.update(1, stage="saving")
-    tracing.save(trace, output)
+    if getattr(trace.values, "path", None) != output:  # not streamed there: save it now
+        tracing.save(trace, output)
     stages.update(1, stage="done")
     stages.close()
 
