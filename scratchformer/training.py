@@ -75,11 +75,13 @@ def train(
     checkpoint_meta: dict[str, Any] | None = None,
     on_step: Callable[[int, float, float, float], None] | None = None,
     on_eval: Callable[[int, float], None] | None = None,
+    on_start: Callable[[torch.optim.Optimizer], None] | None = None,
 ) -> TrainResult:
     """Train ``model`` for ``config.steps`` steps on ``next_batch()`` batches.
 
     ``on_step(step, loss, tokens_per_second, lr)`` runs after every step;
-    ``on_eval(step, eval_loss)`` after every evaluation on ``eval_set``.
+    ``on_eval(step, eval_loss)`` after every evaluation on ``eval_set``;
+    ``on_start(optimizer)`` once before the first step (to attach ``tracing.watch``).
     """
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
@@ -97,6 +99,8 @@ def train(
             meta = {**(checkpoint_meta or {}), "step": step, "eval_loss": eval_loss}
             save_checkpoint(model, checkpoint_path, extra_meta=meta)
 
+    if on_start is not None:
+        on_start(optimizer)
     result = TrainResult(steps=config.steps, final_loss=float("nan"))
     model.train()
     start = time.perf_counter()

@@ -281,3 +281,29 @@ def test_app_command_rejects_a_missing_file(capsys):
     assert args.trace is None and args.func.__module__ == "app.commands.app"
     assert main(["app", "/no/such/trace.safetensors"]) == 2
     assert "no such trace file" in capsys.readouterr().err
+
+
+def test_panels_add_menu_entries_through_the_window(window):
+    """Panels go through add_menu_action / add_dock: their entries sit where they belong."""
+    from PySide6.QtGui import QAction
+
+    def texts(menu):
+        return [a.text() for a in window.menus[menu].actions() if not a.isSeparator()]
+
+    file_menu = texts("File")
+    assert file_menu.index("Trace &generation…") == file_menu.index("&New trace…") + 1
+    assert file_menu.index("&Compare with…") == file_menu.index("Save &As…") + 1
+    assert texts("View")[-3:] == [
+        "&Breakpoints",
+        "&Lens (logit lens, heads)",
+        "&Generation timeline",
+    ]
+    assert texts("Debug")[-1] == "Run to next &breakpoint"
+
+    extra = QAction("Extra", window)
+    window.add_menu_action("Help", extra, separator=True)
+    assert window.menus["Help"].actions()[-1] is extra
+    assert window.menus["Help"].actions()[-2].isSeparator()
+    assert extra in window.actions()  # its shortcut works with the menu bar hidden
+    with pytest.raises(KeyError, match="no menu 'Tools'; the menus are File, Debug, View, Help"):
+        window.add_menu_action("Tools", QAction("x", window))

@@ -325,3 +325,151 @@ def test_shapes_capture_keeps_no_stats_but_all_steps():
     assert [(s.op, s.forward) for s in shapes.steps] == [(s.op, s.forward) for s in stats.steps]
     grads = [r for r in shapes.tensors if r.role == "grad"]
     assert grads and all(r.stats is None and r.value_key is None for r in grads)
+
+
+# --------------------------------------------------------------------------- breakpoints
+
+
+class SqrtAtZero(nn.Module):
+    """A forward that is finite everywhere whose backward is not: d sqrt(x)/dx at 0."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+        self.scale = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.proj(x).relu()  # zeros where the projection is negative
+        r = h.sqrt()  # the culprit: infinite slope at 0
+        return self.scale(r)
+
+
+def test_first_nonfinite_gradient_names_the_forward_op_and_line():
+    from tracing.breakpoints import NonFinite, first_nonfinite_gradient
+
+    torch.manual_seed(0)
+    model, x = SqrtAtZero(), torch.randn(3, 4)
+    trace = trace_step(model, x, lambda out: out.sum(), capture="stats")
+    assert "stopped_at" not in trace.meta
+    hit = first_nonfinite_gradient(trace)
+    assert hit is not None
+    step = trace.steps[hit.step]
+    assert step.kind == "backward" and step.op == "SqrtBackward0"
+    assert trace.steps[step.forward].op == "sqrt"
+    assert "r = h.sqrt()" in hit.source and hit.label.endswith("sqrt")
+    assert "Inf" in hit.reason and "relu" in hit.reason  # it sends Inf back to the relu
+    # the forward had nothing non-finite: the first step with one is the relu's backward
+    first = tracing.find_next(trace, -1, [NonFinite()])
+    assert trace.steps[first].op == "ReluBackward0" and first > hit.step
+
+    # live: the recording stops there and the optimizer step is not taken
+    torch.manual_seed(0)
+    model = SqrtAtZero()
+    before = copy.deepcopy(model.state_dict())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    live = trace_step(model, x, lambda out: out.sum(), opt, break_on=[NonFinite()])
+    assert live.meta["stopped_at"]["step"] == first == len(live.steps) - 1
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+    assert model.proj.weight.grad is not None  # the backward itself completed
+
+
+def test_grad_norm_breakpoints_catch_exploding_and_vanishing_layers():
+    from tracing.breakpoints import GradNormAbove, GradNormBelow, find_all
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 1))
+    with torch.no_grad():
+        model[2].weight.mul_(1e4)  # everything before it gets huge gradients
+    x = torch.randn(5, 8)
+    trace = trace_step(model, x, lambda out: out.sum(), capture="values")
+    big = find_all(trace, [GradNormAbove(1e3)])
+    assert big and all(trace.steps[h.step].kind == "backward" for h in big)
+    for h in big:  # the reported norm is the true norm of that gradient
+        rid = trace.steps[h.step].outputs[0]
+        norm = float(trace.value(rid).double().norm())
+        assert norm > 1e3
+        assert f"{norm:.4g}" in h.reason
+    assert not find_all(trace, [GradNormBelow(1e-3)])
+    # live: the forward is never stopped by a gradient-only condition
+    live = trace_step(model, x, lambda out: out.sum(), break_on=[GradNormAbove(1e3)])
+    stopped = live.steps[live.meta["stopped_at"]["step"]]
+    assert stopped.kind == "backward" and stopped.index == big[0].step
+    with torch.no_grad():
+        model[2].weight.mul_(1e-4)
+        model[1].weight.mul_(1e-8)  # the gradient below it vanishes
+    vanishing = trace_step(model, x, lambda out: out.sum(), capture="stats")
+    small = find_all(vanishing, [GradNormBelow(1e-3)])
+    assert small and vanishing.steps[small[0].step].module == "0"
+    assert not find_all(vanishing, [GradNormAbove(1e3)])
+
+
+# --------------------------------------------------------------------------- watch
+
+
+class NaiveLogSoftmax(nn.Module):
+    """``log(softmax(x))`` in two steps: the softmax underflows to 0 for a large input,
+    the log makes -inf, and the loss and every gradient go NaN."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x):
+        p = self.proj(x).softmax(-1)
+        return p.log()  # the culprit: log(0)
+
+
+def test_watch_saves_the_step_that_went_nonfinite_from_the_state_before_it(tmp_path):
+    from tracing.breakpoints import first_nonfinite_gradient
+
+    torch.manual_seed(0)
+    model = NaiveLogSoftmax()
+    twin = copy.deepcopy(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt_twin = torch.optim.SGD(twin.parameters(), lr=0.1)
+    batches = [torch.randn(3, 4) for _ in range(3)] + [torch.randn(3, 4) * 1e4]
+    path = tmp_path / "bad.trace"
+    loss_fn = lambda out: -out[:, 0].mean()  # noqa: E731
+    with tracing.watch(model, opt, path=path, loss_fn=loss_fn) as watcher:
+        for x in batches:  # a plain loop; the last batch underflows the softmax
+            opt.zero_grad()
+            loss_fn(model(x)).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+    assert watcher.traces == [path] and watcher.step == 4
+    for x in batches:  # the same loop unwatched: the same weights at the end
+        opt_twin.zero_grad()
+        loss_fn(twin(x)).backward()
+        torch.nn.utils.clip_grad_norm_(twin.parameters(), 1.0)
+        opt_twin.step()
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0, equal_nan=True)
+    trace = tracing.load(path)
+    assert trace.meta["watch"]["step"] == 4
+    hit = first_nonfinite_gradient(trace)
+    assert hit is not None and hit.label.endswith("log")
+    assert "p.log()" in hit.source
+    assert not model._forward_pre_hooks and not opt._optimizer_step_pre_hooks
+
+
+def test_watch_at_a_step_number_replays_it_bit_for_bit(tmp_path):
+    torch.manual_seed(0)
+    model, x, loss_fn, y = ours()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    grads = {}
+    watcher = tracing.watch(
+        model, opt, when=2, path=tmp_path / "s2.trace", capture="values",
+        loss_fn=lambda out: loss_fn(out, y),
+    )  # fmt: skip
+    for step in range(3):
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()  # dropout is on: the replay must reuse its randoms
+        if step == 1:
+            grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        opt.step()
+    watcher.close()
+    trace = tracing.load(tmp_path / "s2.trace")
+    for name, g in grads.items():
+        rec = trace.param_grad(name)
+        if rec is not None:
+            assert torch.equal(trace.value(rec.id), g), name

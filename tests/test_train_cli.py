@@ -123,3 +123,36 @@ def test_progress_bar_redraws_in_place_on_a_tty():
     assert text.count("\r") >= 3 and text.endswith("\n")
     assert "step 2: eval loss 1.5\n" in text
     assert "4/4" in text and "tok_s=1.0k" in text
+
+
+def test_train_saves_a_training_step_trace_of_step_n(tmp_path, capsys):
+    import tracing
+
+    out = tmp_path / "m.safetensors"
+    args = ["train", "--task", "reverse", "--steps", "4", "--eval-interval", "4", "--quiet"]
+    assert main([*args, "--trace-step", "3", "-o", str(out), *TINY]) == 0
+    assert "wrote training-step trace" in capsys.readouterr().out
+    trace = tracing.load(tmp_path / "m.step3.trace")
+    assert trace.meta["watch"]["step"] == 3 and trace.backward_start is not None
+    assert trace.param_grad("lm_head.weight") is not None or trace.meta["param_grads"]
+
+
+def test_train_on_nonfinite_saves_the_step_that_went_bad(tmp_path, capsys):
+    import math
+
+    import tracing
+    from tracing.breakpoints import first_nonfinite_gradient
+
+    out = tmp_path / "m.safetensors"
+    args = ["train", "--task", "reverse", "--steps", "8", "--eval-interval", "8", "--quiet"]
+    # a learning rate this large sends the weights, then the loss, to Inf/NaN
+    assert main([*args, "--lr", "1e30", "--warmup", "1", "--trace-on-nonfinite",
+                 "-o", str(out), *TINY]) == 0  # fmt: skip
+    printed = capsys.readouterr().out
+    assert "wrote training-step trace" in printed and "non-finite gradient" in printed
+    trace = tracing.load(tmp_path / "m.nonfinite.trace")
+    step = trace.meta["watch"]["step"]
+    assert step >= 2  # the first step starts from finite weights
+    # it is the bad step itself: its forward started from finite weights, yet a
+    # gradient (or the loss) is non-finite
+    assert first_nonfinite_gradient(trace) is not None or not math.isfinite(trace.meta["loss"])

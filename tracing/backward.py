@@ -292,6 +292,7 @@ def trace_step(
     optimizer: torch.optim.Optimizer | None = None,
     *,
     targets: Any = None,
+    before_step: Callable[[], Any] | None = None,
     capture: str = "stats",
     break_on: Any = None,
     value_cap: int = DEFAULT_VALUE_CAP,
@@ -311,6 +312,8 @@ def trace_step(
         optimizer: stepped after the backward (the caller's training goes on); the trace
             keeps each module's update ratio |Δw|/|w| in ``meta["update_ratios"]``. Call
             ``zero_grad()`` before, as a training loop does.
+        before_step: called between the backward and ``optimizer.step()`` (gradient
+            clipping: ``lambda: clip_grad_norm_(model.parameters(), 1.0)``).
         capture, value_cap, value_dtype, dims, meta: as for :func:`tracing.trace`; the
             gradients follow the same level, cap and dtype.
         break_on: breakpoint conditions. Forward ones stop the forward (no backward then);
@@ -322,6 +325,36 @@ def trace_step(
         TraceError: the forward or the loss raised (``.trace`` holds the forward so far).
         TypeError / ValueError: no scalar loss that requires grad.
     """
+    options = dict(
+        capture=capture, break_on=break_on, value_cap=value_cap, value_dtype=value_dtype,
+        dims=dims, meta=meta,
+    )  # fmt: skip
+    return record_step(
+        model,
+        lambda: _call(model, inputs),
+        lambda output: _compute_loss(output, loss_fn, targets),
+        optimizer,
+        before_step=before_step,
+        **options,
+    )
+
+
+def record_step(
+    model: nn.Module,
+    run: Callable[[], Any],
+    loss_of: Callable[[Any], Any],
+    optimizer: torch.optim.Optimizer | None = None,
+    *,
+    before_step: Callable[[], Any] | None = None,
+    capture: str = "stats",
+    break_on: Any = None,
+    value_cap: int = DEFAULT_VALUE_CAP,
+    value_dtype: torch.dtype | None = None,
+    dims: Mapping[str, int] | None = None,
+    meta: Mapping[str, Any] | None = None,
+) -> Trace:
+    """:func:`trace_step` for a forward given as a function: ``run()`` calls the model,
+    ``loss_of(output)`` returns the loss (``tracing.watch`` replays a user's step so)."""
     tracer = _StepTracer(
         model, capture, dims=dims, value_cap=value_cap, value_dtype=value_dtype,
         train=model.training, meta=meta,
@@ -329,14 +362,14 @@ def trace_step(
     )  # fmt: skip
     with torch.enable_grad():
         with tracer:
-            output = _call(model, inputs)
+            output = run()
         trace = tracer.trace
         assert trace is not None
         trace.meta["phase"] = "training step"
         if "stopped_at" in trace.meta:
             return trace  # a forward breakpoint: no loss, no backward
         try:
-            loss = _compute_loss(output, loss_fn, targets)
+            loss = loss_of(output)
         except Exception as e:
             trace.error = f"{type(e).__name__}: {e}"
             raise TraceError(f"the loss could not be computed: {trace.error}", trace) from e
@@ -361,6 +394,8 @@ def trace_step(
     if recorder.hit is not None:
         trace.meta["stopped_at"] = recorder.hit.to_meta()
         return trace
+    if before_step is not None:
+        before_step()
     if optimizer is not None:
         params = [p for group in optimizer.param_groups for p in group["params"]]
         before = {id(p): p.detach().clone() for p in params}
@@ -383,4 +418,4 @@ def _gradient_only(condition: Any) -> bool:
     return bool(getattr(condition, "gradient_only", False))
 
 
-__all__ = ["trace_step", "update_ratios"]
+__all__ = ["record_step", "trace_step", "update_ratios"]

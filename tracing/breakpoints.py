@@ -7,7 +7,14 @@ A *condition* looks at one step and the tensors it produced and answers with a r
 - :class:`AbsAbove` — an output holds a value whose magnitude exceeds a threshold;
 - :class:`AttentionEntropyBelow` — a row of an attention map is sharper than a threshold
   (entropy in nats; a row spread evenly over ``n`` keys has entropy ``ln n``);
-- :class:`ModuleIs` / :class:`OpIs` — a named module is entered, a named op runs.
+- :class:`ModuleIs` / :class:`OpIs` — a named module is entered, a named op runs;
+- :class:`GradNormAbove` / :class:`GradNormBelow` — a backward step's gradient has an
+  L2 norm above / below a threshold (an exploding or a vanishing layer).
+
+``NonFinite`` and ``AbsAbove`` look at every step's outputs, so in a training-step trace
+(``tracing.trace_step``) they see the gradients too: :func:`first_nonfinite_gradient`
+names the first backward step whose gradient is not finite, and the forward op and
+source line it belongs to (what ``torch.autograd.detect_anomaly`` prints, but navigable).
 
 A list of conditions means *any of them*; ``a & b`` holds when both do (``ModuleIs
 ("blocks.2") & NonFinite()``: a NaN inside block 2), ``a | b`` when either does.
@@ -307,6 +314,111 @@ class AttentionEntropyBelow(Condition):
             if low < self.threshold:
                 return f"attention row entropy {low:.4g} < {self.threshold:g}"
         return None
+
+
+def grad_norm(o: Output) -> float | None:
+    """L2 norm of an output, from its statistics (over the finite elements) when kept,
+    else from its value; None when neither is known."""
+    s = o.stats
+    if s is not None and o.record is not None:
+        if math.isnan(s.mean):  # no finite element
+            return math.inf if s.inf else math.nan
+        n_finite = o.record.numel - s.nan - s.inf
+        return math.sqrt(max(n_finite * (s.std * s.std + s.mean * s.mean), 0.0))
+    value = o.value
+    if value is None or not value.is_floating_point():
+        return None
+    return float(value.detach().double().norm())
+
+
+def _grad_norm_reason(step, outputs, threshold: float, above: bool) -> str | None:
+    """The reason a backward step's gradient norm is above (or below) ``threshold``.
+    Gradients inside one op (shape-only records) are not judged when looking below."""
+    if step.kind != "backward":
+        return None
+    for o in outputs:
+        rec = o.record
+        if not above and rec is not None and rec.grad_of is None and rec.stats is None:
+            continue
+        n = grad_norm(o)
+        if n is None:
+            continue
+        if n > threshold if above else n < threshold:
+            sign = ">" if above else "<"
+            return f"gradient norm {n:.4g} {sign} {threshold:g} in {o.name}"
+    return None
+
+
+@dataclass(frozen=True)
+class GradNormAbove(Condition):
+    """Break at a backward step whose gradient has an L2 norm above ``threshold``
+    (an exploding layer). Only gradients count, not forward values."""
+
+    threshold: float
+    gradient_only = True
+
+    def on_exit(self, step, outputs):
+        return _grad_norm_reason(step, outputs, self.threshold, above=True)
+
+
+@dataclass(frozen=True)
+class GradNormBelow(Condition):
+    """Break at a backward step of a recorded tensor or a parameter whose gradient has an
+    L2 norm below ``threshold`` (a vanishing layer)."""
+
+    threshold: float
+    gradient_only = True
+
+    def on_exit(self, step, outputs):
+        return _grad_norm_reason(step, outputs, self.threshold, above=False)
+
+
+def first_nonfinite_gradient(trace: Trace) -> BreakHit | None:
+    """The backward step that first produced a NaN or an Inf gradient, or None.
+
+    A backward step records the gradient it *receives* (that of its forward op's output).
+    The first step that receives a non-finite one got it from the backward of an op that
+    consumed that output: that earlier step is the culprit (``SqrtBackward0`` for a
+    ``sqrt`` at 0, which sends Inf to the op before it). The hit's label and source are
+    those of the culprit's forward op (``blocks.1.attn · sqrt``, ``model.py:42: ...``).
+    """
+    start = trace.backward_start
+    if start is None:
+        return None
+    hit = find_hit(trace, start - 0.5, NonFinite())
+    if hit is None:
+        return None
+    receiver = trace.steps[hit.step]
+    culprit = _sender(trace, receiver)
+    if culprit is None or culprit.forward is None:
+        step, reason = receiver, hit.reason
+    else:
+        step = culprit
+        got = trace.steps[receiver.forward].op if receiver.forward is not None else receiver.op
+        reason = f"{hit.reason} that it sends back to {got} (step {receiver.index})"
+    if step.forward is None:
+        return make_hit(step, "exit", f"{reason} ({step.op})")
+    fwd = trace.steps[step.forward]
+    src = make_hit(fwd, "exit", "").source
+    reason = f"{reason} ({step.op}, the backward of step {fwd.index}: {fwd.op})"
+    return BreakHit(step.index, "exit", reason, fwd.label, src)
+
+
+def _sender(trace: Trace, receiver: Step) -> Step | None:
+    """The latest backward step before ``receiver`` whose forward op consumed a tensor
+    ``receiver`` holds the gradient of (the op that passed it that gradient)."""
+    forward_ids = {trace.tensors[t].grad_of for t in receiver.outputs} - {None}
+    if not forward_ids:
+        return None
+    consumers = {
+        s.index
+        for s in trace.steps[: trace.backward_start]
+        if s.kind == "op" and not forward_ids.isdisjoint(s.inputs)
+    }
+    for s in reversed(trace.steps[trace.backward_start : receiver.index]):
+        if s.forward in consumers:
+            return s
+    return None
 
 
 def attention_entropy(weights: torch.Tensor) -> torch.Tensor:

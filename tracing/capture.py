@@ -50,6 +50,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from tracing import dims as dims_mod
+from tracing import distributed as distributed_mod
 from tracing import trace_file
 from tracing.errors import TraceError
 from tracing.record import (
@@ -400,6 +401,7 @@ class _OpMode(TorchFunctionMode):
 
 _SPECIAL_OPS = frozenset(
     {"softmax", "_softmax", "scaled_dot_product_attention", "multi_head_attention_forward"}
+    | distributed_mod.FUNCTIONAL_COLLECTIVES  # a functional collective gets its group noted
 )
 
 
@@ -709,6 +711,10 @@ class Tracer:
         self._wrapped = []
         try:
             self._instrument_all()
+            # ---- hook: torch.distributed (collectives wrapped for the trace's duration)
+            self._ranks = distributed_mod.capture_for(self)
+            if self._ranks is not None:
+                self._ranks.install()
             if self.ops:
                 self._mode = _OpMode(self)
                 self._mode.__enter__()
@@ -771,6 +777,9 @@ class Tracer:
             else:
                 module.__dict__["forward"] = previous
         self._wrapped = []
+        ranks = getattr(self, "_ranks", None)
+        if ranks is not None:
+            ranks.uninstall()
         if getattr(self, "_holds_cache", False):
             self._holds_cache = False
             self._structure.calls[:] = _IDLE_CALLS  # no reference to this tracer is kept
@@ -814,6 +823,7 @@ class Tracer:
         self._attention_types: dict[str, bool] = {}
         self._stats = StatsCollector()
         self._sink = ValueArena() if self.out is None else StreamedValues(TraceWriter(self.out))
+        self._ranks: distributed_mod.RankCapture | None = None
         if self._edits is not None:
             self._edits.reset()
 
@@ -856,6 +866,10 @@ class Tracer:
             self._ids[key] = (weakref.ref(t), version, rid)
         except TypeError:  # pragma: no cover - tensor subclasses without weakref support
             pass
+        if self._ranks is not None:  # ---- hook: a DTensor is recorded as its local shard
+            local = self._ranks.local_view(rid, t)
+            if local is not None:
+                t, source, record[0] = local, None, local.shape
         name = self._param_names.get(key)
         if name is not None:  # a parameter or buffer: no stats, no copy
             record[5] = None
@@ -1024,8 +1038,12 @@ class Tracer:
 
     def _attention_op(self, index: int, name: str, func, args, kwargs, outs: tuple) -> tuple:
         """Attention maps made by op ``index`` (a softmax in an attention module, a fused
-        attention call); returns its outputs with any rebuilt map added."""
-        if name == "softmax" or name == "_softmax":
+        attention call); returns its outputs with any rebuilt map added. (A functional
+        collective also comes here, to have its group noted under torch.distributed.)"""
+        if name in distributed_mod.FUNCTIONAL_COLLECTIVES:
+            if self._ranks is not None:
+                self._ranks.functional(index, func, args, kwargs)
+        elif name == "softmax" or name == "_softmax":
             self._maybe_attention_softmax(index, outs[0])
         elif name == "scaled_dot_product_attention":
             outs = (*outs, *self._fused_attention_map(index, args, kwargs))
@@ -1122,6 +1140,36 @@ class Tracer:
         )  # fmt: skip
         return index
 
+    def _record_external_op(self, name, run, ins, in_names, outs, out_names, settled=True):
+        """Run ``run()`` and record it as op ``name``: a call the function mode cannot see
+        (a ``torch.distributed`` collective, see ``tracing.distributed``). ``ins`` are read
+        before it runs, ``outs`` (tensors it writes into; a list may be filled by ``run``)
+        after; unsettled outputs (an async collective) keep their shape only. Returns
+        ``(step index, result)``, the index None outside the traced forward."""
+        if not self._stack:
+            return None, run()
+        with _Disable():  # reading a tensor runs torch ops the mode must not record
+            in_ids = [self._tensor_id(t, None) for t in ins]
+        source = caller_location(1)
+        parent, _, _, path = self._stack[-1]
+        row = ["op", path, name, source, in_ids, [], tuple(in_names),
+               tuple(out_names), len(self._stack), parent, None, 0, None]  # fmt: skip
+        try:
+            result = run()
+        except Exception as e:
+            row[12] = f"{type(e).__name__}: {e}"
+            self._failed_step = len(self._steps)
+            self._steps.append(row)
+            raise
+        index = len(self._steps)
+        self._steps.append(row)
+        # always new records: a collective writes in place, sometimes keeping _version
+        with _Disable():
+            row[5] = [self._new_tensor(t, index, t._version if settled else -1) for t in outs]
+        if in_ids and any(r in self._param_rids for r in in_ids):
+            self._param_steps.append(index)
+        return index, result
+
     def _input_names(self, step: list) -> tuple[str, ...]:
         """An op's input names with each parameter or buffer named by its path."""
         names, rids = step[6], self._param_rids
@@ -1138,6 +1186,8 @@ class Tracer:
             del self._param_rids[rid]
         for key in [k for k in self._values if int(k[1:]) >= first]:
             del self._values[key]
+        if self._ranks is not None:
+            self._ranks.forget(first)
 
     def _maybe_attention_softmax(self, index: int, out: torch.Tensor) -> None:
         """A softmax producing (B, H, T, T) inside an attention module is an attention map."""
@@ -1227,6 +1277,8 @@ class Tracer:
             meta["value_cap"] = self.value_cap
             meta["value_dtype"] = None if self.value_dtype is None else str(self.value_dtype)[6:]
             meta["values_skipped"] = self._skipped_values
+        if self._ranks is not None:
+            meta.update(self._ranks.meta())
         if self._edits is not None:
             meta["edits"] = self._edits.to_meta()
         meta.update(self.extra_meta)
@@ -1455,8 +1507,8 @@ def trace(
     ops: bool = True,
     meta: Mapping[str, Any] | None = None,
     break_on: Any = None,
-    edits: Any = None,
     out: str | os.PathLike | None = None,
+    edits: Any = None,
     **kwargs: Any,
 ) -> Trace:
     """Run ``model(*args, **kwargs)`` once and return everything it did as a :class:`Trace`.
@@ -1467,9 +1519,13 @@ def trace(
     at the first step that meets a condition and returns the trace up to there, with
     ``meta["stopped_at"]``. With ``edits`` (``tracing.edits``), values are changed as the
     model runs and ``meta["edits"]`` says where. With ``out``, the trace is written to that
-    file as it records (values streamed, memory flat) and its values are read from it.
-    See :class:`Tracer` for the other arguments.
+    file as it records (values streamed, memory flat; a partial trace too) and its values
+    are read from it; under ``torch.distributed`` each rank writes its own file
+    (``out=trace.sft`` -> ``trace.rank0.sft``, ``trace.rank1.sft``...). See
+    :class:`Tracer` for the rest.
     """
+    if out is not None:
+        out = distributed_mod.output_path(out)
     tracer = Tracer(
         model, capture, dims=dims, value_cap=value_cap, value_dtype=value_dtype,
         train=train, ops=ops, meta=meta, break_on=break_on, edits=edits, out=out,

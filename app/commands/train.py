@@ -2,6 +2,12 @@
 
     scratchformer train --task reverse --preset demo --steps 3000 -o resources/demo.safetensors
     scratchformer train --text corpus.txt --preset nano --steps 2000 -o nano.safetensors
+    scratchformer train --task reverse --steps 500 -o m.safetensors --trace-on-nonfinite
+
+``--trace-step N`` saves a training-step trace (forward, backward, gradients, update
+ratios) of step N; ``--trace-on-nonfinite`` saves one of the first step whose gradients
+hold a NaN or an Inf, replayed from the weights and optimizer state before it. Open
+either with ``scratchformer app FILE``.
 
 Shows a progress bar (loss, tokens/s), evaluates every ``--eval-interval`` steps on fixed
 validation batches, and writes the checkpoint every ``--checkpoint-interval`` steps and at
@@ -12,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -43,7 +50,41 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     opt.add_argument("--seed", type=int, default=0)
     opt.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     opt.add_argument("--quiet", action="store_true", help="no progress bar")
+    tr = p.add_argument_group("training-step traces")
+    tr.add_argument(
+        "--trace-step", type=int, metavar="N", help="save a trace of step N (1 = first)"
+    )
+    tr.add_argument(
+        "--trace-on-nonfinite",
+        action="store_true",
+        help="save a trace of the first step whose gradients hold a NaN or an Inf",
+    )
+    tr.add_argument(
+        "--trace-out",
+        metavar="PATH",
+        help="where (default: beside the checkpoint, NAME.stepN.trace / NAME.nonfinite.trace)",
+    )
+    tr.add_argument("--trace-capture", choices=("shapes", "stats", "values"), default="stats")
     p.set_defaults(func=run)
+
+
+def _trace_requests(args: argparse.Namespace) -> list[tuple[object, Path]]:
+    """(when, path) for each training-step trace asked for on the command line."""
+    from app.cli import UserError
+
+    out = Path(args.output)
+    requests: list[tuple[object, Path]] = []
+    if args.trace_step is not None:
+        if not 1 <= args.trace_step <= args.steps:
+            raise UserError(f"--trace-step must be between 1 and --steps ({args.steps})")
+        default = out.with_name(f"{out.stem}.step{args.trace_step}.trace")
+        requests.append((args.trace_step, Path(args.trace_out or default)))
+    if args.trace_on_nonfinite:
+        path = Path(args.trace_out or out.with_name(f"{out.stem}.nonfinite.trace"))
+        if args.trace_step is not None and args.trace_out:
+            path = path.with_name(f"{path.stem}.nonfinite{path.suffix}")
+        requests.append(("nonfinite", path))
+    return requests
 
 
 def run(args: argparse.Namespace) -> int:
@@ -145,6 +186,14 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(message)
 
+    watchers = []
+
+    def on_start(optimizer) -> None:
+        for when, path in _trace_requests(args):
+            watchers.append(tracing.watch(model, optimizer, when, path, capture=args.trace_capture))
+
+    import tracing
+
     try:
         result = train(
             model,
@@ -155,10 +204,19 @@ def run(args: argparse.Namespace) -> int:
             checkpoint_meta=meta,
             on_step=on_step,
             on_eval=on_eval,
+            on_start=on_start,
         )
     finally:
         if bar is not None:
             bar.close()
+        for w in watchers:
+            w.close()
+    for w in watchers:
+        for path, reason in zip(w.traces, w.reasons):
+            print(f"wrote training-step trace {path} ({reason})")
+        if not w.traces:
+            why = "every gradient stayed finite" if w.when == "nonfinite" else "no such step"
+            print(f"no training-step trace written: {why}")
 
     print(
         f"done: {result.steps} steps in {result.seconds:.1f}s "

@@ -631,8 +631,6 @@ def attach(window) -> BreakpointsDock:
     from PySide6.QtGui import QAction
 
     dock = BreakpointsDock(window)
-    window.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, dock)
-    dock.hide()
     panel = dock.panel
     panel.stepRequested.connect(window.go_to)
     window.stepChanged.connect(panel.set_current_step)
@@ -644,10 +642,6 @@ def attach(window) -> BreakpointsDock:
     window.traceChanged.connect(on_trace_changed)
     on_trace_changed()
 
-    toggle = dock.toggleViewAction()
-    toggle.setText("&Breakpoints")
-    toggle.setShortcut(QKeySequence("Ctrl+B"))
-    toggle.setStatusTip("Show the breakpoints panel")
     run = QAction("Run to next &breakpoint", window)
     run.setShortcut(QKeySequence("F5"))
     run.setStatusTip("Run from the current step to the next step where a breakpoint holds")
@@ -658,23 +652,14 @@ def attach(window) -> BreakpointsDock:
         panel.run_to_next()
 
     run.triggered.connect(lambda _checked=False: run_to_next())
-    window.addAction(run)
-    window.addAction(toggle)
-    debug = _menu(window, "Debug")
-    if debug is not None:
-        debug.addSeparator()
-        debug.addAction(run)
-    view = _menu(window, "View")
-    if view is not None:
-        view.addSeparator()
-        view.addAction(toggle)
+    window.add_menu_action("Debug", run, separator=True)
+    window.add_dock(
+        dock,
+        Qt.DockWidgetArea.LeftDockWidgetArea,
+        "&Breakpoints",
+        shortcut="Ctrl+B",
+        tip="Show the breakpoints panel",
+        separator=True,
+    )
     dock.run_action = run
     return dock
-
-
-def _menu(window, title: str):
-    """The window's menu called ``title`` (``&`` ignored), or None."""
-    for action in window.menuBar().actions():
-        if action.text().replace("&", "") == title and action.menu() is not None:
-            return action.menu()
-    return None

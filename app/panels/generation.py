@@ -681,32 +681,15 @@ class GenerationController(QObject):
         self.dock.setObjectName("generationDock")
         self.view = GenerationView(self.dock)
         self.dock.setWidget(self.view)
-        window.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.dock)
-        self.dock.hide()
         self.view.passSelected.connect(self._show_pass)
-        if not hasattr(window, "trace_models"):
-            window.trace_models = {}
 
         self.action = QAction("Trace &generation…", window)
         self.action.setShortcut(QKeySequence("Ctrl+G"))
         self.action.setStatusTip("Generate tokens and trace one forward pass per new token")
         self.action.triggered.connect(lambda _checked=False: self.open_dialog())
-        window.addAction(self.action)
         window.installEventFilter(self)  # cancel a running job when the window closes
-        toggle = self.dock.toggleViewAction()
-        toggle.setText("&Generation timeline")
-        for action in window.menuBar().actions():
-            menu = action.menu()
-            if menu is None:
-                continue
-            title = action.text().replace("&", "")
-            if title == "File":
-                after = getattr(window, "new_action", None)
-                actions = menu.actions()
-                index = actions.index(after) + 1 if after in actions else 0
-                menu.insertAction(actions[index] if index < len(actions) else None, self.action)
-            elif title == "View":
-                menu.addAction(toggle)
+        window.add_menu_action("File", self.action, after=window.new_action)
+        window.add_dock(self.dock, Qt.DockWidgetArea.BottomDockWidgetArea, "&Generation timeline")
 
     # ---- running
 

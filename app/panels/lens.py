@@ -478,7 +478,6 @@ def attach(window):
     ``id(trace)`` to a model already at hand (a traced generation fills it). A trace opened
     from a file has no model, and the dock says so.
     """
-    from PySide6.QtGui import QKeySequence
     from PySide6.QtWidgets import QDockWidget
 
     from app import session
@@ -487,10 +486,6 @@ def attach(window):
     dock.setObjectName("lensDock")
     view = LensView(dock)
     dock.setWidget(view)
-    window.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, dock)
-    dock.hide()
-    if not hasattr(window, "trace_models"):
-        window.trace_models = {}
 
     def model_factory_for(trace):
         if trace is None or getattr(window, "trace_path", None) is not None:
@@ -512,13 +507,12 @@ def attach(window):
 
     window.traceChanged.connect(on_trace_changed)
     on_trace_changed()
-    toggle = dock.toggleViewAction()
-    toggle.setText("&Lens (logit lens, heads)")
-    toggle.setShortcut(QKeySequence("Ctrl+L"))
-    toggle.setStatusTip("What each layer predicts, and what each head writes")
-    window.addAction(toggle)
-    for action in window.menuBar().actions():
-        if action.text().replace("&", "") == "View" and action.menu() is not None:
-            action.menu().addAction(toggle)
+    window.add_dock(
+        dock,
+        Qt.DockWidgetArea.BottomDockWidgetArea,
+        "&Lens (logit lens, heads)",
+        shortcut="Ctrl+L",
+        tip="What each layer predicts, and what each head writes",
+    )
     dock.view = view
     return dock

@@ -949,14 +949,7 @@ class CompareLauncher(QObject):
         self.action.setShortcut(QKeySequence("Ctrl+Shift+C"))
         self.action.setStatusTip("Open a second trace and compare it step by step with this one")
         self.action.triggered.connect(lambda _checked=False: self.open_dialog())
-        window.addAction(self.action)
-        for action in window.menuBar().actions():
-            menu = action.menu()
-            if menu is not None and action.text().replace("&", "") == "File":
-                actions = menu.actions()
-                after = getattr(window, "save_action", None)
-                index = actions.index(after) + 1 if after in actions else len(actions)
-                menu.insertAction(actions[index] if index < len(actions) else None, self.action)
+        window.add_menu_action("File", self.action, after=window.save_action)
         window.traceChanged.connect(self._update_enabled)
         self._update_enabled()
 

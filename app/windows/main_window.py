@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QSettings, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
 from PySide6.QtWidgets import (
+    QDockWidget,
     QFileDialog,
     QLabel,
     QMainWindow,
@@ -83,6 +84,7 @@ class MainWindow(QMainWindow):
         self.job: TraceJob | None = None
         self.progress_dialog: QProgressDialog | None = None
         self._last_prompt = ""
+        self.trace_models: dict[int, object] = {}  # id(trace) -> the model that produced it
 
         # ---- panes
         self.tree = ModuleTree(self)
@@ -233,6 +235,10 @@ class MainWindow(QMainWindow):
     def _build_menus(self) -> None:
         bar = self.menuBar()
         file_menu = bar.addMenu("&File")
+        debug = bar.addMenu("&Debug")
+        view = bar.addMenu("&View")
+        help_menu = bar.addMenu("&Help")
+        self.menus = {"File": file_menu, "Debug": debug, "View": view, "Help": help_menu}
         file_menu.addAction(self.new_action)
         file_menu.addAction(self.open_action)
         self.recent_menu = QMenu("Open &Recent", self)
@@ -245,7 +251,6 @@ class MainWindow(QMainWindow):
         file_menu.addAction(self.heatmap_export_action)
         file_menu.addSeparator()
         file_menu.addAction(self.quit_action)
-        debug = bar.addMenu("&Debug")
         for a in (
             self.play_action,
             None,
@@ -259,7 +264,6 @@ class MainWindow(QMainWindow):
             self.nan_action,
         ):
             debug.addSeparator() if a is None else debug.addAction(a)
-        view = bar.addMenu("&View")
         for a in (
             self.fit_action,
             self.zoom_in_action,
@@ -270,9 +274,60 @@ class MainWindow(QMainWindow):
             self.collapse_all_action,
         ):
             view.addSeparator() if a is None else view.addAction(a)
-        help_menu = bar.addMenu("&Help")
         help_menu.addAction(self.shortcuts_action)
         help_menu.addAction(self.about_action)
+
+    def add_menu_action(
+        self,
+        menu: str,
+        action: QAction,
+        *,
+        after: QAction | None = None,
+        separator: bool = False,
+    ) -> QAction:
+        """Put a panel's ``action`` into the ``menu`` called "File", "Debug", "View" or "Help".
+
+        It goes right after ``after`` when that is in the menu, else at the end, where
+        ``separator`` starts a new group before it. The window also owns the action, so its
+        shortcut works with the menu bar hidden.
+        """
+        if menu not in self.menus:
+            raise KeyError(f"no menu {menu!r}; the menus are {', '.join(self.menus)}")
+        target = self.menus[menu]
+        actions = target.actions()
+        if after is not None and after in actions:
+            index = actions.index(after) + 1
+            target.insertAction(actions[index] if index < len(actions) else None, action)
+        else:
+            if separator:
+                target.addSeparator()
+            target.addAction(action)
+        self.addAction(action)
+        return action
+
+    def add_dock(
+        self,
+        dock: QDockWidget,
+        area: Qt.DockWidgetArea,
+        toggle_text: str,
+        *,
+        shortcut: str = "",
+        tip: str = "",
+        separator: bool = False,
+    ) -> QAction:
+        """Add ``dock`` hidden at ``area``, with a View menu entry that shows and hides it.
+
+        Returns that toggle action (``toggle_text``, optional ``shortcut`` and status ``tip``).
+        """
+        self.addDockWidget(area, dock)
+        dock.hide()
+        toggle = dock.toggleViewAction()
+        toggle.setText(toggle_text)
+        if shortcut:
+            toggle.setShortcut(QKeySequence(shortcut))
+        if tip:
+            toggle.setStatusTip(tip)
+        return self.add_menu_action("View", toggle, separator=separator)
 
     def _build_toolbar(self) -> None:
         tools = self.addToolBar("Main")

@@ -1,0 +1,138 @@
+"""Two CPU ranks over gloo for the distributed tests: a spawner and the scenarios they run.
+
+:func:`run_ranks` starts ``world_size`` processes (``spawn``, so nothing of the test's
+process leaks in), joins them under a deadline and kills them if it passes. Ranks meet
+through a file store in the test's temporary folder, so no port is ever taken. Each
+scenario is a function ``(rank, world_size, folder)`` that writes its rank files there.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+
+SEED = 0
+IN, HIDDEN, OUT = 8, 16, 8
+
+
+def run_ranks(scenario, folder: Path, world_size: int = 2, timeout: float = 120.0) -> None:
+    """Run ``scenario`` on ``world_size`` gloo ranks; raise if one fails or time runs out."""
+    ctx = mp.start_processes(
+        _rank_main, args=(world_size, scenario, str(folder)), nprocs=world_size,
+        join=False, start_method="spawn",
+    )  # fmt: skip
+    deadline = time.monotonic() + timeout
+    try:
+        while not ctx.join(timeout=max(0.1, deadline - time.monotonic())):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{scenario.__name__}: ranks still running after {timeout}s")
+    finally:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+
+
+def _rank_main(rank: int, world_size: int, scenario, folder: str) -> None:
+    torch.set_num_threads(1)
+    os.environ.setdefault("LOCAL_RANK", str(rank))
+    store = Path(folder) / "store"
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
+                            world_size=world_size)  # fmt: skip
+    try:
+        scenario(rank, world_size, Path(folder))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+# --------------------------------------------------------------------------- models
+
+
+def mlp() -> nn.Sequential:
+    """The MLP every scenario splits: Linear -> ReLU -> Linear, seeded."""
+    torch.manual_seed(SEED)
+    return nn.Sequential(nn.Linear(IN, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, OUT))
+
+
+def mlp_input() -> torch.Tensor:
+    return torch.randn(3, IN, generator=torch.Generator().manual_seed(1))
+
+
+class RowParallelLinear(nn.Module):
+    """``full`` split by input features across ranks: each rank multiplies its slice of
+    the input by its slice of the weight, then ``dist.all_reduce`` adds the partial sums."""
+
+    def __init__(self, full: nn.Linear, rank: int, world_size: int):
+        super().__init__()
+        k = full.in_features // world_size
+        self.start, self.stop = rank * k, (rank + 1) * k
+        self.weight = nn.Parameter(full.weight.detach()[:, self.start : self.stop].clone())
+        self.bias = nn.Parameter(full.bias.detach().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        partial = x[..., self.start : self.stop] @ self.weight.T
+        dist.all_reduce(partial)
+        return partial + self.bias
+
+
+def demo_model():
+    from scratchformer import DecoderOnlyTransformer, ModelConfig
+
+    torch.manual_seed(SEED)
+    cfg = ModelConfig.preset("demo", n_layers=2, block_size=16)
+    return DecoderOnlyTransformer(cfg).eval()
+
+
+DEMO_TOKENS = torch.tensor([[1, 5, 9, 2, 7, 3, 8, 4]])
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+def row_parallel(rank: int, world_size: int, folder: Path) -> None:
+    import tracing
+
+    layer = RowParallelLinear(mlp()[0], rank, world_size)
+    tracing.trace(layer, mlp_input(), capture="values", out=folder / "row.sft")
+
+
+def tensor_parallel(rank: int, world_size: int, folder: Path) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    import tracing
+
+    mesh = init_device_mesh("cpu", (world_size,), mesh_dim_names=("tp",))
+    model = parallelize_module(mlp(), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    tracing.trace(model, mlp_input(), capture="values", out=folder / "tp.sft")
+
+
+def data_parallel(rank: int, world_size: int, folder: Path) -> None:
+    """The demo model under DDP, traced twice: as is, then with rank 1's weight nudged."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    import tracing
+
+    ddp = DistributedDataParallel(demo_model())
+    tracing.trace(ddp, DEMO_TOKENS, capture="stats", out=folder / "ddp.sft")
+    if rank == 1:  # after DDP's start-up broadcast, as a real drift would be
+        with torch.no_grad():
+            ddp.module.blocks[1].feed_forward.linear1.weight[3, 5] += 0.5
+    tracing.trace(ddp, DEMO_TOKENS, capture="stats", out=folder / "drift.sft")
+
+
+def every_scenario(rank: int, world_size: int, folder: Path) -> None:
+    """All of the above in one pair of processes (starting them is the slow part)."""
+    for scenario in (row_parallel, tensor_parallel, data_parallel):
+        scenario(rank, world_size, folder)

@@ -1,0 +1,171 @@
+"""Tracing under torch.distributed: 2 CPU ranks over gloo, each writing its own file.
+
+One spawn of two processes runs every scenario (module-scoped): a hand-split row-parallel
+Linear with an explicit ``dist.all_reduce``, a tensor-parallel MLP (``ColwiseParallel`` /
+``RowwiseParallel`` on a 2-rank ``DeviceMesh``), and the demo model under DDP, once as
+is and once with one rank's weight nudged. Every result is checked against the same
+layer or model run unsharded in this process.
+"""
+
+from __future__ import annotations
+
+import dist_workers as workers
+import pytest
+import torch
+
+import tracing
+from tracing.distributed import rank_path, rank_siblings
+from tracing.ranks import load_ranks, pooled_stats, stitch
+from tracing.stats import tensor_stats
+
+pytestmark = pytest.mark.skipif(
+    not torch.distributed.is_available(), reason="torch.distributed is not built in"
+)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """Rank files of every scenario (``workers.every_scenario``), from one spawn."""
+    path = tmp_path_factory.mktemp("ranks")
+    workers.run_ranks(workers.every_scenario, path)
+    return path
+
+
+# --------------------------------------------------------------------------- files
+
+
+def test_rank_path_names_each_rank_once(tmp_path):
+    assert rank_path("out/trace.sft", 3).name == "trace.rank3.sft"
+    assert rank_path("trace.rank3.sft", 3).name == "trace.rank3.sft"
+    for r in (0, 1, 10):
+        (tmp_path / f"t.rank{r}.sft").write_bytes(b"")
+    (tmp_path / "t.rankx.sft").write_bytes(b"")
+    (tmp_path / "other.rank0.sft").write_bytes(b"")
+    assert [p.name for p in rank_siblings(tmp_path / "t.sft")] == [
+        "t.rank0.sft", "t.rank1.sft", "t.rank10.sft"
+    ]  # fmt: skip
+
+
+def test_one_process_trace_has_no_rank_meta(tmp_path):
+    layer = workers.mlp()
+    trace = tracing.trace(layer, workers.mlp_input(), out=tmp_path / "t.sft")
+    assert "rank" not in trace.meta and "distributed" not in trace.meta
+    assert (tmp_path / "t.sft").is_file()  # no process group: the name as given
+
+
+# --------------------------------------------------------------------------- row parallel
+
+
+def test_row_parallel_all_reduce_is_a_step_with_group_and_tensors(folder):
+    ranks = load_ranks(folder / "row.sft")
+    assert ranks.ranks == [0, 1] and ranks.world_size == 2 and not ranks.missing
+    full = workers.mlp()[0]
+    x = workers.mlp_input()
+    for rank in ranks:
+        trace = ranks[rank]
+        assert (trace.meta["rank"], trace.meta["world_size"], trace.meta["backend"]) == (
+            rank, 2, "gloo"
+        )  # fmt: skip
+        (entry,) = trace.meta["distributed"]["collectives"]
+        assert entry["op"] == "all_reduce" and entry["api"] == "torch.distributed"
+        assert entry["ranks"] == [0, 1] and entry["reduce_op"] == "sum"
+        step = trace.steps[entry["step"]]
+        assert step.op == "all_reduce" and step.module == ""
+        assert step.source is not None and "dist.all_reduce" in step.source.text
+        # input: this rank's partial sum; output: the sum over ranks = the full matmul
+        k = full.in_features // 2
+        own = x[:, rank * k : (rank + 1) * k] @ full.weight[:, rank * k : (rank + 1) * k].T
+        torch.testing.assert_close(trace.value(step.inputs[0]), own.detach())
+        torch.testing.assert_close(trace.value(step.outputs[0]), (x @ full.weight.T).detach())
+        root = trace.steps[0]
+        torch.testing.assert_close(trace.value(root.outputs[0]), full(x).detach())
+    # the all-reduce output should agree across ranks, and does
+    assert ranks.first_divergence() is None
+
+
+# --------------------------------------------------------------------------- tensor parallel
+
+
+def test_tensor_parallel_records_layouts_and_redistributions(folder):
+    ranks = load_ranks(sorted(folder.glob("tp.rank*.sft")))
+    trace = ranks[1]
+    dtensors = trace.meta["distributed"]["dtensors"]
+    weight0 = next(t for t in trace.tensors if t.role == "param" and t.id in dtensors)
+    layout = dtensors[weight0.id]
+    assert layout["placements"] == [["shard", 0]] and layout["mesh_dims"] == ["tp"]
+    assert layout["global_shape"] == [workers.HIDDEN, workers.IN]
+    assert layout["local_shape"] == [workers.HIDDEN // 2, workers.IN]
+    assert weight0.shape == (workers.HIDDEN // 2, workers.IN)  # the record is the shard
+    assert layout["coordinate"] == [1] and layout["mesh"] == [0, 1]
+    moves = [c for c in trace.meta["distributed"]["collectives"] if c["op"] == "redistribute"]
+    assert [["partial", "sum"]] in [m["placements"][0] for m in moves]
+    last = next(m for m in moves if m["placements"][0] == [["partial", "sum"]])
+    assert last["placements"][1] == [["replicate"]] and last["ranks"] == [0, 1]
+
+
+def test_stitched_shards_equal_the_layer_unsharded(folder):
+    ranks = load_ranks(folder / "tp.rank0.sft")
+    ref = workers.mlp()
+    x = workers.mlp_input()
+    hidden = ref[0](x).detach()  # ColwiseParallel: Shard(1) of (3, HIDDEN)
+    first = ranks.first
+    linear0 = next(s for s in first.steps if s.module == "0" and s.op == "linear")
+    out_id = linear0.outputs[0]
+    from tracing.ranks import layout_of
+
+    assert layout_of(first, out_id)["placements"] == [["shard", 1]]
+    torch.testing.assert_close(ranks.stitched(out_id), hidden)
+    whole = tensor_stats(hidden)
+    pooled = ranks.stitched_stats(out_id)
+    assert pooled.min == pytest.approx(whole.min) and pooled.max == pytest.approx(whole.max)
+    # the row-parallel linear's local output is Partial: stitched, the pending sum is done
+    linear2 = next(s for s in first.steps if s.module == "2" and s.op == "linear")
+    expected = (ref[2](ref[1](ref[0](x))) - ref[2].bias).detach() + ref[2].bias.detach()
+    torch.testing.assert_close(ranks.stitched(linear2.outputs[0]), expected)
+    # the model's output, replicated on every rank, is the unsharded model's
+    for rank in ranks:
+        trace = ranks[rank]
+        torch.testing.assert_close(trace.value(trace.steps[0].outputs[0]), ref(x).detach())
+    assert ranks.first_divergence() is None
+
+
+def test_stitch_and_pooled_stats_against_torch():
+    whole = torch.randn(4, 6)
+    layout = {"mesh": [[0, 1], [2, 3]], "placements": [["shard", 0], ["shard", 1]]}
+    shards = {(i, j): whole[2 * i : 2 * i + 2, 3 * j : 3 * j + 3] for i in (0, 1) for j in (0, 1)}
+    torch.testing.assert_close(stitch(shards, layout), whole)
+    partial = {"mesh": [0, 1], "placements": [["partial", "sum"]]}
+    torch.testing.assert_close(stitch({(0,): whole, (1,): 2 * whole}, partial), 3 * whole)
+    a, b = whole[:1], whole[1:]
+    pooled = pooled_stats([(tensor_stats(a), a.numel()), (tensor_stats(b), b.numel())])
+    expect = tensor_stats(whole)
+    assert pooled.mean == pytest.approx(expect.mean, abs=1e-6)
+    assert pooled.std == pytest.approx(expect.std, rel=1e-5)
+
+
+# --------------------------------------------------------------------------- data parallel
+
+
+def test_ddp_replicas_agree_and_record_the_buffer_broadcast(folder):
+    ranks = load_ranks(folder / "ddp.sft")
+    assert ranks.replicas_expected()
+    assert ranks.first_divergence() is None
+    ref = tracing.trace(workers.demo_model(), workers.DEMO_TOKENS)
+    trace = ranks[0]
+    inner = [s for s in trace.steps if s.module.startswith("module")]
+    # the same ops as the model traced alone, one level down (DDP's "module.")
+    assert [(s.op, s.module.removeprefix("module").lstrip(".")) for s in inner] == [
+        (s.op, s.module) for s in ref.steps
+    ]
+
+
+def test_drifted_rank_is_found_at_the_first_op_reading_the_weight(folder):
+    ranks = load_ranks(folder / "drift.sft")
+    found = ranks.first_divergence()
+    assert found is not None and found.rank == 1 and found.reason == "replica"
+    assert found.label == "module.blocks.1.feed_forward.linear1 · linear"
+    step = ranks.first.steps[found.step]
+    assert "module.blocks.1.feed_forward.linear1.weight" in step.input_names
+    # every earlier step agrees
+    earlier = [d for d in ranks.divergences() if d.entry.order < found.entry.order]
+    assert earlier == []
