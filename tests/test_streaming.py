@@ -165,3 +165,9 @@ def test_the_arena_reuses_memory_once_a_trace_is_gone():
     assert {v.untyped_storage().data_ptr() for v in third.values.values()} == pointers
     assert all(torch.equal(second.values[k], v) for k, v in kept.items())  # untouched
     values.release_pool()
+
+
+def test_a_streamed_trace_with_no_values_at_all(tmp_path):
+    trace = tracing.trace(nn.Linear(3, 2), torch.randn(1, 3), capture="shapes", out=tmp_path / "e")
+    assert len(trace.values) == 0 and tracing.load(tmp_path / "e").steps == trace.steps
+    assert load_file(str(tmp_path / "e")).keys() <= {"__scratchformer_pad__"}

@@ -411,6 +411,7 @@ class TraceWriter:
             head = self._header(metadata)
             if head is None:
                 return self._rewrite(metadata)
+            self._file.truncate(self._reserve + self._offset)  # a hole if nothing came
             self._file.seek(0)
             self._file.write(struct.pack("<Q", len(head)))
             self._file.write(head)
