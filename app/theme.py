@@ -1,30 +1,71 @@
-"""The look of the app: the colours everything is drawn in and the application style.
+"""The look of the app: every colour it draws in, the stylesheet and the colour maps.
 
-:func:`apply_theme` sets the Fusion style, a dark palette and ``app/style.qss``; the
-constants below are the diagram's colours, shared with the panels that echo it.
+Colours are ``#rrggbb`` strings named by what they are for, so one constant serves painting
+(``QColor(theme.BOX_FILL)``), rich text (``f"<span style='color:{theme.TEXT_MUTED}'>"``)
+and ``style.qss``, whose ``$NAME`` placeholders :func:`stylesheet` fills from this module.
+:func:`apply_theme` sets the Fusion style, the dark palette and that stylesheet.
+
+A new widget takes its colours from here; a hex literal anywhere else in ``app/`` is a bug.
 """
 
 from __future__ import annotations
 
+import string
 from pathlib import Path
 
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QApplication
 
-BACKGROUND = QColor("#1b1d23")
-BOX_FILL = QColor("#262a33")
-BOX_BORDER = QColor("#3a404d")
-TEXT = QColor("#e6e9ef")
-TEXT_MUTED = QColor("#9aa3b2")
-TEXT_SHAPE = QColor("#8fd3ff")
-EDGE = QColor("#6b7385")
-EDGE_ACTIVE = QColor("#ffb547")
-HIGHLIGHT = QColor("#ffb547")
-FRAME_FILL = QColor(255, 255, 255, 10)
-FRAME_BORDER = QColor("#444b5a")
-ERROR = QColor("#ff5c5c")
+# ---- surfaces, darkest first
+SOURCE_BACKGROUND = "#16181d"  # the source pane
+BASE = "#181a1f"  # fields, lists, trees, tables
+BAR_BACKGROUND = "#1a1c22"  # menu bar, tool bar, status bar, step bar
+BACKGROUND = "#1b1d23"  # the diagram's canvas and the source gutter
+ALTERNATE_ROW = "#1c1f25"
+WINDOW = "#1f2229"
+ALTERNATE_BASE = "#22252c"  # also the prompt chips of the generation timeline
+MENU = "#23262e"
+HOVER = "#242831"
+BOX_FILL = "#262a33"  # a diagram box, a selected tab
+BUTTON = "#2a2e37"
+TOOLTIP = "#2b2f38"
+RAISED = "#2c3039"  # a chip's probability track
+TRACK = "#2f3440"  # a hovered menu-bar item or tool button, the slider's groove
+BUTTON_HOVER = "#323744"
+CURRENT_FILL = "#3a3424"  # the selected box or chip, warm like CURRENT
+CURRENT_LINE = "#3d3522"  # the source line of the current step
 
-# (keyword in the type or op name, colour of the box's accent stripe)
+# ---- lines
+DIVIDER = "#2c3039"  # between areas, separators
+FIELD_BORDER = "#353a45"
+BOX_BORDER = "#3a404d"  # a diagram box, menus, buttons, scroll handles
+FRAME_BORDER = "#444b5a"  # an expanded module's frame, tooltips
+EDGE = "#6b7385"  # a data-flow arrow
+RESIDUAL_EDGE = "#7bd88f"  # a residual / skip path (drawn a shade darker)
+
+# ---- text
+TEXT = "#e6e9ef"  # headings, the diagram's titles, the step bar
+BODY_TEXT = "#d7dae0"  # everything else
+SOURCE_TEXT = "#c8ccd4"
+TEXT_MUTED = "#9aa3b2"  # secondary facts: types, counts, hints in rich text
+TEXT_FAINT = "#7f8898"  # pane titles, placeholders in rich text
+TEXT_DIM = "#6b7385"  # the least important text, placeholders in fields
+TEXT_DISABLED = "#5c6370"
+TEXT_SHAPE = "#8fd3ff"  # shapes, code, links
+TEXT_ON_LIGHT = "#111318"  # text over a light cell
+TEXT_ON_DARK = "#f2f4f8"  # text over a dark cell
+WHITE = "#ffffff"
+
+# ---- state
+SELECTION = "#3d5a80"
+ACCENT = "#5f87b8"  # focus rings, progress, the slider's filled part, probability bars
+CURRENT = "#ffb547"  # the current step, wherever it is shown
+ERROR = "#ff5c5c"
+ERROR_TEXT = "#ff7b7b"  # an error said in words (lighter, for reading)
+NONFINITE = "#d62728"  # a NaN or Inf in a table cell
+IO_ACCENT = "#c8ced8"  # the diagram's input and output boxes
+
+# ---- the diagram's accent stripes: (keyword in the type or op name, colour)
 ACCENTS: tuple[tuple[str, str], ...] = (
     ("attention", "#a98bff"),
     ("attn", "#a98bff"),
@@ -42,46 +83,82 @@ ACCENTS: tuple[tuple[str, str], ...] = (
     ("relu", "#e5c07b"),
     ("dropout", "#6b7385"),
 )
-OP_ACCENT = "#7f8898"
+OP_ACCENT = TEXT_FAINT  # an op no keyword matches
+
+# ---- breakpoints: one colour per kind
+BREAKPOINT_COLOURS = {
+    "module": "#a98bff",
+    "nonfinite": ERROR_TEXT,
+    "abs": CURRENT,
+    "entropy": "#4fd1c5",
+    "op": "#5fa8ff",
+}
+
+# ---- shape table: inputs and outputs (matplotlib's first blue and green)
+DIRECTION_COLOURS = {"in": "#1f77b4", "out": "#2ca02c"}
+
+# ---- comparing two traces: identical, unknown, structural, and a green-to-red ramp
+IDENTICAL = "#3fb68b"
+NOT_COMPARED = EDGE
+STRUCTURAL = "#ff5cc8"  # a changed shape, a step on one side only
+DIVERGENCE_STOPS = (
+    (0.0, IDENTICAL),
+    (0.35, "#b5d66b"),
+    (0.55, "#e5c07b"),
+    (0.78, "#f08a4b"),
+    (1.0, ERROR),
+)
+
+# ---- heatmap colour maps (pyqtgraph names)
+SIGNED_CMAP = "CET-D1"  # blue - white - red, perceptually uniform, for data centred on 0
+SIGNED_CMAP_DARK = "CET-D4"  # blue - black - red: the same idea for a dark theme
+SEQUENTIAL_CMAP = "viridis"  # for non-negative data
+PROBABILITY_CMAP = "inferno"  # for attention probabilities (0..1)
+
+_STYLESHEET = Path(__file__).with_name("style.qss")
 
 
-def accent_for(name: str) -> QColor:
+def accent_for(name: str) -> str:
+    """The accent stripe's colour for a module type or op name."""
     low = name.lower()
     for key, colour in ACCENTS:
         if key in low:
-            return QColor(colour)
-    return QColor(OP_ACCENT)
+            return colour
+    return OP_ACCENT
+
+
+def stylesheet() -> str:
+    """``style.qss`` with its ``$NAME`` placeholders replaced by this module's colours."""
+    template = string.Template(_STYLESHEET.read_text(encoding="utf-8"))
+    colours = {k: v for k, v in globals().items() if k.isupper() and isinstance(v, str)}
+    return template.substitute(colours)
 
 
 def apply_theme(app: QApplication) -> None:
-    """Fusion style, a dark palette and ``app/style.qss``."""
+    """Fusion style, the dark palette and :func:`stylesheet`."""
     app.setStyle("Fusion")
     palette = QPalette()
+    roles = QPalette.ColorRole
     colours = {
-        QPalette.ColorRole.Window: "#1f2229",
-        QPalette.ColorRole.WindowText: "#d7dae0",
-        QPalette.ColorRole.Base: "#181a1f",
-        QPalette.ColorRole.AlternateBase: "#22252c",
-        QPalette.ColorRole.ToolTipBase: "#2b2f38",
-        QPalette.ColorRole.ToolTipText: "#e6e9ef",
-        QPalette.ColorRole.Text: "#d7dae0",
-        QPalette.ColorRole.Button: "#2a2e37",
-        QPalette.ColorRole.ButtonText: "#d7dae0",
-        QPalette.ColorRole.BrightText: "#ffffff",
-        QPalette.ColorRole.Highlight: "#3d5a80",
-        QPalette.ColorRole.HighlightedText: "#ffffff",
-        QPalette.ColorRole.Link: "#8fd3ff",
-        QPalette.ColorRole.PlaceholderText: "#6b7385",
+        roles.Window: WINDOW,
+        roles.WindowText: BODY_TEXT,
+        roles.Base: BASE,
+        roles.AlternateBase: ALTERNATE_BASE,
+        roles.ToolTipBase: TOOLTIP,
+        roles.ToolTipText: TEXT,
+        roles.Text: BODY_TEXT,
+        roles.Button: BUTTON,
+        roles.ButtonText: BODY_TEXT,
+        roles.BrightText: WHITE,
+        roles.Highlight: SELECTION,
+        roles.HighlightedText: WHITE,
+        roles.Link: TEXT_SHAPE,
+        roles.PlaceholderText: TEXT_DIM,
     }
     for role, colour in colours.items():
         palette.setColor(role, QColor(colour))
-    for role in (
-        QPalette.ColorRole.WindowText,
-        QPalette.ColorRole.Text,
-        QPalette.ColorRole.ButtonText,
-    ):
-        palette.setColor(QPalette.ColorGroup.Disabled, role, QColor("#5c6370"))
+    for role in (roles.WindowText, roles.Text, roles.ButtonText):
+        palette.setColor(QPalette.ColorGroup.Disabled, role, QColor(TEXT_DISABLED))
     app.setPalette(palette)
-    qss = Path(__file__).with_name("style.qss")
-    if qss.is_file():
-        app.setStyleSheet(qss.read_text(encoding="utf-8"))
+    if _STYLESHEET.is_file():
+        app.setStyleSheet(stylesheet())

@@ -132,7 +132,22 @@ def data_parallel(rank: int, world_size: int, folder: Path) -> None:
     tracing.trace(ddp, DEMO_TOKENS, capture="stats", out=folder / "drift.sft")
 
 
+def cli_trace(rank: int, world_size: int, folder: Path) -> None:
+    """``scratchformer trace --ddp`` as ``torchrun`` would run it on each rank (the group
+    is up already, as after the command joins it)."""
+    from app.cli import main
+    from app.commands import ranks
+
+    leave, ranks.leave = ranks.leave, lambda: None  # the spawner leaves the group
+    try:
+        code = main(["trace", "--ddp", "--quiet", "--preset", "demo", "--prompt", "abc|cba.",
+                     "-o", str(folder / "cli.sft")])  # fmt: skip
+    finally:
+        ranks.leave = leave
+    assert code == 0
+
+
 def every_scenario(rank: int, world_size: int, folder: Path) -> None:
     """All of the above in one pair of processes (starting them is the slow part)."""
-    for scenario in (row_parallel, tensor_parallel, data_parallel):
+    for scenario in (row_parallel, tensor_parallel, data_parallel, cli_trace):
         scenario(rank, world_size, folder)

@@ -508,6 +508,33 @@ def test_a_traced_model_is_not_kept_alive_by_the_tracer(tokens):
     assert ref() is None
 
 
+def test_no_per_model_cache_grows_with_the_models_traced(tokens):
+    """Everything the tracer keeps per model lives on its ``_Structure``, which goes when
+    the model goes: tracing many models leaves no module-level table any larger."""
+    from tracing import capture
+
+    def table_sizes():
+        return {
+            name: len(value)
+            for name, value in vars(capture).items()
+            if not name.startswith("__")
+            and isinstance(value, (dict, list, set, weakref.WeakKeyDictionary))
+        }
+
+    tracing.trace(tiny_model().eval(), tokens, capture="stats")  # warm the per-op tables
+    gc.collect()
+    before = table_sizes()
+    refs = []
+    for _ in range(3):
+        model = tiny_model().eval()
+        tracing.trace(model, tokens, capture="stats")
+        refs.append(weakref.ref(model))
+        del model
+    gc.collect()
+    assert [ref() for ref in refs] == [None, None, None]
+    assert table_sizes() == before
+
+
 def test_user_hooks_rewrite_what_the_module_step_records():
     """A user's pre-hook and hook change a module's input and output: the module step
     shows what the module really received and returned, as plain hooks see it."""

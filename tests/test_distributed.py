@@ -9,6 +9,8 @@ layer or model run unsharded in this process.
 
 from __future__ import annotations
 
+import json
+
 import dist_workers as workers
 import pytest
 import torch
@@ -169,3 +171,28 @@ def test_drifted_rank_is_found_at_the_first_op_reading_the_weight(folder):
     # every earlier step agrees
     earlier = [d for d in ranks.divergences() if d.entry.order < found.entry.order]
     assert earlier == []
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def test_cli_trace_under_ranks_writes_one_file_per_rank_and_report_reads_them(folder, capsys):
+    from app.cli import main
+
+    assert sorted(p.name for p in folder.glob("cli*.sft")) == ["cli.rank0.sft", "cli.rank1.sft"]
+    ranks = load_ranks(folder / "cli.sft")
+    assert ranks.first.meta["model_class"].endswith("DistributedDataParallel")
+    assert ranks.first.meta["dims"]["C"] == 64  # read through DDP's .module
+    assert main(["report", str(folder / "cli.sft")]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("# Ranks: 2 of 2 (gloo)")
+    assert "| broadcast_coalesced | torch.distributed |" in text
+    assert "| rank 0 | rank 1 |" in text
+    assert main(["report", str(folder / "tp.rank0.sft"), str(folder / "tp.rank1.sft")]) == 0
+    text = capsys.readouterr().out
+    assert "Partial(sum) → Replicate" in text and "of (3, 16) Shard(1)" in text
+    assert main(["report", str(folder / "drift.sft"), "--format", "json"]) == 0
+    found = json.loads(capsys.readouterr().out)["divergence"]
+    assert found["rank"] == 1 and found["label"].endswith("linear1 · linear")
+    assert main(["report", str(folder / "tp.rank0.sft"), str(folder / "tp.rank0.sft")]) == 2
+    assert "rank 0 is also" in capsys.readouterr().err

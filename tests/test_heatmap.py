@@ -10,13 +10,10 @@ import pytest
 import torch
 from PySide6.QtCore import QPointF
 
+from app.theme import PROBABILITY_CMAP, SEQUENTIAL_CMAP, SIGNED_CMAP, SIGNED_CMAP_DARK
 from app.widgets.heatmap import (
-    PROBABILITY_CMAP,
-    SEQUENTIAL_CMAP,
-    SIGNED_CMAP,
-    SIGNED_CMAP_DARK,
     HeatmapView,
-    _colormap,
+    colormap,
     nice_ceiling,
     token_every,
     token_ticks,
@@ -64,7 +61,7 @@ def test_image_is_row_major_with_row_zero_on_top(view, qtbot):
     # what is painted: sample the rendered widget at each cell's centre
     canvas = view._canvas
     picture = canvas.grab().toImage()
-    cmap = _colormap(view.colormap_name)
+    cmap = colormap(view.colormap_name)
     lo, hi = view.colorbar.levels()
     for row, col in ((0, 0), (0, 3), (2, 0), (2, 3)):
         p = canvas.mapFromScene(screen(row, col))
@@ -171,7 +168,7 @@ def test_image_is_coloured_at_about_screen_resolution(view, qtbot):
     assert qimage.width() < 700 and qimage.width() >= plot_pixels / 2
     step = round(700 / qimage.width())
     assert qimage.width() == -(-700 // step)  # every step-th column
-    cmap = _colormap(view.colormap_name)
+    cmap = colormap(view.colormap_name)
     lo, hi = view.colorbar.levels()
     for x in (0, qimage.width() // 2, qimage.width() - 1):
         got = qimage.pixelColor(x, 0)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor
 
 import tracing
-from app.widgets.shape_table import NONFINITE_BACKGROUND, ShapeTableModel
+from app import theme
+from app.widgets.shape_table import ShapeTableModel
 from scratchformer import ByteTokenizer, DecoderOnlyTransformer, ModelConfig
 from tracing.record import Step, TensorRecord, TensorStats, Trace
 
@@ -80,7 +82,7 @@ def test_rows_show_the_steps_tensors_with_their_records(values_trace):
     T = len(PROMPT)
     assert _text(model, 0, ShapeTableModel.NONFINITE) == f"{4 * T * (T - 1) // 2} Inf"
     brush = model.data(model.index(0, ShapeTableModel.NONFINITE), Qt.ItemDataRole.BackgroundRole)
-    assert brush.color() == NONFINITE_BACKGROUND
+    assert brush.color() == QColor(theme.NONFINITE)
 
     # softmax output: (B, H, T, T), probabilities in [0, 1]
     out_row = model.default_row()
@@ -120,7 +122,7 @@ def test_nonfinite_cells_are_highlighted(qtmodeltester):
     col = ShapeTableModel.NONFINITE
     assert _text(model, 1, col) == "2 NaN · 1 Inf"
     brush = model.data(model.index(1, col), Qt.ItemDataRole.BackgroundRole)
-    assert brush is not None and brush.color() == NONFINITE_BACKGROUND
+    assert brush is not None and brush.color() == QColor(theme.NONFINITE)
     # a finite tensor, and the other cells of the bad one, stay unpainted
     assert model.data(model.index(0, col), Qt.ItemDataRole.BackgroundRole) is None
     assert model.data(model.index(1, ShapeTableModel.MIN), Qt.ItemDataRole.BackgroundRole) is None

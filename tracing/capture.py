@@ -22,7 +22,33 @@ Two instruments work together:
 
 Tensor identity: the same tensor object passed along keeps one record (weak references,
 so a ``shapes`` trace keeps no activation alive); an in-place op bumps ``_version`` and so
-makes a new record. The record (``tracing.record``) is built once, at the end.
+makes a new record.
+
+How a trace is built, top to bottom in this file:
+
+1. **Per model** (:class:`_Structure`, weakly keyed by the model): module specs, parameter
+   and buffer names, which modules are attention, the cached forward wrappers, the
+   ``ModuleInfo`` table and the config as JSON. Made once, freed with the model.
+2. **Drafts** (:class:`_StepDraft`, :class:`_TensorDraft`): mutable steps and tensor
+   records with ``Step``'s and ``TensorRecord``'s field names, filled while the forward
+   runs; ``freeze()`` makes the frozen record, once, in :meth:`Tracer._finish`.
+3. **Recorders** (:func:`_op_recorder`, :func:`_module_recorder`): the closures the op
+   mode and the forward wrappers call on every op and module call.
+4. **The Tracer**: lifecycle (enter, exit, cleanup), then tensor records, instruments,
+   attention maps, breakpoints, failure, and :meth:`Tracer._finish`.
+
+Extension points (methods of :class:`Tracer`; keep new behaviour there, not in the
+recorders):
+
+- :meth:`Tracer._op_done` sees every op's tensor outputs once its step holds their ids;
+- :meth:`Tracer._module_done` sees every module call's output tensors, likewise;
+- :meth:`Tracer._op_failed` makes the step of an op that raised;
+- :meth:`Tracer._edit_op` replaces an op's result (``tracing.edits``; module outputs are
+  replaced in ``leave`` of :func:`_module_recorder`);
+- :meth:`Tracer._record_external_op` records a call the mode cannot see (a collective);
+- :meth:`Tracer._new_tensor` makes every tensor record (stats, kept value);
+- :meth:`Tracer._store_value` is the one place a kept copy enters ``trace.values``;
+- :meth:`Tracer._finish` assembles the :class:`Trace` and its ``meta``.
 
 >>> t = trace(model, tokens, capture="shapes")          # doctest: +SKIP
 >>> with Tracer(model, capture="stats") as tracer:      # doctest: +SKIP
@@ -62,7 +88,7 @@ from tracing.record import (
     Trace,
 )
 from tracing.source import caller_location, location_from_traceback
-from tracing.stats import StatsCollector
+from tracing.stats import StatsCollector, resolve_stats
 from tracing.trace_file import TraceWriter
 from tracing.values import StreamedValues, ValueArena
 
@@ -114,54 +140,139 @@ def _device_name(device: torch.device) -> str:
 
 
 _SKIP = "skip"
-# id(model) -> (weakref to it, (module ids, parameter ids), its module infos)
-_INFO_CACHE: dict[int, tuple[Any, tuple, dict[str, ModuleInfo]]] = {}
 _func_info: dict[Any, str] = {}  # func -> op name, or _SKIP
+
+
+def _op_name(func: Any) -> str:
+    """The op name a person expects: ``add`` for ``+``, ``getitem`` for ``x[i]``."""
+    name = getattr(func, "__name__", None) or type(func).__name__
+    if name == "__get__":  # a property such as ``.T`` or ``.shape``
+        owner = getattr(func, "__self__", None)
+        prop = getattr(owner, "__name__", "") or "get"
+        return _SKIP if prop in _SKIP_PROPERTIES or not prop else prop
+    if name in _SKIP_NAMES:
+        return _SKIP
+    if name.startswith("__") and name.endswith("__") and len(name) > 4:
+        core = name[2:-2]
+        if core.startswith("i") and core[1:] in _BINARY:
+            return _BINARY[core[1:]] + "_"  # x += y is add_
+        if core.startswith("r") and core[1:] in _BINARY:
+            return _BINARY[core[1:]]
+        return _BINARY.get(core, core)
+    return name
+
+
+_BINARY = {
+    "add": "add", "sub": "sub", "mul": "mul", "truediv": "div", "div": "div",
+    "floordiv": "floor_divide", "mod": "remainder", "pow": "pow", "matmul": "matmul",
+    "and": "bitwise_and", "or": "bitwise_or", "xor": "bitwise_xor", "lshift": "lshift",
+    "rshift": "rshift",
+}  # fmt: skip
+
+
+def _classify(func: Any) -> str:
+    try:
+        info = _func_info.get(func)
+    except TypeError:  # unhashable callable
+        return _op_name(func)
+    if info is None:
+        info = _op_name(func)
+        _func_info[func] = info
+        if _is_method(func):
+            _arg_tables[func] = _METHOD_ARG_NAMES
+    return info
+
+
+def _is_method(func: Any) -> bool:
+    """A tensor method (``x.view``, ``x + y``, ``x.shape``) rather than a function the user
+    called (``torch.matmul``, ``F.softmax``): its first tensor is ``self``, not ``input``."""
+    qualname = getattr(func, "__qualname__", "") or ""
+    if qualname.startswith(("TensorBase.", "Tensor.")):
+        return True
+    return getattr(func, "__name__", "") == "__get__"  # a property of the tensor
+
+
+_mha_signatures: dict[Any, inspect.Signature] = {}
+
+
+def _mha_signature(func: Any) -> inspect.Signature:
+    found = _mha_signatures.get(func)
+    if found is None:
+        found = _mha_signatures[func] = inspect.signature(func)
+    return found
 
 
 # --------------------------------------------------------------------------- per model
 
 
 class _Structure:
-    """What a trace needs to know of a model's modules and parameters, built once per model
-    and reused while the same module, parameter and buffer objects stay in place.
+    """Everything a trace knows of one model that does not change from one forward pass
+    to the next: its modules and their specs, parameter and buffer names, which modules
+    are attention, the forward wrappers, the :class:`ModuleInfo` table and the config as
+    JSON. Built once per model and reused while the same module, parameter and buffer
+    objects stay in place (``key``).
 
     It is the value of a weak-keyed dict whose key is the model, so it never holds the
     model itself (that would keep every traced model alive): only its submodules, ids,
-    and the forward wrappers of those submodules, reused from one trace to the next.
+    and the forward wrappers of those submodules. When the model is freed, so is this.
     """
 
     __slots__ = (
-        "buffer_ids", "busy", "calls", "key", "modules", "param_names", "param_sig",
-        "paths", "scripts", "specs", "wrappers",
+        "attention", "buffer_ids", "busy", "calls", "config", "infos", "key", "modules",
+        "param_names", "scripts", "specs", "wrappers",
     )  # fmt: skip
 
     def __init__(self, model: nn.Module, key: tuple):
         self.key = key
         named = list(model.named_modules())
         self.modules = named[1:]  # every submodule with its path; the root is named[0]
-        self.paths = {id(m): p for p, m in named}
-        self.param_names: dict[int, str] = {}  # first name wins (tied weights)
+        self.param_names: dict[int, str] = {}  # id(parameter or buffer) -> dotted name
         self.buffer_ids: set[int] = set()
-        param_ids = []
-        for path, module in reversed(named):
+        for path, module in reversed(named):  # the first name wins (tied weights)
             prefix = f"{path}." if path else ""
             for name, p in module._parameters.items():
                 if p is not None:
                     self.param_names[id(p)] = prefix + name
-                    param_ids.append(id(p))
             for name, b in module._buffers.items():
                 if b is not None:
                     self.param_names[id(b)] = prefix + name
                     self.buffer_ids.add(id(b))
-        self.param_sig = tuple(param_ids)
         # id(module) -> (path, type name, is torch's own, positional forward parameters)
         self.specs = {id(m): _module_spec(p, m) for p, m in named}
+        self.attention = {id(m) for p, m in named if _looks_like_attention(p, m)}
         self.scripts = {id(m) for _, m in named if isinstance(m, torch.jit.ScriptModule)}
         # id(submodule) -> (wrapper, the instance ``forward`` it replaces, the class's)
         self.wrappers: dict[int, tuple[Any, Any, Any]] = {}
         self.calls = list(_IDLE_CALLS)  # what the cached wrappers call: a tracer's, or idle
         self.busy = False  # a tracer is using the cached wrappers
+        self.infos: dict[str, ModuleInfo] | None = None  # module_infos(), made on first use
+        self.config: tuple[Any, dict, dict | None] | None = None  # (config, its attrs, JSON)
+
+    def module_infos(self, model: nn.Module) -> dict[str, ModuleInfo]:
+        """:func:`module_infos` of the model (made once: the structure is the same)."""
+        if self.infos is None:
+            self.infos = module_infos(model, [("", model), *self.modules])
+        return dict(self.infos)
+
+    def config_dict(self, config: Any) -> dict | None:
+        """:func:`config_dict` of the model's config, kept while its attributes stay the
+        same (a shallow comparison); a fresh copy every time."""
+        attrs = getattr(config, "__dict__", None)
+        if attrs is None or isinstance(config, Mapping):
+            return config_dict(config)
+        kept = self.config
+        if kept is None or kept[0] is not config or kept[1] != attrs:
+            kept = self.config = (config, dict(attrs), config_dict(config))
+        return copy.deepcopy(kept[2])
+
+
+def _looks_like_attention(path: str, module: nn.Module) -> bool:
+    """The one attention heuristic: ``attention`` or ``attn`` in the module's type name
+    (ours, ``nn.MultiheadAttention``, Hugging Face ``*Attention``) or in its own name.
+    A softmax made inside such a module, or a 4-d second output it returns, is an
+    attention map."""
+    names = (type(module).__name__.lower(), path.rsplit(".", 1)[-1].lower())
+    return any("attention" in n or "attn" in n for n in names)
 
 
 _STRUCTURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -250,65 +361,6 @@ def _global_hooks() -> bool:
     )
 
 
-def _op_name(func: Any) -> str:
-    """The op name a person expects: ``add`` for ``+``, ``getitem`` for ``x[i]``."""
-    name = getattr(func, "__name__", None) or type(func).__name__
-    if name == "__get__":  # a property such as ``.T`` or ``.shape``
-        owner = getattr(func, "__self__", None)
-        prop = getattr(owner, "__name__", "") or "get"
-        return _SKIP if prop in _SKIP_PROPERTIES or not prop else prop
-    if name in _SKIP_NAMES:
-        return _SKIP
-    if name.startswith("__") and name.endswith("__") and len(name) > 4:
-        core = name[2:-2]
-        if core.startswith("i") and core[1:] in _BINARY:
-            return _BINARY[core[1:]] + "_"  # x += y is add_
-        if core.startswith("r") and core[1:] in _BINARY:
-            return _BINARY[core[1:]]
-        return _BINARY.get(core, core)
-    return name
-
-
-_BINARY = {
-    "add": "add", "sub": "sub", "mul": "mul", "truediv": "div", "div": "div",
-    "floordiv": "floor_divide", "mod": "remainder", "pow": "pow", "matmul": "matmul",
-    "and": "bitwise_and", "or": "bitwise_or", "xor": "bitwise_xor", "lshift": "lshift",
-    "rshift": "rshift",
-}  # fmt: skip
-
-
-def _classify(func: Any) -> str:
-    try:
-        info = _func_info.get(func)
-    except TypeError:  # unhashable callable
-        return _op_name(func)
-    if info is None:
-        info = _op_name(func)
-        _func_info[func] = info
-        if _is_method(func):
-            _arg_tables[func] = _METHOD_ARG_NAMES
-    return info
-
-
-def _is_method(func: Any) -> bool:
-    """A tensor method (``x.view``, ``x + y``, ``x.shape``) rather than a function the user
-    called (``torch.matmul``, ``F.softmax``): its first tensor is ``self``, not ``input``."""
-    qualname = getattr(func, "__qualname__", "") or ""
-    if qualname.startswith(("TensorBase.", "Tensor.")):
-        return True
-    return getattr(func, "__name__", "") == "__get__"  # a property of the tensor
-
-
-_mha_signatures: dict[Any, inspect.Signature] = {}
-
-
-def _mha_signature(func: Any) -> inspect.Signature:
-    found = _mha_signatures.get(func)
-    if found is None:
-        found = _mha_signatures[func] = inspect.signature(func)
-    return found
-
-
 # --------------------------------------------------------------------------- names
 
 
@@ -321,6 +373,15 @@ def _arg_names(n: int, first: str = "input") -> tuple[str, ...]:
 _ARG_NAMES = tuple(_arg_names(n) if n else () for n in range(9))
 _METHOD_ARG_NAMES = tuple(_arg_names(n, "self") if n else () for n in range(9))
 _arg_tables: dict[Any, tuple] = {}  # func -> _METHOD_ARG_NAMES for tensor methods
+
+
+def _op_input_names(func: Any, n: int) -> tuple[str, ...]:
+    """Names of the ``n`` tensor arguments of a call of ``func`` (see :func:`_arg_names`)."""
+    try:
+        table = _arg_tables.get(func, _ARG_NAMES)
+    except TypeError:  # unhashable callable
+        table = _ARG_NAMES
+    return table[n] if n < len(table) else _arg_names(n, table[1][0])
 
 
 def _output_names(n: int) -> tuple[str, ...]:
@@ -377,7 +438,81 @@ def _flatten(obj: Any, name: str, out: list, names: list, depth: int = 0) -> Non
             _flatten(item, f"{name}[{key!r}]", out, names, depth + 1)
 
 
-# --------------------------------------------------------------------------- the mode
+# --------------------------------------------------------------------------- drafts
+
+
+class _StepDraft:
+    """A step under construction: :class:`Step`'s fields, mutable (its outputs, end and
+    error are known later than the rest). :meth:`freeze` makes the record."""
+
+    __slots__ = (
+        "call",
+        "depth",
+        "end",
+        "error",
+        "input_names",
+        "inputs",
+        "kind",
+        "module",
+        "op",
+        "output_names",
+        "outputs",
+        "parent",
+        "source",
+    )  # fmt: skip
+
+    def __init__(
+        self, kind, module, op, source, inputs, outputs, input_names, output_names, depth,
+        parent, call=0,
+    ):  # fmt: skip
+        self.kind = kind  # "module" or "op"
+        self.module = module  # dotted path it ran in
+        self.op = op  # op name, or the module's type name
+        self.source = source
+        self.inputs = inputs  # record ids (a list while recording)
+        self.outputs = outputs
+        self.input_names = input_names
+        self.output_names = output_names
+        self.depth = depth
+        self.parent = parent
+        self.end = None  # module steps: the last step inside the call, set on leaving
+        self.call = call
+        self.error = None
+
+    def freeze(self, index: int, input_names: tuple[str, ...] | None = None) -> Step:
+        return Step(
+            index, self.kind, self.module, self.op, self.source, tuple(self.inputs),
+            tuple(self.outputs), self.input_names if input_names is None else input_names,
+            self.output_names, self.depth, self.parent, self.end, self.call, self.error,
+        )  # fmt: skip
+
+
+class _TensorDraft:
+    """A tensor record under construction: the torch ``Size``, dtype and device as seen
+    (named only in :meth:`freeze`), the stats, the key of its kept value, the step that
+    produced it and its role (``param``, ``input``, ``attention``...)."""
+
+    __slots__ = ("device", "dtype", "producer", "role", "shape", "stats", "value_key")
+
+    def __init__(self, shape, dtype, device, producer):
+        self.shape = shape
+        self.dtype = dtype
+        self.device = device
+        self.stats = None
+        self.value_key = None
+        self.producer = producer
+        self.role = None
+
+    def freeze(self, rid: int, dims=None, shape: tuple[int, ...] | None = None) -> TensorRecord:
+        return TensorRecord(
+            rid, tuple(self.shape) if shape is None else shape, _dtype_name(self.dtype),
+            _device_name(self.device), dims, resolve_stats(self.stats), self.value_key,
+            self.producer,
+            self.role,
+        )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- the recorders
 
 
 class _OpMode(TorchFunctionMode):
@@ -399,110 +534,115 @@ class _OpMode(TorchFunctionMode):
         return self.record(func, name, args, kwargs)
 
 
-_SPECIAL_OPS = frozenset(
+# Ops whose outputs may be (or may come with) an attention map: see Tracer._attention_op.
+_ATTENTION_OPS = frozenset(
     {"softmax", "_softmax", "scaled_dot_product_attention", "multi_head_attention_forward"}
-    | distributed_mod.FUNCTIONAL_COLLECTIVES  # a functional collective gets its group noted
 )
+_COLLECTIVE_OPS = distributed_mod.FUNCTIONAL_COLLECTIVES  # their group is noted
+_NOTED_OPS = _ATTENTION_OPS | _COLLECTIVE_OPS  # ops that _op_done looks at more closely
+
+
+def _tensor_args(args: tuple, kwargs: dict | None) -> list[torch.Tensor]:
+    """An op's tensor arguments in order: positional ones (and tensors in a list or tuple
+    argument, as ``torch.cat`` takes them), then keyword ones."""
+    tensors = []
+    for a in args:
+        if isinstance(a, _Tensor):
+            tensors.append(a)
+        elif isinstance(a, (tuple, list)):
+            for b in a:
+                if isinstance(b, _Tensor):
+                    tensors.append(b)
+    if kwargs:
+        for a in kwargs.values():
+            if isinstance(a, _Tensor):
+                tensors.append(a)
+    return tensors
+
+
+def _tensor_results(result: Any, tensors: list, version: int) -> tuple[tuple, tuple]:
+    """An op's tensor results and their names. ``version`` is the first input's
+    ``_version`` before the call: ``x[i] = v`` returns None but changed ``x``, so ``x`` is
+    its result. No tensor result (``x.shape``, ``torch.equal``) gives ``((), ())``."""
+    if isinstance(result, _Tensor):
+        return (result,), _ONE_OUTPUT
+    if isinstance(result, (tuple, list)):
+        outs = tuple([r for r in result if isinstance(r, _Tensor)])
+    elif result is None and tensors and tensors[0]._version != version:
+        outs = (tensors[0],)
+    else:
+        return (), ()
+    n = len(outs)
+    return outs, _OUTPUT_NAMES[n] if n < len(_OUTPUT_NAMES) else _output_names(n)
 
 
 def _op_recorder(tracer: Tracer):
     """The function that records one op call for ``tracer``: ``record(func, name, args,
     kwargs)`` runs the call and returns its result.
 
-    It is the innermost loop of a trace (one call per tensor op), so it is a closure whose
-    state sits in cells rather than attributes, and it builds the raw step in one go.
-    Inputs are resolved to records before the call, so an in-place op's input is the
-    tensor as it was; an input never seen before gets a new record then (rolled back when
-    the call turns out to return no tensor, and so makes no step).
+    It runs once per tensor op, so it is a closure whose state sits in cells rather than
+    attributes. Inputs are resolved to records before the call, so an in-place op's input
+    is the tensor as it was; an input never seen before gets a new record then (rolled
+    back when the call turns out to return no tensor, and so makes no step).
     """
-    steps = tracer._steps
-    stack = tracer._stack
-    records = tracer._tensors
-    tensor_id = tracer._tensor_id
-    param_rids = tracer._param_rids
-    param_steps = tracer._param_steps
+    records, tensor_id = tracer._tensors, tracer._tensor_id
+    open_op, op_done = tracer._open_op, tracer._op_done
     shapes_only = tracer._shapes_only
-    tables_get = _arg_tables.get
-    Tensor, sequences, special = _Tensor, (tuple, list), _SPECIAL_OPS
-    default_names, one_output, output_names = _ARG_NAMES, _ONE_OUTPUT, _OUTPUT_NAMES
     edit_names = tracer._edits.op_names if tracer._edits is not None else frozenset()
 
     def record(func, name, args, kwargs):
-        tensors = []
-        for a in args:
-            if isinstance(a, Tensor):
-                tensors.append(a)
-            elif isinstance(a, sequences):
-                for b in a:
-                    if isinstance(b, Tensor):
-                        tensors.append(b)
-        if kwargs:
-            for a in kwargs.values():
-                if isinstance(a, Tensor):
-                    tensors.append(a)
+        tensors = _tensor_args(args, kwargs)
         known = len(records)
-        in_ids = []
-        has_param = False
-        first_version = 0
-        for t in tensors:
-            rid = tensor_id(t, None)
-            if rid in param_rids:
-                has_param = True
-            in_ids.append(rid)
-        if tensors:
-            first_version = tensors[0]._version
+        in_ids = [tensor_id(t, None) for t in tensors]
+        version = tensors[0]._version if tensors else 0
         try:
             result = func(*args, **kwargs) if kwargs else func(*args)
         except Exception as e:
-            index = tracer._add_op_step(name, func, tensors, in_ids, has_param, (), ())
-            steps[index][12] = f"{type(e).__name__}: {e}"
-            tracer._failed_step = index
+            tracer._op_failed(func, name, in_ids, e)
             raise
-        if isinstance(result, Tensor):
-            outs = (result,)
-            out_names = one_output
-        else:
-            if isinstance(result, sequences):
-                outs = tuple([r for r in result if isinstance(r, Tensor)])
-            elif result is None and tensors and tensors[0]._version != first_version:
-                outs = (tensors[0],)  # x[i] = v: in place, returns None
-            else:
-                outs = ()
-            if not outs:  # not a tensor op (x.shape, torch.equal): no step
-                if len(records) != known:
-                    tracer._forget_records(known)
-                return result
-            k = len(outs)
-            out_names = output_names[k] if k < len(output_names) else _output_names(k)
+        outs, out_names = _tensor_results(result, tensors, version)
+        if not outs:  # not a tensor op: no step
+            if len(records) != known:
+                tracer._forget_records(known)
+            return result
         if name in edit_names:  # edits (tracing.edits): a new result, recorded as such
             result, outs = tracer._edit_op(name, result, tensors)
-        index = len(steps)
-        parent, _, source, path = stack[-1]
-        if source is None:
-            source = caller_location(2)
-        pair = None if shapes_only or not tensors else (tensors[0], in_ids[0])
+        index, step = open_op(func, name, in_ids, out_names)
         # an op that returns its input (contiguous on a contiguous tensor) keeps its id
-        out_ids = [tensor_id(t, index, None, pair) for t in outs]
-        n = len(tensors)
-        try:
-            table = tables_get(func, default_names)
-        except TypeError:  # unhashable callable
-            table = default_names
-        names = table[n] if n < len(table) else _arg_names(n, table[1][0] if table[1] else "")
-        if has_param:  # parameters are named ("blocks.0.attn.q_proj.weight") in _finish
-            param_steps.append(index)
-        # (id lists become tuples in _finish, in one warm loop rather than op by op)
-        steps.append(
-            ["op", path, name, source, in_ids, out_ids, names,
-             out_names, len(stack), parent, None, 0, None]
-        )  # fmt: skip
-        if name in special:
-            outs = tracer._attention_op(index, name, func, args, kwargs, outs)
-        if tracer._breaker is not None:
-            tracer._check_outputs(index, outs)
+        pair = None if shapes_only or not tensors else (tensors[0], in_ids[0])
+        step.outputs = [tensor_id(t, index, None, pair) for t in outs]
+        op_done(index, name, func, args, kwargs, outs)
         return result
 
     return record
+
+
+def _module_inputs(spec: tuple, args: tuple, kwargs: dict) -> tuple[Any, tuple[str, ...]]:
+    """A module call's input tensors and their names: by the forward's parameter names
+    (``q``, ``k``, ``mask``), ``args[i]`` past them, keyword names, ``x[0]`` inside a
+    list or dict."""
+    pos_names = spec[3]
+    n = len(args)
+    if not kwargs and n <= len(pos_names) and all([isinstance(a, _Tensor) for a in args]):
+        return args, pos_names[:n]  # the common call, tensors by position
+    tensors: list = []
+    names: list = []
+    for i, arg in enumerate(args):
+        _flatten(arg, pos_names[i] if i < len(pos_names) else f"args[{i}]", tensors, names)
+    for key, arg in kwargs.items():
+        _flatten(arg, key, tensors, names)
+    return tensors, tuple(names)
+
+
+def _module_outputs(output: Any) -> tuple[Any, tuple[str, ...]]:
+    """A module's output tensors and their names: ``output``, ``output[1]``,
+    ``output['logits']``."""
+    if isinstance(output, _Tensor):
+        return (output,), _ONE_OUTPUT
+    tensors: list = []
+    names: list = []
+    _flatten(output, "output", tensors, names)
+    return tensors, tuple(names)
 
 
 def _module_recorder(tracer: Tracer):
@@ -514,33 +654,19 @@ def _module_recorder(tracer: Tracer):
     torch's own modules (``nn.Linear``...) take the module step's source line, since every
     frame between is torch code, so their frame walk is skipped.
     """
-    steps = tracer._steps
-    stack = tracer._stack
+    steps, stack, calls = tracer._steps, tracer._stack, tracer._calls
     tensor_id = tracer._tensor_id
-    calls = tracer._calls
     breaker = tracer._breaker
     edits = tracer._edits
     edit_paths = edits.module_paths if edits is not None else frozenset()
-    Tensor, one_output = _Tensor, _ONE_OUTPUT
 
     def enter(spec, module, args, kwargs):
-        path, type_name, torch_module, pos_names = spec
+        path, type_name, torch_module, _ = spec
         index = len(steps)
         call = calls.get(path, 0)
         calls[path] = call + 1
         source = caller_location(2)
-        # inputs: the common call, tensors by position, needs no flattening
-        n = len(args)
-        if not kwargs and n <= len(pos_names) and all([isinstance(a, Tensor) for a in args]):
-            tensors = args
-            names = pos_names[:n]
-        else:
-            tensors, names = [], []
-            for i, arg in enumerate(args):
-                _flatten(arg, pos_names[i] if i < len(pos_names) else f"args[{i}]", tensors, names)
-            for key, arg in kwargs.items():
-                _flatten(arg, key, tensors, names)
-            names = tuple(names)
+        tensors, names = _module_inputs(spec, args, kwargs)
         ids = [tensor_id(t, None) for t in tensors]
         if stack:
             parent, depth = stack[-1][0], len(stack)
@@ -548,9 +674,8 @@ def _module_recorder(tracer: Tracer):
             parent, depth = None, 0
             tracer._root_inputs(ids, names, tensors)
         steps.append(
-            ["module", path, type_name, source, ids, (), names, (),
-             depth, parent, None, call, None]
-        )  # fmt: skip
+            _StepDraft("module", path, type_name, source, ids, (), names, (), depth, parent, call)
+        )
         frame = (index, module, source if torch_module else None, path)
         stack.append(frame)
         if breaker is not None:
@@ -567,42 +692,23 @@ def _module_recorder(tracer: Tracer):
                 if top is frame:
                     break
                 step = steps[top[0]]
-                step[12] = step[12] or "raised (caught by the model)"
-                step[10] = len(steps) - 1
+                step.error = step.error or "raised (caught by the model)"
+                step.end = len(steps) - 1
         else:  # a call that started before the trace, or a frame of another tracer
             return output
         index = frame[0]
         step = steps[index]
-        step[10] = len(steps) - 1
+        step.end = len(steps) - 1
         if frame[3] in edit_paths:  # edits (tracing.edits) replace the output first
-            output = edits.on_module(frame[3], step[11], output, index)
-        if isinstance(output, Tensor):
-            tensors = (output,)
-            step[7] = one_output
-        else:
-            tensors, names = [], []
-            _flatten(output, "output", tensors, names)
-            step[7] = tuple(names)
-        ids = [tensor_id(t, index) for t in tensors]
-        step[5] = ids
+            output = edits.on_module(frame[3], step.call, output, index)
+        tensors, step.output_names = _module_outputs(output)
+        step.outputs = [tensor_id(t, index) for t in tensors]
         if not stack:
             tracer.output = output
-        # attention weights returned by an attention module: (output, weights)
-        if (
-            len(tensors) >= 2
-            and step[7][1] == "output[1]"
-            and tensors[1].dim() == 4
-            and tracer._is_attention_module(frame[1])
-        ):
-            tracer._mark_attention(ids[1], tensors[1])
-        if breaker is not None:
-            tracer._check_outputs(index, tensors)
+        tracer._module_done(frame, tensors)
         return output
 
     return enter, leave
-
-
-_NO_KWARGS: dict = {}  # read only: passed as ``**kwargs``, which copies it
 
 
 # --------------------------------------------------------------------------- tracer
@@ -711,7 +817,7 @@ class Tracer:
         self._wrapped = []
         try:
             self._instrument_all()
-            # ---- hook: torch.distributed (collectives wrapped for the trace's duration)
+            # torch.distributed: collectives wrapped for the trace's duration
             self._ranks = distributed_mod.capture_for(self)
             if self._ranks is not None:
                 self._ranks.install()
@@ -750,7 +856,7 @@ class Tracer:
         if self._breaker is not None and isinstance(exc, self._breaker.Stop):
             last = len(self._steps) - 1
             for index, *_ in self._stack:  # close the module calls the stop interrupted
-                self._steps[index][10] = last
+                self._steps[index].end = last
             self._stack.clear()
             self.trace = self._finish(None)
             self.trace.meta["stopped_at"] = exc.hit.to_meta()
@@ -794,38 +900,115 @@ class Tracer:
         self._training = []
 
     def _reset(self) -> None:
-        # Raw, mutable records; frozen dataclasses are built once in _finish().
-        # step: [kind, module, op, source, inputs, outputs, in_names, out_names,
-        #        depth, parent, end, call, error]
-        self._steps: list[list] = []
-        # tensor: [shape, dtype, device, stats, value_key, producer, role, tensor_ref_for_dims]
-        self._tensors: list[list] = []
+        # Mutable drafts while recording; frozen records are built once, in _finish().
+        self._steps: list[_StepDraft] = []
+        self._tensors: list[_TensorDraft] = []  # by record id
         self._values: dict[str, torch.Tensor] = {}
+        self._stats = StatsCollector()  # on an accelerator: read back once, in _finish
+        self._sink = ValueArena() if self.out is None else StreamedValues(TraceWriter(self.out))
         self._ids: dict[int, tuple] = {}  # id(tensor) -> (weakref, version, record id)
         structure = self._structure = _structure(self.model)
         self._named = [("", self.model), *structure.modules]
-        self._paths = structure.paths
         self._param_names = structure.param_names  # id(parameter or buffer) -> dotted name
-        self._param_sig = structure.param_sig
         self._buffer_ids = structure.buffer_ids
-        self._specs = structure.specs
         # open module calls, innermost last: frames (see _module_recorder)
         self._stack: list[tuple[int, nn.Module, SourceLocation | None, str]] = []
         self._param_rids: dict[int, str] = {}  # record id -> parameter or buffer name
         self._param_steps: list[int] = []  # op steps with a parameter among their inputs
         self._shapes_only = self.capture == "shapes"
+        self._keep_values = self.capture == "values"
         self._calls: dict[str, int] = {}
         self._failed_step: int | None = None
         self._first_input_shape: tuple[int, ...] | None = None
         self._input_shapes: list[tuple[str, list[int]]] = []
         self._mode = None
         self._skipped_values = 0
-        self._attention_types: dict[str, bool] = {}
-        self._stats = StatsCollector()
-        self._sink = ValueArena() if self.out is None else StreamedValues(TraceWriter(self.out))
         self._ranks: distributed_mod.RankCapture | None = None
         if self._edits is not None:
             self._edits.reset()
+
+    # ---- extension points: where steps open and where outputs are seen
+
+    def _open_op(self, func, name: str, in_ids: list[int], out_names: tuple) -> tuple:
+        """Append the step of an op call (outputs still empty); returns (index, draft)."""
+        steps, stack = self._steps, self._stack
+        index = len(steps)
+        parent, _, source, path = stack[-1]
+        if source is None:
+            source = caller_location(2)
+        if not self._param_rids.keys().isdisjoint(in_ids):  # parameters are named in _finish
+            self._param_steps.append(index)
+        names = _op_input_names(func, len(in_ids))
+        step = _StepDraft(
+            "op", path, name, source, in_ids, (), names, out_names, len(stack), parent
+        )
+        steps.append(step)
+        return index, step
+
+    def _op_done(self, index: int, name: str, func, args: tuple, kwargs, outs: tuple) -> None:
+        """Every op's tensor outputs, once its step holds their records: attention maps
+        (a softmax in an attention module, a fused attention call), the group of a
+        functional collective (under torch.distributed), then breakpoints."""
+        if name in _NOTED_OPS:
+            if name not in _COLLECTIVE_OPS:
+                outs = self._attention_op(index, name, func, args, kwargs, outs)
+            elif self._ranks is not None:
+                self._ranks.functional(index, func, args, kwargs)
+        if self._breaker is not None:
+            self._check_outputs(index, outs)
+
+    def _module_done(self, frame: tuple, tensors) -> None:
+        """Every module call's output tensors, once its step holds their records: attention
+        weights an attention module returns as ``output[1]``, then breakpoints."""
+        index, module = frame[0], frame[1]
+        step = self._steps[index]
+        if (
+            len(tensors) >= 2
+            and step.output_names[1] == "output[1]"
+            and tensors[1].dim() == 4
+            and id(module) in self._structure.attention
+        ):
+            self._mark_attention(step.outputs[1], tensors[1])
+        if self._breaker is not None:
+            self._check_outputs(index, tensors)
+
+    def _record_external_op(self, name, run, ins, in_names, outs, out_names, settled=True):
+        """Run ``run()`` and record it as op ``name``: a call the function mode cannot see
+        (a ``torch.distributed`` collective, see ``tracing.distributed``). ``ins`` are read
+        before it runs, ``outs`` (tensors it writes into; a list may be filled by ``run``)
+        after; unsettled outputs (an async collective) keep their shape only. Returns
+        ``(step index, result)``, the index None outside the traced forward."""
+        if not self._stack:
+            return None, run()
+        with _Disable():  # reading a tensor runs torch ops the mode must not record
+            in_ids = [self._tensor_id(t, None) for t in ins]
+        source = caller_location(1)
+        parent, _, _, path = self._stack[-1]
+        step = _StepDraft(
+            "op", path, name, source, in_ids, [], tuple(in_names), tuple(out_names),
+            len(self._stack), parent,
+        )  # fmt: skip
+        try:
+            result = run()
+        except Exception as e:
+            step.error = f"{type(e).__name__}: {e}"
+            self._failed_step = len(self._steps)
+            self._steps.append(step)
+            raise
+        index = len(self._steps)
+        self._steps.append(step)
+        # always new records: a collective writes in place, sometimes keeping _version
+        with _Disable():
+            step.outputs = [self._new_tensor(t, index, t._version if settled else -1) for t in outs]
+        if not self._param_rids.keys().isdisjoint(in_ids):
+            self._param_steps.append(index)
+        return index, result
+
+    def _op_failed(self, func, name: str, in_ids: list[int], exc: Exception) -> None:
+        """The step of an op call that raised, with its error (and no outputs)."""
+        index, step = self._open_op(func, name, in_ids, ())
+        step.error = f"{type(exc).__name__}: {exc}"
+        self._failed_step = index
 
     # ---- tensor records
 
@@ -859,59 +1042,51 @@ class Tracer:
         """A new record for ``t`` as it is now (``version`` is its ``_version`` as seen)."""
         key = id(t)
         rid = len(self._tensors)
-        # shape stays a torch.Size, dtype and device torch objects: named in _finish
-        record = [t.shape, t.dtype, t.device, None, None, producer, None]
+        record = _TensorDraft(t.shape, t.dtype, t.device, producer)
         self._tensors.append(record)
         try:  # noqa: SIM105 - try/except costs nothing here; suppress() is a call
             self._ids[key] = (weakref.ref(t), version, rid)
         except TypeError:  # pragma: no cover - tensor subclasses without weakref support
             pass
-        if self._ranks is not None:  # ---- hook: a DTensor is recorded as its local shard
+        if self._ranks is not None:  # a DTensor is recorded as its local shard
             local = self._ranks.local_view(rid, t)
             if local is not None:
-                t, source, record[0] = local, None, local.shape
+                t, source, record.shape = local, None, local.shape
         name = self._param_names.get(key)
         if name is not None:  # a parameter or buffer: no stats, no copy
-            record[5] = None
+            record.producer = None
             # a set lookup: isinstance(t, nn.Parameter) runs a Python metaclass check
-            record[6] = "buffer" if key in self._buffer_ids else "param"
+            record.role = "buffer" if key in self._buffer_ids else "param"
             self._param_rids[rid] = name
             return rid
         if self._shapes_only or version != t._version:
             return rid
         view = _view_of(t, source[0]) if source is not None and source[0] is not t else None
         if view is not None:
-            src = self._tensors[source[1]]
-            if view == "all":  # same elements, so the same statistics
-                record[3] = src[3]
-            copy = None if src[4] is None else self._values.get(src[4])  # None: streamed
-            if copy is not None and copy.is_contiguous() and source[0].is_contiguous():
-                offset = t.storage_offset() - source[0].storage_offset()
-                value = copy.as_strided(t.shape, t.stride(), copy.storage_offset() + offset)
-                key_ = f"t{rid}"
-                self._values[key_] = value
-                record[4] = key_
-        if record[3] is None:
-            record[3] = self._stats.add(t)  # on an accelerator: pending, no sync
-        if self._want_values and record[4] is None:
+            self._derive_from_view(record, rid, t, view, *source)
+        if record.stats is None:
+            record.stats = self._stats.add(t)
+        if self._keep_values and record.value_key is None:
             self._keep_value(rid, t)
         return rid
 
-    def _module_infos(self) -> dict[str, ModuleInfo]:
-        """``module_infos`` of the model, cached while its modules and parameters stay the
-        same objects (tracing one model many times pays for it once)."""
-        model = self.model
-        signature = (tuple(id(m) for _, m in self._named), self._param_sig)
-        cached = _INFO_CACHE.get(id(model))
-        if cached is not None and cached[0]() is model and cached[1] == signature:
-            return dict(cached[2])
-        infos = module_infos(model, self._named)
-        _INFO_CACHE[id(model)] = (weakref.ref(model), signature, infos)
-        return dict(infos)
+    def _derive_from_view(self, record, rid: int, t, view: str, src_t, src_rid: int) -> None:
+        """Stats and kept value of ``t``, a view of ``src_t``, taken from ``src_t``'s record:
+        the same stats when it views all of it, its copy viewed the same way."""
+        src = self._tensors[src_rid]
+        if view == "all":  # same elements, so the same statistics
+            record.stats = src.stats
+        kept = None if src.value_key is None else self._values.get(src.value_key)
+        # (None too when it was streamed to the file: the view is then written itself)
+        if kept is not None and kept.is_contiguous() and src_t.is_contiguous():
+            offset = t.storage_offset() - src_t.storage_offset()
+            value = kept.as_strided(t.shape, t.stride(), kept.storage_offset() + offset)
+            self._store_value(rid, value)
 
     def _keep_value(self, rid: int, t: torch.Tensor, force: bool = False) -> None:
-        rec = self._tensors[rid]
-        if rec[4] is not None:
+        """Keep a copy of ``t`` (record ``rid``), unless over the size cap (``force``:
+        whatever its size, as for attention maps) or one is kept already."""
+        if self._tensors[rid].value_key is not None:
             return
         dtype = t.dtype
         if self.value_dtype is not None and t.is_floating_point():
@@ -920,25 +1095,48 @@ class Tracer:
         if cap is not None and t.numel() * dtype.itemsize > cap and not force:
             self._skipped_values += 1
             return
-        # into the arena or the file; detach() leaves autograd out of the copy
-        key, copy = self._sink.keep(f"t{rid}", t, dtype)
-        if copy is not None:
-            self._values[key] = copy
-        rec[4] = key
+        # into the arena, or straight to the file when streaming (then nothing is held)
+        key, kept = self._sink.keep(f"t{rid}", t, dtype)
+        self._store_value(rid, kept, key)
+
+    def _store_value(self, rid: int, value: torch.Tensor | None, key: str | None = None) -> None:
+        """The one place a kept value goes into the trace (``trace.values``); ``None``:
+        it went to the file under ``key``."""
+        key = key or f"t{rid}"
+        if value is not None:
+            self._values[key] = value
+        self._tensors[rid].value_key = key
 
     def _mark_attention(self, rid: int, t: torch.Tensor) -> None:
+        """Record ``rid`` is an attention map: its role says so and its value is kept."""
         rec = self._tensors[rid]
-        if rec[6] is None or rec[6] == "attention":
-            rec[6] = "attention"
+        if rec.role is None:
+            rec.role = "attention"
         self._keep_value(rid, t, force=True)
 
-    @property
-    def _want_stats(self) -> bool:
-        return self.capture != "shapes"
+    def _root_inputs(self, ids: list[int], names: tuple, tensors) -> None:
+        """The root call's tensors are the trace's inputs (first call: also their shapes)."""
+        for rid in ids:
+            record = self._tensors[rid]
+            if record.producer is None and record.role is None:
+                record.role = "input"
+        if self._first_input_shape is None:
+            for n, t in zip(names, tensors):
+                self._input_shapes.append((n, list(t.shape)))
+            if tensors:
+                self._first_input_shape = tuple(tensors[0].shape)
 
-    @property
-    def _want_values(self) -> bool:
-        return self.capture == "values"
+    def _forget_records(self, first: int) -> None:
+        """Drop the records from ``first`` on (made for an op that made no step)."""
+        del self._tensors[first:]
+        for key in [k for k, entry in self._ids.items() if entry[2] >= first]:
+            del self._ids[key]
+        for rid in [r for r in self._param_rids if r >= first]:
+            del self._param_rids[rid]
+        for key in [k for k in self._values if int(k[1:]) >= first]:
+            del self._values[key]
+        if self._ranks is not None:
+            self._ranks.forget(first)
 
     # ---- module instruments
 
@@ -994,7 +1192,7 @@ class Tracer:
         """Apply the edits for op ``name`` in the running module call (``tracing.edits``);
         returns the result and its tensors. An in-place op's tensor is edited in place."""
         index, _, _, path = self._stack[-1]
-        call = self._steps[index][11]
+        call = self._steps[index].call
         new = self._edits.on_op(path, call, name, result, len(self._steps), inputs)
         if isinstance(new, _Tensor):
             return new, (new,)
@@ -1002,7 +1200,7 @@ class Tracer:
 
     def _pre_hook(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         with _Disable():  # our own tensor calls must not reach the op mode
-            self._enter_module(self._specs[id(module)], module, args, kwargs)
+            self._enter_module(self._structure.specs[id(module)], module, args, kwargs)
 
     def _post_hook(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
         with _Disable():
@@ -1012,193 +1210,74 @@ class Tracer:
                     return None if new is output else new  # an edit replaces the output
         return None
 
-    def _root_inputs(self, ids: list[int], names: tuple, tensors) -> None:
-        """The root call's tensors are the trace's inputs (first call: also their shapes)."""
-        records = self._tensors
-        for rid in ids:
-            if records[rid][5] is None and records[rid][6] is None:
-                records[rid][6] = "input"
-        if self._first_input_shape is None:
-            for n, t in zip(names, tensors):
-                self._input_shapes.append((n, list(t.shape)))
-            if tensors:
-                self._first_input_shape = tuple(tensors[0].shape)
-
-    def _is_attention_module(self, module: nn.Module) -> bool:
-        """Attention modules by type name: ours, ``nn.MultiheadAttention``, HF ``*Attention``."""
-        name = type(module).__name__
-        known = self._attention_types.get(name)
-        if known is None:
-            lowered = name.lower()
-            known = "attention" in lowered or "attn" in lowered
-            self._attention_types[name] = known
-        return known
-
-    # ---- op recording
+    # ---- attention maps
 
     def _attention_op(self, index: int, name: str, func, args, kwargs, outs: tuple) -> tuple:
         """Attention maps made by op ``index`` (a softmax in an attention module, a fused
-        attention call); returns its outputs with any rebuilt map added. (A functional
-        collective also comes here, to have its group noted under torch.distributed.)"""
-        if name in distributed_mod.FUNCTIONAL_COLLECTIVES:
-            if self._ranks is not None:
-                self._ranks.functional(index, func, args, kwargs)
-        elif name == "softmax" or name == "_softmax":
-            self._maybe_attention_softmax(index, outs[0])
-        elif name == "scaled_dot_product_attention":
-            outs = (*outs, *self._fused_attention_map(index, args, kwargs))
-        elif name == "multi_head_attention_forward":
-            outs = (*outs, *self._mha_attention_map(index, func, args, kwargs, outs))
-        return outs
+        attention call); returns its outputs with any rebuilt map added."""
+        if name == "softmax" or name == "_softmax":
+            module = self._stack[-1][1]
+            if outs[0].dim() == 4 and id(module) in self._structure.attention:
+                self._mark_attention(self._steps[index].outputs[0], outs[0])
+            return outs
+        if name == "scaled_dot_product_attention":
+            weights = self._fused_attention_map(args, kwargs)
+        else:
+            weights = self._mha_attention_map(index, func, args, kwargs, outs)
+        if weights is None:
+            return outs
+        self._add_attention_output(index, weights)
+        return (*outs, weights)
 
-    def _fused_attention_map(self, index: int, args: tuple, kwargs: dict) -> tuple:
+    def _add_attention_output(self, index: int, weights: torch.Tensor) -> None:
+        """Add rebuilt attention weights to op ``index``'s outputs, as an attention map."""
+        step = self._steps[index]
+        rid = self._tensor_id(weights, index)
+        step.outputs = (*step.outputs, rid)
+        step.output_names = (*step.output_names, "attention_weights")
+        self._mark_attention(rid, weights)
+
+    def _fused_attention_map(self, args: tuple, kwargs: dict) -> torch.Tensor | None:
         """``F.scaled_dot_product_attention`` returns no weights: rebuild them from its
-        query, key and mask (``tracing.fused_attention``) and add them to the op's outputs
-        as an attention map. Returns the added tensor (none if the call is unusual)."""
+        query, key and mask (``tracing.fused_attention``); None if the call is unusual."""
         from tracing.fused_attention import weights_from_call
 
         try:
-            weights = weights_from_call(args, kwargs)  # (B, H, T, T)
+            return weights_from_call(args, kwargs)  # (B, H, T, T)
         except (TypeError, ValueError, RuntimeError):
-            return ()
-        step = self._steps[index]
-        rid = self._tensor_id(weights, index)
-        step[5] = (*step[5], rid)
-        step[7] = (*step[7], "attention_weights")
-        self._mark_attention(rid, weights)
-        return (weights,)
+            return None
 
-    def _mha_attention_map(self, index: int, func, args: tuple, kwargs: dict, outs) -> tuple:
+    def _mha_attention_map(self, index: int, func, args: tuple, kwargs: dict, outs):
         """``nn.MultiheadAttention`` (``F.multi_head_attention_forward``) returns per-head
         weights only when asked (``need_weights=True, average_attn_weights=False``). When
         they were not returned, compute them once more from the same arguments, asking for
-        them, and add them to the op's outputs as an attention map. The model's own result
-        is untouched (and dropout is off in the recomputation, so no random numbers are
-        drawn). The call receives ``(T, B, C)`` tensors whatever ``batch_first`` says, so
-        the weights come back ``(B, H, T, S)``."""
+        them (the model's own result is untouched, and dropout is off in the recomputation,
+        so no random numbers are drawn). The call receives ``(T, B, C)`` tensors whatever
+        ``batch_first`` says, so the weights come back ``(B, H, T, S)``. Returns them, or
+        None (when they were returned per head already, they are marked here)."""
         if len(outs) >= 2 and outs[1].dim() == 4:  # already per head: mark it
-            rid = self._steps[index][5][1]
-            self._mark_attention(rid, outs[1])
-            return ()
+            self._mark_attention(self._steps[index].outputs[1], outs[1])
+            return None
         try:
             bound = _mha_signature(func).bind(*args, **kwargs)
             bound.arguments.update(need_weights=True, average_attn_weights=False, training=False)
             _, weights = func(*bound.args, **bound.kwargs)
         except (TypeError, ValueError, RuntimeError):
-            return ()
+            return None
         if not isinstance(weights, _Tensor) or weights.dim() != 4:
-            return ()  # unbatched input: (H, T, S) has no batch axis to show
-        step = self._steps[index]
-        rid = self._tensor_id(weights, index)
-        step[5] = (*step[5], rid)
-        step[7] = (*step[7], "attention_weights")
-        self._mark_attention(rid, weights)
-        return (weights,)
+            return None  # unbatched input: (H, T, S) has no batch axis to show
+        return weights
 
     # ---- breakpoints (tracing.breakpoints)
 
     def _step_record(self, index: int) -> Step:
-        s = self._steps[index]
-        return Step(
-            index=index, kind=s[0], module=s[1], op=s[2], source=s[3], inputs=tuple(s[4]),
-            outputs=tuple(s[5]), input_names=self._input_names(s), output_names=s[7],
-            depth=s[8], parent=s[9],
-            end=s[10], call=s[11], error=s[12],
-        )  # fmt: skip
+        """Step ``index`` as it stands now, frozen (what a breakpoint condition sees)."""
+        return self._steps[index].freeze(index, self._input_names(self._steps[index]))
 
     def _check_outputs(self, index: int, tensors) -> None:
         """Raise the breaker's stop if a condition holds for this step's outputs."""
-        records = []
-        for rid in self._steps[index][5]:
-            shape, dtype, device, stats, key, producer, role = self._tensors[rid][:7]
-            record = TensorRecord(
-                id=rid, shape=tuple(shape), dtype=_dtype_name(dtype), device=_device_name(device),
-                stats=self._stats.resolve(stats),  # a breakpoint pays for its sync
-                value_key=key, producer=producer, role=role,
-            )  # fmt: skip
-            records.append(record)
+        records = [self._tensors[rid].freeze(rid) for rid in self._steps[index].outputs]
         self._breaker.exit(self._step_record(index), records, list(tensors))
-
-    def _add_op_step(self, name, func, tensors, in_ids, has_param, out_ids, out_names) -> int:
-        """Append an op step (the slow path: an op that raised)."""
-        steps = self._steps
-        index = len(steps)
-        parent, _, source, path = self._stack[-1]
-        if source is None:
-            source = caller_location(3)
-        n = len(tensors)
-        try:
-            table = _arg_tables.get(func, _ARG_NAMES)
-        except TypeError:  # unhashable callable
-            table = _ARG_NAMES
-        names = table[n] if n < len(table) else _arg_names(n, table[1][0] if table[1] else "")
-        if has_param:
-            names = tuple([self._param_rids.get(r) or d for r, d in zip(in_ids, names)])
-        steps.append(
-            ["op", path, name, source, tuple(in_ids), tuple(out_ids), names,
-             out_names, len(self._stack), parent, None, 0, None]
-        )  # fmt: skip
-        return index
-
-    def _record_external_op(self, name, run, ins, in_names, outs, out_names, settled=True):
-        """Run ``run()`` and record it as op ``name``: a call the function mode cannot see
-        (a ``torch.distributed`` collective, see ``tracing.distributed``). ``ins`` are read
-        before it runs, ``outs`` (tensors it writes into; a list may be filled by ``run``)
-        after; unsettled outputs (an async collective) keep their shape only. Returns
-        ``(step index, result)``, the index None outside the traced forward."""
-        if not self._stack:
-            return None, run()
-        with _Disable():  # reading a tensor runs torch ops the mode must not record
-            in_ids = [self._tensor_id(t, None) for t in ins]
-        source = caller_location(1)
-        parent, _, _, path = self._stack[-1]
-        row = ["op", path, name, source, in_ids, [], tuple(in_names),
-               tuple(out_names), len(self._stack), parent, None, 0, None]  # fmt: skip
-        try:
-            result = run()
-        except Exception as e:
-            row[12] = f"{type(e).__name__}: {e}"
-            self._failed_step = len(self._steps)
-            self._steps.append(row)
-            raise
-        index = len(self._steps)
-        self._steps.append(row)
-        # always new records: a collective writes in place, sometimes keeping _version
-        with _Disable():
-            row[5] = [self._new_tensor(t, index, t._version if settled else -1) for t in outs]
-        if in_ids and any(r in self._param_rids for r in in_ids):
-            self._param_steps.append(index)
-        return index, result
-
-    def _input_names(self, step: list) -> tuple[str, ...]:
-        """An op's input names with each parameter or buffer named by its path."""
-        names, rids = step[6], self._param_rids
-        if step[0] != "op" or rids.keys().isdisjoint(step[4]):
-            return names
-        return tuple([rids.get(r) or d for r, d in zip(step[4], names)])
-
-    def _forget_records(self, first: int) -> None:
-        """Drop the records from ``first`` on (made for an op that made no step)."""
-        del self._tensors[first:]
-        for key in [k for k, entry in self._ids.items() if entry[2] >= first]:
-            del self._ids[key]
-        for rid in [r for r in self._param_rids if r >= first]:
-            del self._param_rids[rid]
-        for key in [k for k in self._values if int(k[1:]) >= first]:
-            del self._values[key]
-        if self._ranks is not None:
-            self._ranks.forget(first)
-
-    def _maybe_attention_softmax(self, index: int, out: torch.Tensor) -> None:
-        """A softmax producing (B, H, T, T) inside an attention module is an attention map."""
-        if out.dim() != 4:
-            return
-        _, module, _, path = self._stack[-1]
-        tname = type(module).__name__.lower()
-        leaf = path.rsplit(".", 1)[-1].lower()
-        if "attention" in tname or "attn" in tname or "attn" in leaf or "attention" in leaf:
-            rid = self._steps[index][5][0]
-            self._mark_attention(rid, out)
 
     # ---- failure
 
@@ -1210,16 +1289,17 @@ class Tracer:
         if failed is None and self._stack:
             failed = self._stack[-1][0]
         for index, *_ in self._stack:
-            self._steps[index][12] = self._steps[index][12] or detail
-            self._steps[index][10] = last
+            step = self._steps[index]
+            step.error = step.error or detail
+            step.end = last
         if failed is None:  # pragma: no cover - nothing ran
             return f"forward pass failed: {detail}"
         step = self._steps[failed]
-        step[12] = step[12] or detail
-        source: SourceLocation | None = step[3]
-        if step[0] == "module":
+        step.error = step.error or detail
+        source: SourceLocation | None = step.source
+        if step.kind == "module":
             source = location_from_traceback(tb) or source
-        where = f"{step[1] or '<root>'} · {step[2]}"
+        where = f"{step.module or '<root>'} · {step.op}"
         at = ""
         if source is not None:
             at = f" at {source.file}:{source.line}"
@@ -1230,41 +1310,25 @@ class Tracer:
 
     # ---- building the record
 
+    def _input_names(self, step: _StepDraft) -> tuple[str, ...]:
+        """An op's input names with each parameter or buffer named by its path."""
+        names, rids = step.input_names, self._param_rids
+        if step.kind != "op" or rids.keys().isdisjoint(step.inputs):
+            return names
+        return tuple([rids.get(r) or d for r, d in zip(step.inputs, names)])
+
     def _finish(self, error: str | None) -> Trace:
         model = self.model
         config = getattr(model, "config", None)
+        if config is None:  # DistributedDataParallel / DataParallel wrap the model
+            config = getattr(getattr(model, "module", None), "config", None)
         sizes = dims_mod.resolve_sizes(self.dims, config, self._first_input_shape)
-        namer = dims_mod.namer_for(sizes)
-        raw_steps = self._steps
-        param_paths = self._param_rids
-        rows = []
-        append = rows.append
-        named = namer.named_cache()  # (shape, context) -> dims, filled by namer() calls
-        unseen = dims_mod.UNSEEN
-        dtypes, devices = _DTYPE_NAMES, _DEVICE_NAMES
-        self._stats.finish()  # every statistic still on a device comes back at once
-        resolve = self._stats.resolve
-        for rid, (size, dtype, device, stats, key, producer, role) in enumerate(self._tensors):
-            stats = resolve(stats)
-            shape = tuple(size)
-            dtype = dtypes.get(dtype) or _dtype_name(dtype)
-            device = devices.get(device) or _device_name(device)
-            # the module a tensor came from breaks ties between equal sizes (F == V)
-            context = param_paths.get(rid, "") if producer is None else raw_steps[producer][1]
-            dims = named.get((shape, context), unseen)
-            if dims is unseen:
-                dims = namer(shape, context)
-            if role == "attention" and dims is not None and len(dims) == 4:
-                dims = ("B", "H", "T", "T") if dims[:2] == ("B", "H") else dims
-            append((rid, shape, dtype, device, dims, stats, key, producer, role))
-        tensors = _build_tensor_records(rows)
+        steps = self._steps
         for index in self._param_steps:
-            step = raw_steps[index]
-            step[6] = self._input_names(step)
-        steps = _build_steps(raw_steps)
+            steps[index].input_names = self._input_names(steps[index])
         meta = {
             "model_class": f"{type(model).__module__}.{type(model).__qualname__}",
-            "config": config_dict(config),
+            "config": self._structure.config_dict(config),
             "capture": self.capture,
             "torch_version": torch.__version__,
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -1282,11 +1346,12 @@ class Tracer:
         if self._edits is not None:
             meta["edits"] = self._edits.to_meta()
         meta.update(self.extra_meta)
+        self._stats.finish()  # statistics still on a device: read back at once, here
         self._sink.finish()  # copies from a device: waited for once, here
         trace = Trace(
-            steps=steps,
-            modules=self._module_infos(),
-            tensors=tensors,
+            steps=[step.freeze(index) for index, step in enumerate(steps)],
+            modules=self._structure.module_infos(model),
+            tensors=self._tensor_records(dims_mod.namer_for(sizes)),
             meta=meta,
             values=self._values,
             error=error,
@@ -1296,82 +1361,27 @@ class Tracer:
             trace.values = trace_file.load(self.out).values
         return trace
 
+    def _tensor_records(self, namer) -> list[TensorRecord]:
+        """Every tensor record, frozen, with its axes named (``namer``, tracing.dims)."""
+        steps, param_paths = self._steps, self._param_rids
+        named = namer.named_cache()  # (shape, context) -> dims, filled by namer() calls
+        unseen = dims_mod.UNSEEN
+        records = []
+        for rid, draft in enumerate(self._tensors):
+            shape = tuple(draft.shape)
+            # the module a tensor came from breaks ties between equal sizes (F == V)
+            producer = draft.producer
+            context = param_paths.get(rid, "") if producer is None else steps[producer].module
+            dims = named.get((shape, context), unseen)
+            if dims is unseen:
+                dims = namer(shape, context)
+            if draft.role == "attention" and dims is not None and len(dims) == 4:
+                dims = ("B", "H", "T", "T") if dims[:2] == ("B", "H") else dims
+            records.append(draft.freeze(rid, dims, shape))
+        return records
+
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _spec(cls) -> tuple[tuple[str, ...], dict[str, Any]]:
-    fields = dataclasses.fields(cls)
-    defaults = {}
-    for f in fields:
-        if f.default is not dataclasses.MISSING:
-            defaults[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            defaults[f.name] = f.default_factory
-    return tuple(f.name for f in fields), defaults
-
-
-_STEP_FIELDS = _spec(Step)
-_TENSOR_FIELDS = _spec(TensorRecord)
-_MODULE_FIELDS = _spec(ModuleInfo)
-
-
-def _build(cls, spec: tuple[tuple[str, ...], dict[str, Any]], values: tuple):
-    """Build a frozen record without its ``__init__`` (5x faster for thousands of steps).
-
-    ``values`` fill the first fields in order; any later field (one added to the record
-    contract after this was written) gets its declared default.
-    """
-    fields, defaults = spec
-    obj = object.__new__(cls)
-    d = obj.__dict__
-    for name in fields[len(values) :]:
-        default = defaults[name]
-        d[name] = default() if callable(default) else default
-    d.update(zip(fields, values))
-    return obj
-
-
-def _bulk_builder(cls, count: int, indexed: bool = False, tuples: tuple[str, ...] = ()):
-    """A function ``build_all(rows)`` turning rows of values into frozen ``cls`` records,
-    without running their ``__init__``: each row fills the first ``count`` fields in order
-    (any later field, one added to the record contract since, gets its declared default).
-    With ``indexed``, the first field is the row's position and rows hold the rest. The
-    fields named in ``tuples`` are made tuples (rows may hold lists there).
-
-    One loop, one dict literal per record, no call per record: a trace builds thousands.
-    """
-    fields, defaults = _spec(cls)
-    names = [f"v{i}" for i in range(count)]
-    items = [
-        f"{name!r}: tuple(v{i})" if name in tuples else f"{name!r}: v{i}"
-        for i, name in enumerate(fields[:count])
-    ]
-    for name in fields[count:]:
-        call = "()" if callable(defaults[name]) else ""
-        items.append(f"{name!r}: defaults[{name!r}]{call}")
-    if indexed:
-        loop = f"for v0, ({', '.join(names[1:])},) in enumerate(rows):"
-    else:
-        loop = f"for {', '.join(names)} in rows:"
-    source = (
-        "def build_all(rows):\n"
-        "    out = []\n"
-        "    append = out.append\n"
-        f"    {loop}\n"
-        "        obj = new(cls)\n"
-        f"        set_dict(obj, '__dict__', {{{', '.join(items)}}})\n"
-        "        append(obj)\n"
-        "    return out\n"
-    )
-    namespace = {"new": object.__new__, "cls": cls, "set_dict": object.__setattr__}
-    namespace["defaults"] = defaults
-    exec(source, namespace)  # generated from dataclass field names only
-    return namespace["build_all"]
-
-
-_build_steps = _bulk_builder(Step, 14, indexed=True, tuples=("inputs", "outputs"))
-_build_tensor_records = _bulk_builder(TensorRecord, 9)
 
 
 def _view_of(t: torch.Tensor, src: torch.Tensor) -> str | None:
@@ -1436,51 +1446,23 @@ def module_infos(
             extra = module.extra_repr()
         except Exception:  # pragma: no cover - a broken extra_repr is not our problem
             extra = ""
-        infos[path] = _build(
-            ModuleInfo,
-            _MODULE_FIELDS,
-            (
-                path,
-                type(module).__name__,
-                parent,
-                tuple(children_of[path]),
-                own[path],
-                sum(subtree[path].values()),
-                extra,
-            ),
+        infos[path] = ModuleInfo(
+            path,
+            type(module).__name__,
+            parent,
+            tuple(children_of[path]),
+            own[path],
+            sum(subtree[path].values()),
+            extra,
         )
     return infos
 
 
-_CONFIG_CACHE: dict[int, tuple[Any, dict, dict | None]] = {}
-
-
 def config_dict(config: Any) -> dict | None:
-    """The model's config as a JSON-able dict (``to_dict()`` or a dataclass), else None.
-
-    Cached per config object while its attributes stay the same (a shallow comparison).
-    """
+    """The model's config as a JSON-able dict (``to_dict()`` or a dataclass), else None."""
+    raw = None
     if config is None:
         return None
-    attrs = getattr(config, "__dict__", None)
-    if attrs is None or isinstance(config, Mapping):
-        return _config_dict(config)
-    cached = _CONFIG_CACHE.get(id(config))
-    if cached is not None and cached[0]() is config and cached[1] == attrs:
-        return copy.deepcopy(cached[2])
-    result = _config_dict(config)
-    try:
-        ref = weakref.ref(config)
-    except TypeError:
-        return result
-    if len(_CONFIG_CACHE) > 64:
-        _CONFIG_CACHE.clear()
-    _CONFIG_CACHE[id(config)] = (ref, dict(attrs), copy.deepcopy(result))
-    return result
-
-
-def _config_dict(config: Any) -> dict | None:
-    raw = None
     if hasattr(config, "to_dict"):
         try:
             raw = config.to_dict()
@@ -1500,7 +1482,7 @@ def trace(
     *args: Any,
     capture: str = "stats",
     dims: Mapping[str, int] | None = None,
-    value_cap: int = DEFAULT_VALUE_CAP,
+    value_cap: int | None = DEFAULT_VALUE_CAP,
     value_dtype: torch.dtype | None = None,
     train: bool = False,
     grad: bool = False,

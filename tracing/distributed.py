@@ -107,6 +107,24 @@ def group_ready() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
+def join_from_environment(backend: str | None = None) -> bool:
+    """Join the process group that ``torchrun`` describes in the environment (``RANK``,
+    ``WORLD_SIZE``, ``MASTER_ADDR``...). True inside a group (joined now or before); False
+    for a process not launched that way. ``backend`` defaults to ``nccl`` on a machine
+    with CUDA, ``gloo`` otherwise."""
+    dist = torch.distributed
+    if group_ready():
+        return True
+    if not dist.is_available() or _int_env("WORLD_SIZE") is None or _int_env("RANK") is None:
+        return False
+    if backend is None:
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(_int_env("LOCAL_RANK") or 0)
+    dist.init_process_group(backend)
+    return True
+
+
 def process_info() -> dict[str, Any]:
     """Rank, world size, backend, local rank and host of this process's default group."""
     dist = torch.distributed
@@ -394,7 +412,7 @@ class RankCapture:
         if kwargs and isinstance(kwargs.get("group_name"), str):
             group_name = kwargs["group_name"]
         group, ranks = group_description(group_name)
-        name = self.tracer._steps[index][2]
+        name = self.tracer._steps[index].op
         entry = {"op": name, "api": "functional", "group": group, "ranks": ranks, "step": index}
         reduce_op = next((a for a in args[1:] if isinstance(a, str) and a != group_name), None)
         if reduce_op is not None and "reduce" in name:
@@ -446,6 +464,7 @@ __all__ = [
     "dtensor_layout",
     "group_description",
     "group_ready",
+    "join_from_environment",
     "output_path",
     "process_info",
     "rank_of_path",

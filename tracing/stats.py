@@ -293,10 +293,16 @@ class StatsCollector:
 
     @staticmethod
     def resolve(stats: TensorStats | PendingStats | None) -> TensorStats | None:
-        """``TensorStats`` for what ``add`` returned (reads a still-pending row alone)."""
-        if type(stats) is not PendingStats:
-            return stats
-        if stats.row is not None:
-            stats.stats = stats_from_row(stats.row.cpu().tolist(), stats.n)
-            stats.row = None
-        return stats.stats
+        """``TensorStats`` for what ``add`` returned (see :func:`resolve_stats`)."""
+        return resolve_stats(stats)
+
+
+def resolve_stats(stats: TensorStats | PendingStats | None) -> TensorStats | None:
+    """``TensorStats`` for what :meth:`StatsCollector.add` returned; a row still pending
+    (read before ``finish``, by a breakpoint mid-run) is read back alone."""
+    if type(stats) is not PendingStats:
+        return stats
+    if stats.row is not None:
+        stats.stats = stats_from_row(stats.row.cpu().tolist(), stats.n)
+        stats.row = None
+    return stats.stats

@@ -4,9 +4,15 @@
     scratchformer report demo.sft --format csv -o shapes.csv
     scratchformer report demo.sft -o shapes.html           # format from the suffix
     scratchformer report demo.sft --format graphml -o graph.graphml
+    scratchformer report t.rank0.sft t.rank1.sft           # rank files: side by side
+    scratchformer report t.sft                             # (t.rank*.sft beside it)
 
 One row per module and one per step: path, type, op, source line, input and output shapes
 with symbolic dims (``(B=1, H=4, T=24, T=24)``), dtype, parameters and stats.
+
+Several rank files (written under ``torchrun``) make one report (md or json): each rank's
+output shapes side by side, every collective with its group, and the first step where
+ranks that should agree do not (``tracing.rank_report``).
 """
 
 from __future__ import annotations
@@ -24,7 +30,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("trace", metavar="FILE", help="a trace file written by `scratchformer trace`")
+    p.add_argument(
+        "trace",
+        metavar="FILE",
+        nargs="+",
+        help="a trace file written by `scratchformer trace`, or several rank files",
+    )
     p.add_argument(
         "--format",
         choices=FORMATS,
@@ -51,8 +62,20 @@ def run(args: argparse.Namespace) -> int:
         else:
             fmt = "md"
 
-    trace = tracing.load(args.trace)
-    text = report.render(trace, fmt)
+    rank_files = _rank_files(args.trace)
+    if rank_files is not None:
+        from tracing import rank_report
+        from tracing.ranks import load_ranks
+
+        if fmt not in rank_report.FORMATS:
+            raise UserError(f"a report over rank files is md or json, not {fmt}")
+        ranks = load_ranks(rank_files)
+        text = rank_report.render(ranks, fmt)
+        count = f"{len(ranks)} ranks"
+    else:
+        trace = tracing.load(args.trace[0])
+        text = report.render(trace, fmt)
+        count = f"{len(trace.steps)} steps"
     if not args.output:
         sys.stdout.write(text)
         return 0
@@ -63,5 +86,20 @@ def run(args: argparse.Namespace) -> int:
         out.write_text(text, encoding="utf-8", newline="")
     except OSError as e:
         raise UserError(f"cannot write {out}: {e.strerror or e}") from None
-    print(f"wrote {out} ({fmt}, {len(trace.steps)} steps)", file=sys.stderr)
+    print(f"wrote {out} ({fmt}, {count})", file=sys.stderr)
     return 0
+
+
+def _rank_files(paths: list[str]) -> list | None:
+    """The rank files to report together, or None for one ordinary trace: several files,
+    or one name with ``<stem>.rank<N>`` files beside it and no file of its own."""
+    from pathlib import Path
+
+    from tracing.distributed import rank_siblings
+
+    if len(paths) > 1:
+        return [Path(p) for p in paths]
+    only = Path(paths[0])
+    if only.exists():
+        return None
+    return rank_siblings(only) or None

@@ -3,6 +3,7 @@
     scratchformer trace -o demo.sft                               # bundled demo model
     scratchformer trace --preset nano --prompt "hello" -o nano.sft
     scratchformer trace --checkpoint my.safetensors --capture values --value-dtype float16 -o my.sft
+    torchrun --nproc_per_node 2 -m app.cli trace --ddp -o t.sft   # t.rank0.sft, t.rank1.sft
 
 The prompt is encoded with the byte tokenizer (one token per UTF-8 byte); the trace's meta
 keeps the tokens and the text. A ``--preset`` model has random weights (seeded by
@@ -18,6 +19,8 @@ import io
 import os
 import sys
 from pathlib import Path
+
+from app.commands import ranks
 
 VALUE_DTYPES = ("float32", "float16", "bfloat16")
 
@@ -59,6 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="weights seed for --preset (default 0)")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="trace file to write")
     p.add_argument("--quiet", action="store_true", help="no progress output")
+    ranks.add_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -103,6 +107,14 @@ def _load_model(args: argparse.Namespace, say) -> tuple[object, dict]:
 
 
 def run(args: argparse.Namespace) -> int:
+    output, args.quiet = ranks.join(args, Path(args.output))  # under torchrun: rank files
+    try:
+        return _run(args, output)
+    finally:
+        ranks.leave()
+
+
+def _run(args: argparse.Namespace, output: Path) -> int:
     import torch
 
     import tracing
@@ -117,7 +129,6 @@ def run(args: argparse.Namespace) -> int:
             print(message, file=sys.stderr)
 
     # --- arguments, checked before any slow work
-    output = Path(args.output)
     _check_output(output)
     prompt = DEMO_PROMPT if args.prompt is None else args.prompt
     if not prompt:
@@ -157,7 +168,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_stream:
         options["out"] = output  # values go to the file as they come; the header at the end
     try:
-        trace = tracing.trace(model, x, capture=args.capture, meta=meta, **options)
+        trace = tracing.trace(ranks.wrap(model, args), x, capture=args.capture, meta=meta,
+                              **options)  # fmt: skip
     except tracing.TraceError as e:
         trace, failure = e.trace, e
     stages.update(1, stage="saving")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QPointF, QRectF, Qt
@@ -15,18 +16,8 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem
 
+from app import theme
 from app.diagram.layout import ARROW, FRAME_TITLE, H_PAD, DiagramLayout, Node
-from app.theme import (
-    BOX_BORDER,
-    BOX_FILL,
-    EDGE,
-    EDGE_ACTIVE,
-    ERROR,
-    HIGHLIGHT,
-    TEXT,
-    TEXT_MUTED,
-    TEXT_SHAPE,
-)
 
 if TYPE_CHECKING:  # pragma: no cover
     from app.diagram.view import DiagramView
@@ -61,17 +52,19 @@ class BoxItem(QGraphicsItem):
         is_op = not node.subtitle
         radius = rect.height() / 2 if is_op and node.key >= 0 else 7.0
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        fill = QColor(BOX_FILL)
+        fill = QColor(theme.BOX_FILL)
         if self.hovered:
             fill = fill.lighter(125)
         if self.highlighted:
-            glow = QColor(HIGHLIGHT)
+            glow = QColor(theme.CURRENT)
             glow.setAlpha(60)
             painter.setPen(QPen(glow, 7))
             painter.setBrush(Qt.BrushStyle.NoBrush)
             painter.drawRoundedRect(rect, radius, radius)
-            fill = QColor("#3a3424")
-        border = HIGHLIGHT if self.highlighted else (ERROR if node.error else BOX_BORDER)
+            fill = QColor(theme.CURRENT_FILL)
+        border = QColor(
+            theme.CURRENT if self.highlighted else (theme.ERROR if node.error else theme.BOX_BORDER)
+        )
         painter.setPen(QPen(border, 2.0 if self.highlighted or node.error else 1.0))
         painter.setBrush(fill)
         painter.drawRoundedRect(rect, radius, radius)
@@ -80,26 +73,26 @@ class BoxItem(QGraphicsItem):
         stripe.addRoundedRect(rect.adjusted(1, 1, -1, -1), radius, radius)
         clip = QPainterPath()
         clip.addRect(QRectF(rect.left(), rect.top(), 5 if not is_op else 8, rect.height()))
-        painter.fillPath(stripe.intersected(clip), node.accent)
+        painter.fillPath(stripe.intersected(clip), QColor(node.accent))
         # text
         x = H_PAD + (4 if is_op else 2)
         w = rect.width() - x - H_PAD + 4
         y = 5.0 if is_op else 7.0
         lh = layout.line_h
-        painter.setPen(ERROR if node.error else TEXT)
+        painter.setPen(QColor(theme.ERROR if node.error else theme.TEXT))
         painter.setFont(layout.bold)
         painter.drawText(QRectF(x, y, w, lh), Qt.AlignmentFlag.AlignVCenter, node.title)
         y += lh
         painter.setFont(layout.small)
         if node.subtitle:
-            painter.setPen(TEXT_MUTED)
+            painter.setPen(QColor(theme.TEXT_MUTED))
             painter.drawText(QRectF(x, y, w, lh), Qt.AlignmentFlag.AlignVCenter, node.subtitle)
             y += lh
-        painter.setPen(TEXT_SHAPE)
+        painter.setPen(QColor(theme.TEXT_SHAPE))
         painter.drawText(QRectF(x, y, w, lh), Qt.AlignmentFlag.AlignVCenter, node.shape)
         if node.expandable:  # a "+" badge: double-click to open
             badge = QRectF(rect.right() - 20, rect.top() + 6, 13, 13)
-            painter.setPen(QPen(TEXT_MUTED, 1.2))
+            painter.setPen(QPen(QColor(theme.TEXT_MUTED), 1.2))
             painter.setBrush(Qt.BrushStyle.NoBrush)
             painter.drawRoundedRect(badge, 3, 3)
             c = badge.center()
@@ -165,19 +158,19 @@ class FrameItem(QGraphicsItem):
         border = QColor(accent)
         border.setAlpha(110)
         if self.highlighted:
-            border = HIGHLIGHT
+            border = QColor(theme.CURRENT)
         painter.setBrush(fill)
         pen = QPen(border, 2.0 if self.highlighted else 1.2)
         pen.setStyle(Qt.PenStyle.SolidLine)
         painter.setPen(pen)
         painter.drawRoundedRect(rect, 10, 10)
         painter.setFont(self._layout.bold)
-        painter.setPen(HIGHLIGHT if self.highlighted else accent.lighter(120))
+        painter.setPen(QColor(theme.CURRENT) if self.highlighted else accent.lighter(120))
         text_rect = QRectF(12, 4, rect.width() - 40, FRAME_TITLE - 6)
         painter.drawText(text_rect, Qt.AlignmentFlag.AlignVCenter, self.title)
         # a "−" badge: double-click to collapse
         badge = QRectF(rect.right() - 22, 7, 13, 13)
-        painter.setPen(QPen(TEXT_MUTED, 1.2))
+        painter.setPen(QPen(QColor(theme.TEXT_MUTED), 1.2))
         painter.setBrush(Qt.BrushStyle.NoBrush)
         painter.drawRoundedRect(badge, 3, 3)
         c = badge.center()
@@ -208,8 +201,6 @@ class EdgeItem(QGraphicsItem):
         self.path = path
         self.detour = detour
         self.active = False
-        import math
-
         a = math.radians(angle_deg)
         # arrowhead points back along the direction of travel
         back = QPointF(-math.cos(a), math.sin(a))
@@ -228,11 +219,11 @@ class EdgeItem(QGraphicsItem):
         return stroker.createStroke(self.path)
 
     def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
-        colour = EDGE_ACTIVE if self.active else EDGE
+        colour = QColor(theme.CURRENT if self.active else theme.EDGE)
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         pen = QPen(colour, 2.0 if self.active else 1.4)
         if self.detour and not self.active:
-            pen.setColor(QColor("#7bd88f").darker(115))  # residual / skip paths
+            pen.setColor(QColor(theme.RESIDUAL_EDGE).darker(115))
         painter.setPen(pen)
         painter.setBrush(Qt.BrushStyle.NoBrush)
         painter.drawPath(self.path)

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING
 
 import networkx as nx
 from PySide6.QtCore import QPointF, QRectF, QSize
-from PySide6.QtGui import QColor, QFont, QFontMetricsF
+from PySide6.QtGui import QFont, QFontMetricsF
 
-from app.theme import accent_for
+from app import theme
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracing import Step, Trace
@@ -75,7 +75,7 @@ class Node:
     title: str
     subtitle: str  # module type ("" for ops)
     shape: str  # output shape label
-    accent: QColor
+    accent: str  # colour of the stripe (theme.accent_for)
     expandable: bool = False
     error: bool = False
     parent: int | None = None  # key of the enclosing frame (None at the top level)
@@ -139,9 +139,9 @@ class DiagramLayout:
             if s.call:
                 title += f" (call {s.call + 1})"
             subtitle = s.op
-            accent = accent_for(s.op)
+            accent = theme.accent_for(s.op)
         else:
-            title, subtitle, accent = s.op, "", accent_for(s.op)
+            title, subtitle, accent = s.op, "", theme.accent_for(s.op)
         tip = [f"<b>{s.module or '<root>'}</b> · {s.op}", f"step {s.index + 1}"]
         for name, tid in zip(s.output_names or ("output",) * len(s.outputs), s.outputs):
             rec = trace.tensors[tid]
@@ -149,7 +149,7 @@ class DiagramLayout:
         if s.source is not None and s.source.text:
             tip.append(f"<code>{_html(s.source.text)}</code>")
         if s.error:
-            tip.append(f"<span style='color:#ff5c5c'>{_html(s.error)}</span>")
+            tip.append(f"<span style='color:{theme.ERROR}'>{_html(s.error)}</span>")
         return Node(
             key=s.index,
             frame=frame,
@@ -176,14 +176,14 @@ class DiagramLayout:
         if self.root_inputs:
             tid = min(self.root_inputs)
             self.nodes[INPUT] = Node(
-                INPUT, False, "input", "", shape_label(trace, tid), QColor("#c8ced8"),
+                INPUT, False, "input", "", shape_label(trace, tid), theme.IO_ACCENT,
                 tooltip="<br>".join(first_inputs),
             )  # fmt: skip
         self.root_outputs = [tid for i in top for tid in trace.steps[i].outputs]
         if self.root_outputs and trace.error is None:
             self.nodes[OUTPUT] = Node(
                 OUTPUT, False, "output", "", shape_label(trace, self.root_outputs[0]),
-                QColor("#c8ced8"), tooltip="what the model returned",
+                theme.IO_ACCENT, tooltip="what the model returned",
             )  # fmt: skip
 
     # ---- edges

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import (
     QBrush,
+    QColor,
     QImage,
     QPainter,
     QPainterPath,
@@ -25,9 +26,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import theme
 from app.diagram.items import BoxItem, EdgeItem, FrameItem
 from app.diagram.layout import FRAME_TITLE, LANE_GAP, DiagramLayout
-from app.theme import BACKGROUND
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracing import Trace
@@ -52,7 +53,7 @@ class DiagramView(QGraphicsView):
         self.setTransformationAnchor(QGraphicsView.ViewportAnchor.AnchorUnderMouse)
         self.setResizeAnchor(QGraphicsView.ViewportAnchor.AnchorViewCenter)
         self.setViewportUpdateMode(QGraphicsView.ViewportUpdateMode.SmartViewportUpdate)
-        self.setBackgroundBrush(QBrush(BACKGROUND))
+        self.setBackgroundBrush(QBrush(QColor(theme.BACKGROUND)))
         self.setFrameShape(QGraphicsView.Shape.NoFrame)
         self.trace: Trace | None = None
         self.layout_: DiagramLayout | None = None
@@ -321,8 +322,9 @@ class DiagramView(QGraphicsView):
             generator.setViewBox(QRectF(0, 0, source.width(), source.height()))
             generator.setTitle("Scratchformer block diagram")
             painter = QPainter(generator)
-            painter.fillRect(QRectF(0, 0, source.width(), source.height()), BACKGROUND)
-            scene.render(painter, QRectF(0, 0, source.width(), source.height()), source)
+            page = QRectF(0, 0, source.width(), source.height())
+            painter.fillRect(page, QColor(theme.BACKGROUND))
+            scene.render(painter, page, source)
             painter.end()
         else:
             scale = 2.0
@@ -330,7 +332,7 @@ class DiagramView(QGraphicsView):
                 int(source.width() * scale), int(source.height() * scale),
                 QImage.Format.Format_ARGB32,
             )  # fmt: skip
-            image.fill(BACKGROUND)
+            image.fill(QColor(theme.BACKGROUND))
             painter = QPainter(image)
             painter.setRenderHints(
                 QPainter.RenderHint.Antialiasing | QPainter.RenderHint.TextAntialiasing

@@ -39,7 +39,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.widgets.heatmap import PROBABILITY_CMAP, ElidedLabel, HeatmapView, _colormap
+from app.theme import PROBABILITY_CMAP
+from app.widgets.common import ElidedLabel
+from app.widgets.heatmap import HeatmapView, colormap
 from tracing.record import Trace
 
 THUMB_PIXELS = 48
@@ -101,7 +103,7 @@ def layer_lookup(trace: Trace, paths: list[str]) -> dict[str, int]:
 
 def thumbnail_images(maps: list[torch.Tensor], batch: int = 0) -> list[list[QImage]]:
     """One coloured ``QImage`` per (layer, head), each scaled to its own maximum."""
-    lut = _colormap(PROBABILITY_CMAP).getLookupTable(0.0, 1.0, 256, alpha=False)  # (256, 3)
+    lut = colormap(PROBABILITY_CMAP).getLookupTable(0.0, 1.0, 256, alpha=False)  # (256, 3)
     images: list[list[QImage]] = []
     for layer_map in maps:
         a = layer_map[min(batch, layer_map.shape[0] - 1)].detach().float()  # (H, T, T)

@@ -57,6 +57,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import theme
 from tracing.breakpoints import (
     AbsAbove,
     AttentionEntropyBelow,
@@ -76,13 +77,6 @@ MAX_STEPS_FOR_COUNTS = 50_000
 """Hit counts are computed for traces up to this many steps (they read every output)."""
 
 KIND_ICONS = {"module": "◆", "nonfinite": "⚠", "abs": "↑", "entropy": "≈", "op": "ƒ"}
-KIND_COLOURS = {
-    "module": "#a98bff",
-    "nonfinite": "#ff7b7b",
-    "abs": "#ffb547",
-    "entropy": "#4fd1c5",
-    "op": "#5fa8ff",
-}
 
 
 @dataclass
@@ -160,7 +154,8 @@ class BreakpointListModel(QAbstractListModel):
         if role == Qt.ItemDataRole.CheckStateRole:
             return Qt.CheckState.Checked if bp.enabled else Qt.CheckState.Unchecked
         if role == Qt.ItemDataRole.ForegroundRole:
-            return QColor(KIND_COLOURS.get(bp.kind, "#d7dae0") if bp.enabled else "#5c6370")
+            colour = theme.BREAKPOINT_COLOURS.get(bp.kind, theme.BODY_TEXT)
+            return QColor(colour if bp.enabled else theme.TEXT_DISABLED)
         if role == Qt.ItemDataRole.ToolTipRole:
             hits = "not counted" if bp.hits is None else f"{bp.hits} hit(s) in this trace"
             state = "enabled" if bp.enabled else "disabled"
@@ -477,10 +472,10 @@ class BreakpointsPanel(QWidget):
         trace = self.trace
         conditions = self.enabled_conditions()
         if trace is None or not trace.steps:
-            self._say("No trace is open.", "#9aa3b2")
+            self._say("No trace is open.", theme.TEXT_MUTED)
             return None
         if not conditions:
-            self._say("No enabled breakpoint: add one above.", "#9aa3b2")
+            self._say("No enabled breakpoint: add one above.", theme.TEXT_MUTED)
             return None
         start = self.current
         wrapped = self._exhausted_from is not None and self._exhausted_from == self.current
@@ -489,7 +484,7 @@ class BreakpointsPanel(QWidget):
         try:
             hit = find_hit(trace, float(start), conditions)
         except Exception as e:  # a condition that cannot read a tensor: say so, keep going
-            self._say(f"Cannot check the breakpoints: {_escape(str(e))}", "#ff7b7b")
+            self._say(f"Cannot check the breakpoints: {_escape(str(e))}", theme.ERROR_TEXT)
             return None
         if hit is None:
             self._exhausted_from = self.current
@@ -497,7 +492,7 @@ class BreakpointsPanel(QWidget):
             self._say(
                 f"No breakpoint holds {where}."
                 + ("" if wrapped else " Run again to search from the first step."),
-                "#9aa3b2",
+                theme.TEXT_MUTED,
             )
             return None
         self._exhausted_from = None
@@ -507,12 +502,12 @@ class BreakpointsPanel(QWidget):
         event = "entered" if hit.event == "enter" else ("returned" if step.kind == "module" else "")
         head = f"step {hit.step + 1} / {len(trace.steps)} · {_escape(hit.label)}"
         if event:
-            head += f" <span style='color:#9aa3b2'>({event})</span>"
-        text = f"<b style='color:#ffb547'>● {head}</b><br>{_escape(hit.reason)}"
+            head += f" <span style='color:{theme.TEXT_MUTED}'>({event})</span>"
+        text = f"<b style='color:{theme.CURRENT}'>● {head}</b><br>{_escape(hit.reason)}"
         if step.source is not None and step.source.text:
             name = step.source.file.rsplit("/", 1)[-1]
             text += (
-                f"<br><code style='color:#8fd3ff'>{_escape(name)}:{step.source.line}  "
+                f"<br><code style='color:{theme.TEXT_SHAPE}'>{_escape(name)}:{step.source.line}  "
                 f"{_escape(step.source.text)}</code>"
             )
         self.result.setText(text)
@@ -578,7 +573,7 @@ class _HitsDelegate(QStyledItemDelegate):
         font.setPointSizeF(max(7.0, font.pointSizeF() - 1))
         painter.setFont(font)
         enabled = index.data(Qt.ItemDataRole.CheckStateRole) == Qt.CheckState.Checked
-        painter.setPen(QColor("#ffb547" if hits and enabled else "#5c6370"))
+        painter.setPen(QColor(theme.CURRENT if hits and enabled else theme.TEXT_DISABLED))
         text = f"{hits} hit" + ("" if hits == 1 else "s")
         rect = option.rect.adjusted(0, 0, -8, 0)
         painter.drawText(

@@ -221,14 +221,6 @@ class TraceGenerationDialog(QDialog):
 CHIP_H = 30
 BAR_H = 5
 CHIP_GAP = 3
-# the diagram's palette, so a chip looks like a box there; prompt chips sit back a shade
-PROMPT_FILL = QColor("#22252c")
-PROMPT_TEXT = theme.TEXT_MUTED
-NEW_FILL = theme.BOX_FILL
-NEW_BORDER = theme.BOX_BORDER
-SELECTED = theme.EDGE_ACTIVE
-BAR = QColor("#5f87b8")
-TEXT = theme.TEXT
 
 
 class TokenTimeline(QWidget):
@@ -311,46 +303,47 @@ class TokenTimeline(QWidget):
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         n_prompt = len(self.prompt)
         labels = [token_label(t) for t in [*self.prompt, *self.tokens]]
+        # the diagram's colours, so a chip looks like a box there; prompt chips sit back a shade
         for i, (rect, label) in enumerate(zip(self._rects, labels)):
             generated = i >= n_prompt
             n = i - n_prompt
             selected = generated and n == self.selected
             if selected:
-                glow = QColor(SELECTED)
+                glow = QColor(theme.CURRENT)
                 glow.setAlpha(60)
                 painter.setPen(QPen(glow, 6))
                 painter.setBrush(Qt.BrushStyle.NoBrush)
                 painter.drawRoundedRect(rect, 6, 6)
-            painter.setPen(QPen(SELECTED if selected else NEW_BORDER, 2 if selected else 1))
-            painter.setBrush(
-                QColor("#3a3424") if selected else (NEW_FILL if generated else PROMPT_FILL)
-            )
+            border = theme.CURRENT if selected else theme.BOX_BORDER
+            painter.setPen(QPen(QColor(border), 2 if selected else 1))
+            fill = theme.BOX_FILL if generated else theme.ALTERNATE_BASE
+            painter.setBrush(QColor(theme.CURRENT_FILL if selected else fill))
             if not generated:
                 painter.setPen(Qt.PenStyle.NoPen)
             painter.drawRoundedRect(rect, 6, 6)
             painter.setFont(self.font())
-            painter.setPen(TEXT if generated else PROMPT_TEXT)
+            painter.setPen(QColor(theme.TEXT if generated else theme.TEXT_MUTED))
             painter.drawText(rect, int(Qt.AlignmentFlag.AlignCenter), label)
             if generated:
                 prob = self.probs[n] if n < len(self.probs) else None
                 track = QRectF(rect.left() + 3, rect.bottom() + 4, rect.width() - 6, BAR_H)
                 painter.setPen(Qt.PenStyle.NoPen)
-                painter.setBrush(QColor("#2c3039"))
+                painter.setBrush(QColor(theme.RAISED))
                 painter.drawRoundedRect(track, 2, 2)
                 if prob is not None:
                     fill = QRectF(track.left(), track.top(), track.width() * prob, BAR_H)
-                    painter.setBrush(SELECTED if selected else BAR)
+                    painter.setBrush(QColor(theme.CURRENT if selected else theme.ACCENT))
                     painter.drawRoundedRect(fill, 2, 2)
         if n_prompt and self.tokens:  # an arrow between the prompt and the answer
             last = self._rects[n_prompt - 1]
             x = last.right() + CHIP_GAP + 3
             y = last.center().y()
-            painter.setPen(QPen(QColor("#6b7385"), 1.5))
+            painter.setPen(QPen(QColor(theme.EDGE), 1.5))
             painter.drawLine(int(x), int(y), int(x + 8), int(y))
             painter.drawLine(int(x + 8), int(y), int(x + 4), int(y - 4))
             painter.drawLine(int(x + 8), int(y), int(x + 4), int(y + 4))
         painter.setFont(self._small)
-        painter.setPen(PROMPT_TEXT)
+        painter.setPen(QColor(theme.TEXT_MUTED))
         if self.prompt:
             first = self._rects[0]
             painter.drawText(
@@ -534,7 +527,7 @@ class GenerationView(QWidget):
             self._fill_pass_table(None)
             self.title.setText("Generation")
             self.info.setText(
-                "<span style='color:#7f8898'>No generation traced. "
+                f"<span style='color:{theme.TEXT_FAINT}'>No generation traced. "
                 "Use <b>File ▸ Trace generation…</b></span>"
             )
             self.heatmap.show_message("Trace a generation to see its passes.")
@@ -575,7 +568,7 @@ class GenerationView(QWidget):
         p = "" if entry.prob is None else f" (p = {entry.prob:.3f})"
         self.info.setText(
             f"<b>pass {n + 1} / {len(gen.passes)}</b> · saw {entry.context_length} tokens · "
-            f"chose <b style='color:#ffb547'>{token_label(entry.token)}</b>{p} · "
+            f"chose <b style='color:{theme.CURRENT}'>{token_label(entry.token)}</b>{p} · "
             f"{len(trace.steps)} steps"
         )
         self._update_buttons()

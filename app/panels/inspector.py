@@ -42,8 +42,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import theme
 from app.panels.attention import AttentionPanel
-from app.widgets.heatmap import ElidedLabel, HeatmapView, LayoutFirewall
+from app.widgets.common import ElidedLabel, LayoutFirewall
+from app.widgets.heatmap import HeatmapView
 from app.widgets.shape_table import ShapeTableModel, format_number
 from app.widgets.tensor_view import TensorView, token_labels
 from tracing.record import TensorRecord, Trace
@@ -379,7 +381,7 @@ class Inspector(QWidget):
         if stats is not None:
             nonfinite = f"NaN {stats.nan} · Inf {stats.inf}"
             if stats.has_nonfinite:
-                nonfinite = f"<span style='color:#d62728'><b>{nonfinite}</b></span>"
+                nonfinite = f"<span style='color:{theme.NONFINITE}'><b>{nonfinite}</b></span>"
             lines.append(
                 f"min {format_number(stats.min)} · max {format_number(stats.max)} · "
                 f"mean {format_number(stats.mean)} · std {format_number(stats.std)} · " + nonfinite

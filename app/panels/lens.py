@@ -32,7 +32,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyqtgraph as pg
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
 from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import (
@@ -46,7 +45,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.widgets.heatmap import PROBABILITY_CMAP, HeatmapView
+from app import theme
+from app.theme import PROBABILITY_CMAP
+from app.widgets.common import titled
+from app.widgets.heatmap import HeatmapView, colormap
 from app.widgets.tensor_view import token_label
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -93,7 +95,7 @@ class LensTableModel(QAbstractTableModel):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.lens: LensResult | None = None
-        self._cmap = pg.colormap.get(PROBABILITY_CMAP)
+        self._cmap = colormap(PROBABILITY_CMAP)
         self._bold = QFont()
         self._bold.setBold(True)
 
@@ -138,7 +140,8 @@ class LensTableModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.BackgroundRole:
             return self._colour(prob)
         if role == Qt.ItemDataRole.ForegroundRole:
-            return QColor("#111318") if self._colour(prob).lightness() > 140 else QColor("#f2f4f8")
+            dark_text = self._colour(prob).lightness() > 140
+            return QColor(theme.TEXT_ON_LIGHT if dark_text else theme.TEXT_ON_DARK)
         if role == Qt.ItemDataRole.FontRole:
             return self._bold if hit else None
         if role == Qt.ItemDataRole.TextAlignmentRole:
@@ -247,10 +250,6 @@ class LensView(QWidget):
         self.grid.setShowGrid(True)
         self.grid.setWordWrap(False)
         self.grid.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.grid.setStyleSheet(
-            "QTableView#lensGrid { gridline-color: #1b1d23; }"
-            "QTableView#lensGrid QTableCornerButton::section { background: #1f2229; border: none; }"
-        )
         self.grid.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         self.grid.horizontalHeader().setMinimumSectionSize(80)
         self.grid.verticalHeader().setDefaultSectionSize(self.grid.fontMetrics().height() + 10)
@@ -258,26 +257,32 @@ class LensView(QWidget):
         mono = QFont("DejaVu Sans Mono")
         mono.setStyleHint(QFont.StyleHint.Monospace)
         self.grid.setFont(mono)
-        grid_box = _titled(
+        grid_box = titled(
             "Top prediction per position and layer",
             self.grid,
             "colour = probability · ✓ = the prompt's next token",
+            margins=(0, 6, 0, 0),
+            spacing=3,
         )
 
         # ---- heatmaps
         self.final_heatmap = HeatmapView()
         self.final_heatmap.setObjectName("lensFinalHeatmap")
-        final_box = _titled(
+        final_box = titled(
             "P(final prediction) per layer",
             self.final_heatmap,
             "how sure each layer already is of the token the model ends up predicting",
+            margins=(0, 6, 0, 0),
+            spacing=3,
         )
         self.heads_heatmap = HeatmapView()
         self.heads_heatmap.setObjectName("headContributions")
-        heads_box = _titled(
+        heads_box = titled(
             "Head contributions",
             self.heads_heatmap,
             "mean ‖what each head writes into the residual stream‖ (through W_o)",
+            margins=(0, 6, 0, 0),
+            spacing=3,
         )
         right = QSplitter(Qt.Orientation.Vertical)
         right.addWidget(final_box)
@@ -444,23 +449,6 @@ class LensView(QWidget):
         self.message.setText(text)
         self.pages.setCurrentWidget(self.message)
         self.title.setText("Logit lens")
-
-
-def _titled(title: str, widget: QWidget, hint: str = "") -> QWidget:
-    box = QWidget()
-    layout = QVBoxLayout(box)
-    layout.setContentsMargins(0, 6, 0, 0)
-    layout.setSpacing(3)
-    label = QLabel(title.upper())
-    label.setObjectName("paneTitle")
-    layout.addWidget(label)
-    if hint:
-        sub = QLabel(hint)
-        sub.setObjectName("hint")
-        sub.setWordWrap(True)
-        layout.addWidget(sub)
-    layout.addWidget(widget, 1)
-    return box
 
 
 __all__ = ["NO_MODEL_MESSAGE", "LensTableModel", "LensView", "short_layer"]

@@ -27,6 +27,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import theme
+from app.widgets.common import make_scroll_area_opaque
+
 if TYPE_CHECKING:  # pragma: no cover
     from tracing import Trace
 
@@ -77,7 +80,8 @@ class ModuleTreeModel(QStandardItemModel):
                 ran.add(step.module)
                 if step.outputs:
                     output[step.module] = shape_label(trace, step.outputs[0])
-        muted, shape_colour, type_colour = QColor("#6b7385"), QColor("#8fd3ff"), QColor("#9aa3b2")
+        muted, shape_colour = QColor(theme.TEXT_DIM), QColor(theme.TEXT_SHAPE)
+        type_colour = QColor(theme.TEXT_MUTED)
         flags = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
 
         def row_for(path: str) -> list[QStandardItem]:
@@ -196,12 +200,7 @@ class ModuleTree(QWidget):
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.view.setColumnHidden(3, True)  # parameter counts live in the tooltip
         self.view.selectionModel().currentChanged.connect(self._on_current_changed)
-        from app.panels.step_bar import make_opaque
-
-        for part in (self.view, self.view.verticalScrollBar(), self.view.horizontalScrollBar(),
-                     *self.view.findChildren(QWidget, "qt_scrollarea_vcontainer"),
-                     *self.view.findChildren(QWidget, "qt_scrollarea_hcontainer")):  # fmt: skip
-            make_opaque(part, QColor("#181a1f"))
+        make_scroll_area_opaque(self.view, QColor(theme.BASE))
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(4)

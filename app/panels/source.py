@@ -14,13 +14,11 @@ from PySide6.QtCore import QRect, QSize, Qt
 from PySide6.QtGui import QColor, QFontDatabase, QPainter, QTextCursor, QTextDocument, QTextFormat
 from PySide6.QtWidgets import QPlainTextDocumentLayout, QPlainTextEdit, QTextEdit, QWidget
 
+from app import theme
+from app.widgets.common import make_scroll_area_opaque
+
 if TYPE_CHECKING:  # pragma: no cover
     from tracing import SourceLocation
-
-LINE_FILL = QColor("#3d3522")
-GUTTER_FILL = QColor("#1b1d23")
-GUTTER_TEXT = QColor("#5c6370")
-GUTTER_CURRENT = QColor("#ffb547")
 
 
 class _Gutter(QWidget):
@@ -52,13 +50,8 @@ class SourceView(QPlainTextEdit):
         self.current_line: int | None = None
         self._gutter = _Gutter(self)
         self._gutter.setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent)
-        from app.panels.step_bar import make_opaque
-
         # scrolling to the line happens on every step: keep those repaints inside this pane
-        for part in (self, self.verticalScrollBar(), self.horizontalScrollBar(),
-                     *self.findChildren(QWidget, "qt_scrollarea_vcontainer"),
-                     *self.findChildren(QWidget, "qt_scrollarea_hcontainer")):  # fmt: skip
-            make_opaque(part, QColor("#16181d"))
+        make_scroll_area_opaque(self, QColor(theme.SOURCE_BACKGROUND))
         self.blockCountChanged.connect(self._update_gutter_width)
         self.updateRequest.connect(self._update_gutter)
         self._update_gutter_width()
@@ -116,7 +109,7 @@ class SourceView(QPlainTextEdit):
         block = self.document().findBlockByNumber(line - 1)
         cursor = QTextCursor(block)
         selection = QTextEdit.ExtraSelection()
-        selection.format.setBackground(LINE_FILL)
+        selection.format.setBackground(QColor(theme.CURRENT_LINE))
         selection.format.setProperty(QTextFormat.Property.FullWidthSelection, True)
         selection.cursor = cursor
         self.setExtraSelections([selection])
@@ -164,7 +157,7 @@ class SourceView(QPlainTextEdit):
 
     def paint_gutter(self, event) -> None:
         painter = QPainter(self._gutter)
-        painter.fillRect(event.rect(), GUTTER_FILL)
+        painter.fillRect(event.rect(), QColor(theme.BACKGROUND))
         block = self.firstVisibleBlock()
         number = block.blockNumber()
         top = round(self.blockBoundingGeometry(block).translated(self.contentOffset()).top())
@@ -176,7 +169,7 @@ class SourceView(QPlainTextEdit):
                 current = (
                     self.current_line == number + 1 and self.document() is not self._placeholder
                 )
-                painter.setPen(GUTTER_CURRENT if current else GUTTER_TEXT)
+                painter.setPen(QColor(theme.CURRENT if current else theme.TEXT_DISABLED))
                 painter.drawText(
                     0, top, width, height, Qt.AlignmentFlag.AlignRight, str(number + 1)
                 )

@@ -9,7 +9,7 @@ the named signals (``stepOverRequested``...) leave the rule to the window, which
 from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QFont, QPainter, QPalette
+from PySide6.QtGui import QColor, QFont, QPainter
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QSizePolicy,
@@ -21,13 +21,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-
-def make_opaque(widget: QWidget, colour: QColor) -> None:
-    """Fill the widget's background itself, so updating it does not repaint its parents."""
-    palette = widget.palette()
-    palette.setColor(QPalette.ColorRole.Window, colour)
-    widget.setPalette(palette)
-    widget.setAutoFillBackground(True)
+from app import theme
+from app.widgets.common import make_opaque
 
 
 class TextLine(QWidget):
@@ -38,9 +33,9 @@ class TextLine(QWidget):
     only repaints itself.
     """
 
-    BACKGROUND = QColor("#1a1c22")
+    BACKGROUND = QColor(theme.BAR_BACKGROUND)
 
-    def __init__(self, parent: QWidget | None = None, colour: str = "#e6e9ef", bold=False):
+    def __init__(self, parent: QWidget | None = None, colour: str = theme.TEXT, bold=False):
         super().__init__(parent)
         self._text = ""
         self.colour = QColor(colour)
@@ -152,12 +147,12 @@ class StepBar(QWidget):
         self.speed.setSuffix(" steps/s")
         self.speed.setToolTip("Play speed")
         self.speed.valueChanged.connect(self._on_speed)
-        self.status = TextLine(self, "#e6e9ef", bold=True)
+        self.status = TextLine(self, theme.TEXT, bold=True)
         self.status.setObjectName("stepStatus")
         self.status.setText("no trace")
         self.status.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
         self.status.setMinimumWidth(self.status.fontMetrics().horizontalAdvance("x" * 64))
-        self.source_line = TextLine(self, "#8fd3ff")
+        self.source_line = TextLine(self, theme.TEXT_SHAPE)
         self.source_line.setObjectName("sourceLine")
 
         self.timer = QTimer(self)
@@ -233,9 +228,9 @@ class StepBar(QWidget):
             self.slider.setValue(index)
             self.slider.blockSignals(False)
         self.status.setText(status)
-        self.status.set_colour("#ff7b7b" if error else "#e6e9ef")
+        self.status.set_colour(theme.ERROR_TEXT if error else theme.TEXT)
         self.source_line.setText(f"✖ {error}" if error else source)
-        self.source_line.set_colour("#ff7b7b" if error else "#8fd3ff")
+        self.source_line.set_colour(theme.ERROR_TEXT if error else theme.TEXT_SHAPE)
 
     # ---- moves
 

@@ -33,26 +33,23 @@ from typing import Literal
 import numpy as np
 import pyqtgraph as pg
 import torch
-from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt, Signal
+from PySide6.QtCore import QPointF, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QImage, QPainter, QPalette
 from PySide6.QtWidgets import (
     QLabel,
-    QSizePolicy,
     QStackedLayout,
     QToolTip,
     QVBoxLayout,
     QWidget,
 )
 
+from app.theme import PROBABILITY_CMAP, SEQUENTIAL_CMAP, SIGNED_CMAP, SIGNED_CMAP_DARK
+from app.widgets.common import ElidedLabel
+
 Scale = Literal["auto", "signed", "sequential", "probability"]
 
 MAX_DISPLAY = 768
 """Largest number of pixels per axis handed to the image; bigger matrices are strided."""
-
-SIGNED_CMAP = "CET-D1"  # blue - white - red, perceptually uniform, for data centred on 0
-SIGNED_CMAP_DARK = "CET-D4"  # blue - black - red: the same idea for a dark theme
-SEQUENTIAL_CMAP = "viridis"  # for non-negative data
-PROBABILITY_CMAP = "inferno"  # for attention probabilities (0..1)
 
 
 def display_stride(n: int, limit: int = MAX_DISPLAY) -> int:
@@ -82,7 +79,8 @@ def token_ticks(
     return [[(i + 0.5, labels[i]) for i in range(start, stop, every)]]
 
 
-def _colormap(name: str) -> pg.ColorMap:
+def colormap(name: str) -> pg.ColorMap:
+    """The pyqtgraph colour map called ``name`` (the theme's ``*_CMAP``), built once."""
     cmap = _CMAP_CACHE.get(name)
     if cmap is None:
         cmap = _CMAP_CACHE[name] = pg.colormap.get(name)
@@ -296,95 +294,6 @@ class ColourBar(pg.ColorBarItem):
         self.axis = axis
 
 
-# --------------------------------------------------------------------------- widgets
-
-
-class ElidedLabel(QWidget):
-    """One line of text that ends in "…" when too narrow (the full text is then its tooltip).
-
-    Set on every step, so it is *quiet*: ``setText`` only repaints this widget. A ``QLabel``
-    would also call ``updateGeometry``, and the layouts above it would run again (and a
-    ``QTabWidget`` on the way up repaints everything it holds) — milliseconds a step.
-    Its height is fixed by its font; it fills its own background.
-    """
-
-    def __init__(self, text: str = " ", parent: QWidget | None = None):
-        super().__init__(parent)
-        self._text = text
-        self._alignment = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
-        self._clipped = False
-        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
-        self.setAutoFillBackground(True)  # opaque: a new text repaints this line only
-        self._fit_height()
-
-    def text(self) -> str:
-        return self._text
-
-    def setText(self, text: str) -> None:
-        if text != self._text:
-            self._text = text
-            self.update()
-
-    def alignment(self) -> Qt.AlignmentFlag:
-        return self._alignment
-
-    def setAlignment(self, alignment: Qt.AlignmentFlag) -> None:
-        self._alignment = alignment
-        self.update()
-
-    def sizeHint(self) -> QSize:
-        return QSize(self.fontMetrics().horizontalAdvance(self._text), self.height())
-
-    def changeEvent(self, event) -> None:
-        if event.type() == QEvent.Type.FontChange:
-            self._fit_height()
-        super().changeEvent(event)
-
-    def _fit_height(self) -> None:
-        self.setFixedHeight(self.fontMetrics().height() + 4)
-
-    def paintEvent(self, event) -> None:
-        painter = QPainter(self)
-        painter.setPen(self.palette().color(self.foregroundRole()))
-        rect = self.contentsRect()
-        text = self.fontMetrics().elidedText(self._text, Qt.TextElideMode.ElideRight, rect.width())
-        painter.drawText(rect, int(self._alignment), text)
-        painter.end()
-        clipped = text != self._text
-        if clipped or self._clipped:  # clipped: the full text on hover
-            self._clipped = clipped
-            tip = self._text if clipped else ""
-            if self.toolTip() != tip:
-                self.setToolTip(tip)
-
-
-class LayoutFirewall(QWidget):
-    """Holds one widget without a layout, so that widget's relayouts stop here.
-
-    A widget whose size hint may change (a word-wrapped label, a row of spin boxes that
-    come and go) asks every layout above it to run again; inside a ``QTabWidget`` that
-    ends in a repaint of the whole tab. Here the child simply fills this widget, which
-    keeps the size it was given: ``fixed_height`` (or the child's first size hint).
-    """
-
-    def __init__(self, child: QWidget, fixed_height: int | None = None):
-        super().__init__()
-        self.child = child
-        child.setParent(self)
-        height = fixed_height if fixed_height is not None else child.sizeHint().height()
-        self.setFixedHeight(height)
-        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
-
-    def resizeEvent(self, event) -> None:
-        self.child.setGeometry(self.rect())
-
-    def sizeHint(self) -> QSize:
-        return QSize(self.child.sizeHint().width(), self.height())
-
-    def minimumSizeHint(self) -> QSize:
-        return QSize(0, self.height())
-
-
 class HeatmapView(QWidget):
     """One matrix as a heatmap, with axes in index units, tick labels and a colour bar.
 
@@ -445,7 +354,7 @@ class HeatmapView(QWidget):
         self._plot.addItem(self._image)
         self._colorbar = ColourBar(
             values=(0.0, 1.0),
-            colorMap=_colormap(SEQUENTIAL_CMAP),
+            colorMap=colormap(SEQUENTIAL_CMAP),
             width=12,
             interactive=False,
         )
@@ -580,7 +489,7 @@ class HeatmapView(QWidget):
             self._image_rect = rect
             self._image.setRect(rect)
         if cmap_name != self._cmap_name:
-            self._colorbar.setColorMap(_colormap(cmap_name))
+            self._colorbar.setColorMap(colormap(cmap_name))
             self._cmap_name = cmap_name
         if tuple(self._colorbar.levels()) != tuple(levels):  # same levels: no axis repaint
             self._colorbar.setLevels(levels)
@@ -720,8 +629,6 @@ class HeatmapView(QWidget):
         return path
 
     def _export_svg_with_qt(self, path: Path) -> None:
-        from PySide6.QtCore import QSize
-        from PySide6.QtGui import QPainter
         from PySide6.QtSvg import QSvgGenerator
 
         source = self._plot.sceneBoundingRect()

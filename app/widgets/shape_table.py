@@ -20,13 +20,10 @@ from typing import Any, ClassVar
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
 from PySide6.QtGui import QBrush, QColor, QFont
 
+from app import theme
 from tracing.record import Step, TensorRecord, Trace
 
 AnyIndex = QModelIndex | QPersistentModelIndex
-
-NONFINITE_BACKGROUND = QColor("#d62728")
-NONFINITE_FOREGROUND = QColor("#ffffff")
-DIRECTION_COLOURS = {"in": QColor("#1f77b4"), "out": QColor("#2ca02c")}
 
 
 # Roles as plain ints: ``data`` runs for every cell and role on every repaint, and an
@@ -91,9 +88,9 @@ class ShapeTableModel(QAbstractTableModel):
         self._texts: list[tuple[str, ...]] = []  # display text per row and column
         self._bold = QFont()
         self._bold.setBold(True)
-        self._name_brushes = {d: QBrush(c) for d, c in DIRECTION_COLOURS.items()}
-        self._bad_background = QBrush(NONFINITE_BACKGROUND)
-        self._bad_foreground = QBrush(NONFINITE_FOREGROUND)
+        self._name_brushes = {d: QBrush(QColor(c)) for d, c in theme.DIRECTION_COLOURS.items()}
+        self._bad_background = QBrush(QColor(theme.NONFINITE))
+        self._bad_foreground = QBrush(QColor(theme.WHITE))
         self._alignments = tuple(
             _RIGHT if c in self.STAT_COLUMNS or c == self.NONFINITE else _LEFT
             for c in range(len(self.COLUMNS))

@@ -73,6 +73,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import theme
 from app.diagram.items import FrameItem
 from app.diagram.view import DiagramView
 from app.panels.step_bar import StepBar
@@ -88,16 +89,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # --------------------------------------------------------------------------- colours
 
-IDENTICAL = QColor("#3fb68b")
-NOT_COMPARED = QColor("#6b7385")
-STRUCTURAL = QColor("#ff5cc8")  # a changed shape, a step on one side only
-SCALE_STOPS = (
-    (0.0, "#3fb68b"),
-    (0.35, "#b5d66b"),
-    (0.55, "#e5c07b"),
-    (0.78, "#f08a4b"),
-    (1.0, "#ff5c5c"),
-)
 LOG_FLOOR = -7.0  # relative L2 of 1e-7 and below sits at the green end of the scale
 
 STATUS_TEXT = {
@@ -119,16 +110,16 @@ def divergence_fraction(score: float) -> float:
 def divergence_colour(score: float | None) -> QColor:
     """The colour of a divergence score (relative L2; ``inf``: structural; None: unknown)."""
     if score is None:
-        return QColor(NOT_COMPARED)
+        return QColor(theme.NOT_COMPARED)
     if math.isnan(score) or math.isinf(score):
-        return QColor(STRUCTURAL)
+        return QColor(theme.STRUCTURAL)
     if score == 0:
-        return QColor(IDENTICAL)
+        return QColor(theme.IDENTICAL)
     return _scale_colour(divergence_fraction(score))
 
 
 def _scale_colour(t: float) -> QColor:
-    for (t0, c0), (t1, c1) in itertools.pairwise(SCALE_STOPS):
+    for (t0, c0), (t1, c1) in itertools.pairwise(theme.DIVERGENCE_STOPS):
         if t <= t1:
             a, b = QColor(c0), QColor(c1)
             f = 0.0 if t1 == t0 else (t - t0) / (t1 - t0)
@@ -137,7 +128,7 @@ def _scale_colour(t: float) -> QColor:
                 round(a.green() + (b.green() - a.green()) * f),
                 round(a.blue() + (b.blue() - a.blue()) * f),
             )
-    return QColor(SCALE_STOPS[-1][1])
+    return QColor(theme.DIVERGENCE_STOPS[-1][1])
 
 
 def score_text(score: float | None, status: str | None = None) -> str:
@@ -180,7 +171,9 @@ class DivergenceMark(QGraphicsItem):
         self.score = score
         self.status = status
         self.colour = (
-            divergence_colour(score) if status not in ("only_a", "only_b") else QColor(STRUCTURAL)
+            divergence_colour(score)
+            if status not in ("only_a", "only_b")
+            else QColor(theme.STRUCTURAL)
         )
         self.text = score_text(score, status)
         self.frame = frame
@@ -218,7 +211,8 @@ class DivergenceMark(QGraphicsItem):
         painter.setBrush(self.colour)
         painter.drawRoundedRect(self.badge, self.badge.height() / 2, self.badge.height() / 2)
         painter.setFont(self.font)
-        painter.setPen(QColor("#111318") if self.colour.lightness() > 110 else QColor("#ffffff"))
+        dark_text = self.colour.lightness() > 110
+        painter.setPen(QColor(theme.TEXT_ON_LIGHT if dark_text else theme.WHITE))
         painter.drawText(self.badge, int(Qt.AlignmentFlag.AlignCenter), self.text)
 
 
@@ -312,14 +306,14 @@ class DivergenceLegend(QWidget):
         font = QFont(self.font())
         font.setPointSizeF(max(7.0, font.pointSizeF() - 1.5))
         painter.setFont(font)
-        muted = QColor("#9aa3b2")
+        muted = QColor(theme.TEXT_MUTED)
         painter.setPen(muted)
         painter.drawText(
             QRectF(0, 0, 96, 20), int(Qt.AlignmentFlag.AlignVCenter), "rel. L2 (A − B)"
         )
         bar = QRectF(100, 5, 220, 10)
         gradient = QLinearGradient(bar.topLeft(), bar.topRight())
-        for t, c in SCALE_STOPS:
+        for t, c in theme.DIVERGENCE_STOPS:
             gradient.setColorAt(t, QColor(c))
         painter.setPen(Qt.PenStyle.NoPen)
         painter.setBrush(QBrush(gradient))
@@ -332,9 +326,9 @@ class DivergenceLegend(QWidget):
                 QRectF(x - 20, bar.bottom() + 4, 40, 14), int(Qt.AlignmentFlag.AlignCenter), label
             )
         x = bar.right() + 16
-        for colour, label in ((STRUCTURAL, "shape / one side"), (NOT_COMPARED, "n/a")):
+        for colour, label in ((theme.STRUCTURAL, "shape / one side"), (theme.NOT_COMPARED, "n/a")):
             painter.setPen(Qt.PenStyle.NoPen)
-            painter.setBrush(colour)
+            painter.setBrush(QColor(colour))
             painter.drawRoundedRect(QRectF(x, 5, 10, 10), 3, 3)
             painter.setPen(muted)
             painter.drawText(QRectF(x + 14, 0, 110, 20), int(Qt.AlignmentFlag.AlignVCenter), label)
@@ -582,7 +576,9 @@ class CompareWindow(QMainWindow):
         layout = QVBoxLayout(box)
         layout.setContentsMargins(6, 6, 0, 0)
         layout.setSpacing(2)
-        title = QLabel(f"<b style='color:#ffb547'>{side}</b>&nbsp;&nbsp;{html.escape(name)}")
+        title = QLabel(
+            f"<b style='color:{theme.CURRENT}'>{side}</b>&nbsp;&nbsp;{html.escape(name)}"
+        )
         title.setObjectName("compareSideTitle")
         title.setTextFormat(Qt.TextFormat.RichText)
         font = QFont(title.font())
@@ -645,7 +641,7 @@ class CompareWindow(QMainWindow):
             source = f"{Path(step.source.file).name}:{step.source.line} · {step.source.text}"
         status = f"{position + 1} / {len(self.entries)} · {e.label}"
         self.step_bar.set_position(position, status, source)
-        self.step_bar.status.set_colour("#ffb547" if e.differs(self.atol) else "#e6e9ef")
+        self.step_bar.status.set_colour(theme.CURRENT if e.differs(self.atol) else theme.TEXT)
         self._show_entry(e)
         self.entryChanged.emit(position)
 
@@ -810,7 +806,7 @@ class CompareWindow(QMainWindow):
         first = self.first
         if first is None:
             self.summary.setText(
-                f"<span style='color:{IDENTICAL.name()}; font-size:12pt'><b>● No divergence</b>"
+                f"<span style='color:{theme.IDENTICAL}; font-size:12pt'><b>● No divergence</b>"
                 f"</span><br>The traces agree at all {len(self.entries)} aligned steps"
                 + (f" (atol {self.atol:g})." if self.atol else ".")
             )
@@ -836,11 +832,13 @@ class CompareWindow(QMainWindow):
             )
         if step.source is not None and step.source.text:
             lines.append(
-                f"<code style='color:#8fd3ff'>{html.escape(Path(step.source.file).name)}:"
-                f"{step.source.line}  {html.escape(step.source.text)}</code>"
+                f"<code style='color:{theme.TEXT_SHAPE}'>"
+                f"{html.escape(Path(step.source.file).name)}:{step.source.line}  "
+                f"{html.escape(step.source.text)}</code>"
             )
         lines.append(
-            f"<span style='color:#9aa3b2'>{len(self.divergent)} of {len(self.entries)} aligned "
+            f"<span style='color:{theme.TEXT_MUTED}'>"
+            f"{len(self.divergent)} of {len(self.entries)} aligned "
             f"steps differ · {c['shape']} changed shape · {c['only_a']} only in A · "
             f"{c['only_b']} only in B</span>"
         )
@@ -906,7 +904,7 @@ def _shape(s) -> str:
 def _separator() -> QFrame:
     line = QFrame()
     line.setFrameShape(QFrame.Shape.HLine)
-    line.setStyleSheet("color: #2c3039;")
+    line.setStyleSheet(f"color: {theme.DIVIDER};")
     return line
 
 

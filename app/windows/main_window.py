@@ -36,6 +36,7 @@ from app.panels.inspector import Inspector
 from app.panels.module_tree import ModuleTree
 from app.panels.source import SourceView
 from app.panels.step_bar import StepBar
+from app.widgets.common import LayoutFirewall, titled
 from app.windows import compare_window, dialogs
 from app.workers import TraceJob
 
@@ -100,9 +101,9 @@ class MainWindow(QMainWindow):
         self.centre.setStretchFactor(1, 1)
         self.centre.setSizes([700, 170])
         self.splitter = QSplitter(Qt.Orientation.Horizontal, self)
-        self.splitter.addWidget(_titled("Modules", self.tree))
+        self.splitter.addWidget(titled("Modules", self.tree))
         self.splitter.addWidget(self.centre)
-        self.splitter.addWidget(_LayoutFirewall(self.inspector))
+        self.splitter.addWidget(LayoutFirewall(self.inspector, minimum=QSize(320, 240)))
         self.splitter.setStretchFactor(0, 0)
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setStretchFactor(2, 0)
@@ -777,41 +778,6 @@ class MainWindow(QMainWindow):
             self.job.cancel()
             self.job.wait(10_000)
         super().closeEvent(event)
-
-
-class _LayoutFirewall(QWidget):
-    """Holds one pane without a layout, so the pane's relayouts stop here.
-
-    The inspector changes label texts and widget sizes on every step; a parent with a
-    layout would pass each change up and re-lay out the whole window (milliseconds a
-    step). Here the pane is simply kept at this widget's size.
-    """
-
-    def __init__(self, child: QWidget):
-        super().__init__()
-        self.child = child
-        child.setParent(self)
-
-    def resizeEvent(self, event) -> None:
-        self.child.setGeometry(self.rect())
-
-    def sizeHint(self) -> QSize:
-        return self.child.sizeHint()
-
-    def minimumSizeHint(self) -> QSize:
-        return QSize(320, 240)
-
-
-def _titled(title: str, widget: QWidget) -> QWidget:
-    box = QWidget()
-    layout = QVBoxLayout(box)
-    layout.setContentsMargins(6, 6, 0, 0)
-    layout.setSpacing(4)
-    label = QLabel(title.upper())
-    label.setObjectName("paneTitle")
-    layout.addWidget(label)
-    layout.addWidget(widget, 1)
-    return box
 
 
 # --------------------------------------------------------------------------- app-wide

@@ -1,0 +1,204 @@
+"""The report of a set of rank files: each rank's shapes side by side, and the collectives.
+
+``compute(ranks)`` gathers plain rows; ``render(ranks, fmt)`` lays them out as Markdown
+(for a terminal) or JSON (for scripts), as ``tracing.report`` does for one trace.
+
+- a summary per rank: file, host, steps, tensors, collectives;
+- the collectives: step, module, op, group and its ranks, what went in and came out on
+  each rank (``Partial(sum) -> Replicate`` for a DTensor redistribution);
+- one row per step with each rank's output shapes (a DTensor's local shard and, after
+  ``of``, its global shape), marked where ranks disagree in shape;
+- the first divergence across ranks, when there is one (``tracing.ranks``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tracing.ranks import RankSet, collectives_of, layout_of
+from tracing.report import _md, _md_code, _md_table, _shape_text
+
+FORMATS = ("md", "json")
+
+
+@dataclass
+class RankRow:
+    """One step of the first rank, with each rank's output shapes (None: step missing)."""
+
+    step: int
+    module: str
+    op: str
+    shapes: dict[int, str | None]
+    differs: bool  # the ranks' output shapes differ
+
+
+@dataclass
+class RankReport:
+    world_size: int
+    backend: str
+    ranks: list[dict[str, Any]]  # rank, file, host, steps, tensors, collectives
+    missing: list[int]
+    collectives: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[RankRow] = field(default_factory=list)
+    divergence: dict[str, Any] | None = None
+
+
+def _placements_text(placements: list) -> str:
+    def one(p: list) -> str:
+        if p[0] == "shard":
+            return f"Shard({p[1]})"
+        if p[0] == "partial":
+            return f"Partial({p[1] if len(p) > 1 else 'sum'})"
+        return p[0].capitalize()
+
+    return ", ".join(one(p) for p in placements)
+
+
+def _outputs_text(ranks: RankSet, rank: int, step_index: int | None) -> str | None:
+    if step_index is None:
+        return None
+    trace = ranks[rank]
+    parts = []
+    for tid in trace.steps[step_index].outputs:
+        rec = trace.tensors[tid]
+        text = _shape_text(rec.shape, rec.dims)
+        layout = layout_of(trace, tid)
+        if layout is not None:
+            glob = "(" + ", ".join(str(s) for s in layout["global_shape"]) + ")"
+            text += f" of {glob} {_placements_text(layout['placements'])}"
+        parts.append(text)
+    return ", ".join(parts)
+
+
+def compute(ranks: RankSet) -> RankReport:
+    first = ranks.first
+    rank_rows = []
+    for rank, trace in ranks.traces.items():
+        dist = trace.meta.get("distributed") or {}
+        path = ranks.paths.get(rank)
+        rank_rows.append(
+            {
+                "rank": rank,
+                "file": path.name if path is not None else "",
+                "host": dist.get("host", ""),
+                "steps": len(trace.steps),
+                "tensors": len(trace.tensors),
+                "collectives": len(dist.get("collectives") or []),
+            }
+        )
+    report = RankReport(
+        world_size=ranks.world_size,
+        backend=str(first.meta.get("backend", "")),
+        ranks=rank_rows,
+        missing=ranks.missing,
+    )
+    for entry in collectives_of(first):
+        index = entry.get("step")
+        if index is None:
+            continue
+        step = first.steps[index]
+        row = {k: v for k, v in entry.items() if k not in ("step",)}
+        row.update(step=index, module=step.module, inputs={}, outputs={})
+        for rank in ranks.ranks:
+            other = _aligned(ranks, rank, index)
+            trace = ranks[rank]
+            if other is None:
+                continue
+            s = trace.steps[other]
+            row["inputs"][rank] = [list(trace.tensors[t].shape) for t in s.inputs]
+            row["outputs"][rank] = [list(trace.tensors[t].shape) for t in s.outputs]
+        report.collectives.append(row)
+    for step in first.steps:
+        shapes = {r: _outputs_text(ranks, r, _aligned(ranks, r, step.index)) for r in ranks}
+        differs = len(set(shapes.values())) > 1
+        report.rows.append(RankRow(step.index, step.module, step.op, shapes, differs))
+    found = ranks.first_divergence()
+    if found is not None:
+        report.divergence = {
+            "rank": found.rank,
+            "step": found.step,
+            "label": found.label,
+            "reason": found.reason,
+            "max_abs": found.entry.max_abs,
+        }
+    return report
+
+
+def _aligned(ranks: RankSet, rank: int, index: int) -> int | None:
+    if rank == ranks.ranks[0]:
+        return index
+    entry = ranks.diff(rank).for_step_a(index)
+    return None if entry is None else entry.b_index
+
+
+def render(ranks: RankSet | RankReport, fmt: str = "md") -> str:
+    """The report as Markdown (``md``) or JSON (``json``)."""
+    report = ranks if isinstance(ranks, RankReport) else compute(ranks)
+    if fmt == "json":
+        return json.dumps(asdict(report), indent=1, default=str) + "\n"
+    if fmt != "md":
+        raise ValueError(f"unknown rank report format {fmt!r}; choose one of {FORMATS}")
+    return _render_md(report)
+
+
+def _render_md(report: RankReport) -> str:
+    lines = [f"# Ranks: {len(report.ranks)} of {report.world_size} ({report.backend})", ""]
+    if report.missing:
+        lines += [f"**missing ranks:** {', '.join(map(str, report.missing))}", ""]
+    lines += _md_table(
+        ["rank", "file", "host", "steps", "tensors", "collectives"],
+        [[str(r[k]) for k in ("rank", "file", "host", "steps", "tensors", "collectives")]
+         for r in report.ranks],
+    )  # fmt: skip
+    lines.append("")
+    if report.divergence is not None:
+        d = report.divergence
+        lines += [
+            f"**first divergence:** step {d['step']} `{_md(d['label'])}` on rank {d['rank']}"
+            f" ({d['reason']}, max |diff| {d['max_abs'] if d['max_abs'] is not None else '?'})",
+            "",
+        ]
+    else:
+        lines += ["Ranks agree wherever they should (replicas, Replicate, collective results).", ""]
+    lines += ["## Collectives", ""]
+    if report.collectives:
+        rows = []
+        for c in report.collectives:
+            detail = c.get("reduce_op") or ""
+            if c["op"] == "redistribute":
+                src, dst = c["placements"]
+                detail = f"{_placements_text(src)} → {_placements_text(dst)}"
+            for key in ("src", "dst"):
+                if key in c:
+                    detail += f" {key}={c[key]}"
+            shapes = "; ".join(
+                f"r{r}: {_shapes(c['inputs'].get(r))} → {_shapes(c['outputs'].get(r))}"
+                for r in c["outputs"]
+            )
+            rows.append(
+                [str(c["step"]), _md_code(c["module"] or "<root>"), c["op"], c["api"],
+                 f"{c['group']} {c['ranks']}", _md(detail.strip()), _md(shapes)]
+            )  # fmt: skip
+        lines += _md_table(["step", "module", "op", "api", "group", "detail", "shapes"], rows)
+    else:
+        lines.append("No collective ran inside the traced forward.")
+    lines += ["", "## Output shapes per rank", ""]
+    ranks = [r["rank"] for r in report.ranks]
+    rows = []
+    for row in report.rows:
+        mark = " ≠" if row.differs else ""
+        cells = [_md(row.shapes.get(r) or "—") for r in ranks]
+        rows.append([f"{row.step}{mark}", _md_code(row.module or "<root>"), row.op, *cells])
+    lines += _md_table(["step", "module", "op", *(f"rank {r}" for r in ranks)], rows)
+    return "\n".join(lines) + "\n"
+
+
+def _shapes(shapes: list | None) -> str:
+    if not shapes:
+        return "—"
+    return ", ".join("(" + ", ".join(str(s) for s in shape) + ")" for shape in shapes)
+
+
+__all__ = ["FORMATS", "RankReport", "RankRow", "compute", "render"]
