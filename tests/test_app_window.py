@@ -278,7 +278,7 @@ def test_app_command_rejects_a_missing_file(capsys):
     from app.cli import build_parser, main
 
     args = build_parser().parse_args(["app"])
-    assert args.trace is None and args.func.__module__ == "app.commands.app"
+    assert not args.trace and args.func.__module__ == "app.commands.app"  # no files given
     assert main(["app", "/no/such/trace.safetensors"]) == 2
     assert "no such trace file" in capsys.readouterr().err
 

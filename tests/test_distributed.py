@@ -196,3 +196,76 @@ def test_cli_trace_under_ranks_writes_one_file_per_rank_and_report_reads_them(fo
     assert found["rank"] == 1 and found["label"].endswith("linear1 · linear")
     assert main(["report", str(folder / "tp.rank0.sft"), str(folder / "tp.rank0.sft")]) == 2
     assert "rank 0 is also" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- the app
+
+
+def _rank_window(qtbot, paths):
+    from app.windows.rank_window import RankWindow
+
+    window = RankWindow.from_files(paths)
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitExposed(window)
+    return window
+
+
+@pytest.mark.gui
+def test_rank_window_opens_at_the_drifted_step_and_steps_ranks_together(qtbot, folder):
+    window = _rank_window(qtbot, folder / "drift.sft")
+    assert window.pair == (0, 1)
+    entry = window.compare.current_entry
+    assert entry.label == "module.blocks.1.feed_forward.linear1 · linear"
+    assert window.across.count() == len(window.divergences) > 0
+    assert window.tabs.tabText(0) == f"Across ranks ({len(window.divergences)})"
+    # stepping moves both ranks: the entry pairs the same step of rank 0 and rank 1
+    window.compare.next()
+    moved = window.compare.current_entry
+    assert moved.a_index == moved.b_index == entry.a_index + 1
+    # the same rank on both sides: nothing differs
+    window.rank_b.setCurrentIndex(window.rank_b.findData(0))
+    assert window.pair == (0, 0) and window.compare.first is None
+    window.go_to_first_divergence()
+    assert window.pair == (0, 1)
+
+
+@pytest.mark.gui
+def test_rank_window_shows_shards_stitched_and_only_what_should_agree(qtbot, folder):
+    window = _rank_window(qtbot, [folder / "tp.rank0.sft", folder / "tp.rank1.sft"])
+    assert window.divergences == [] and window.compare.first is None
+    # the column-parallel hidden layer differs across ranks by design: a shard, grey
+    linear0 = next(s for s in window.ranks.first.steps if s.module == "0" and s.op == "linear")
+    window.compare.go_to_step("a", linear0.index)
+    assert window.compare.current_entry.status == "sharded"
+    assert "global (3, 16) · Shard(1)" in window.stitched_title.text()
+    image = window.stitched_heatmap.image_item.image
+    expected = workers.mlp()[0](workers.mlp_input()).detach()
+    assert image.shape == tuple(expected.shape)
+    torch.testing.assert_close(torch.as_tensor(image), expected)
+    assert window.collectives.rowCount() == 2
+    assert window.collectives.item(1, 4).text() == "Partial(sum) → Replicate"
+    # without the filter the shards count as differences
+    window.agree_only.setChecked(False)
+    assert window.compare.first is not None
+
+
+@pytest.mark.gui
+def test_file_open_ranks_and_the_command_line(qtbot, folder, tmp_path, monkeypatch):
+    from PySide6.QtCore import QSettings
+
+    from app.windows import dialogs
+    from app.windows.main_window import MainWindow
+    from app.windows.rank_window import is_rank_set
+
+    shown = []
+    monkeypatch.setattr(dialogs, "show_error", lambda parent, t, x, details="": shown.append(x))
+    window = MainWindow(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    qtbot.addWidget(window)
+    assert window.ranks_launcher.action in window.menus["File"].actions()
+    ranks = window.ranks_launcher.open_with([folder / "row.rank0.sft", folder / "row.rank1.sft"])
+    assert ranks is not None and ranks.ranks.ranks == [0, 1]
+    ranks.close()
+    assert window.ranks_launcher.open_with([folder / "row.rank0.sft"] * 2) is None
+    assert "rank 0 is also" in shown[0]
+    assert is_rank_set([folder / "row.sft"]) and not is_rank_set([folder / "row.rank0.sft"])

@@ -45,7 +45,7 @@ class RankReport:
     divergence: dict[str, Any] | None = None
 
 
-def _placements_text(placements: list) -> str:
+def placements_text(placements: list) -> str:
     def one(p: list) -> str:
         if p[0] == "shard":
             return f"Shard({p[1]})"
@@ -67,7 +67,7 @@ def _outputs_text(ranks: RankSet, rank: int, step_index: int | None) -> str | No
         layout = layout_of(trace, tid)
         if layout is not None:
             glob = "(" + ", ".join(str(s) for s in layout["global_shape"]) + ")"
-            text += f" of {glob} {_placements_text(layout['placements'])}"
+            text += f" of {glob} {placements_text(layout['placements'])}"
         parts.append(text)
     return ", ".join(parts)
 
@@ -169,7 +169,7 @@ def _render_md(report: RankReport) -> str:
             detail = c.get("reduce_op") or ""
             if c["op"] == "redistribute":
                 src, dst = c["placements"]
-                detail = f"{_placements_text(src)} → {_placements_text(dst)}"
+                detail = f"{placements_text(src)} → {placements_text(dst)}"
             for key in ("src", "dst"):
                 if key in c:
                     detail += f" {key}={c[key]}"
@@ -201,4 +201,4 @@ def _shapes(shapes: list | None) -> str:
     return ", ".join("(" + ", ".join(str(s) for s in shape) + ")" for shape in shapes)
 
 
-__all__ = ["FORMATS", "RankReport", "RankRow", "compute", "render"]
+__all__ = ["FORMATS", "RankReport", "RankRow", "compute", "placements_text", "render"]

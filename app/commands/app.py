@@ -2,7 +2,8 @@
 
 With no file it traces the bundled demo model on its default prompt, so a person sees a
 real forward pass at once; with a trace file it opens that. ``--compare A B`` opens two
-trace files side by side instead (``app.windows.compare_window``).
+trace files side by side instead (``app.windows.compare_window``); several rank files of
+one ``torch.distributed`` run open as one session (``app.windows.rank_window``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Step through a traced forward pass on a block diagram.",
     )
     parser.add_argument(
-        "trace", nargs="?", type=Path, help="a trace file to open (default: trace the demo)"
+        "trace",
+        nargs="*",
+        type=Path,
+        help="a trace file to open (default: trace the demo); several rank files (or one "
+        "name with .rank<N> files beside it) open as one session of ranks",
     )
     parser.add_argument(
         "--compare",
@@ -33,13 +38,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from app.cli import UserError
+    from app.windows.rank_window import is_rank_set
 
-    if args.trace is not None and not args.trace.is_file():
-        raise UserError(f"no such trace file: {args.trace}")
+    paths = list(args.trace or [])
+    ranks = is_rank_set(paths)
+    for path in paths:
+        if not path.is_file() and not ranks:
+            raise UserError(f"no such trace file: {path}")
+    args.trace = paths[0] if len(paths) == 1 and not ranks else None
     compare = getattr(args, "compare", None)
     if compare is not None:
-        if args.trace is not None:
-            raise UserError("give either a trace file or --compare A B, not both")
+        if paths:
+            raise UserError("give either trace files or --compare A B, not both")
         for path in compare:
             if not path.is_file():
                 raise UserError(f"no such trace file: {path}")
@@ -56,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
     apply_theme(qt_app)
     if compare is not None:
         return _run_compare(qt_app, *compare)
+    if ranks:
+        return _run_ranks(qt_app, paths)
     window = MainWindow()
     install_excepthook(window)
     window.show()
@@ -63,6 +75,22 @@ def run(args: argparse.Namespace) -> int:
         QTimer.singleShot(0, lambda: window.open_path(args.trace))
     else:
         QTimer.singleShot(0, window.load_demo)
+    return qt_app.exec()
+
+
+def _run_ranks(qt_app, paths: list[Path]) -> int:
+    """``scratchformer app t.rank0.sft t.rank1.sft``: the rank window on its own."""
+    from app.cli import UserError
+    from app.windows.main_window import install_excepthook
+    from app.windows.rank_window import RankWindow
+    from tracing.errors import TraceFileError
+
+    try:
+        window = RankWindow.from_files(paths if len(paths) > 1 else paths[0])
+    except TraceFileError as e:
+        raise UserError(str(e)) from e
+    install_excepthook(window)
+    window.show()
     return qt_app.exec()
 
 

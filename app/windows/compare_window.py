@@ -97,6 +97,7 @@ STATUS_TEXT = {
     "shape": "shape changed",
     "only_a": "only in A",
     "only_b": "only in B",
+    "sharded": "not expected to agree (a shard)",
 }
 
 
@@ -395,7 +396,9 @@ class CompareWindow(QMainWindow):
     """Two traces side by side, stepped over their aligned steps.
 
     ``CompareWindow(trace_a, trace_b, name_a="before.trace", name_b="after.trace")``, or
-    :meth:`from_files`. ``entryChanged(position)`` follows every move.
+    :meth:`from_files`; ``diff=`` shows a precomputed ``TraceDiff`` of the two (the rank
+    view passes one restricted to what should agree). ``entryChanged(position)`` follows
+    every move.
     """
 
     entryChanged = Signal(int)
@@ -408,6 +411,7 @@ class CompareWindow(QMainWindow):
         name_b: str = "B",
         *,
         atol: float = 0.0,
+        diff: TraceDiff | None = None,
         parent: QWidget | None = None,
     ):
         super().__init__(parent)
@@ -417,7 +421,8 @@ class CompareWindow(QMainWindow):
         self.trace_a, self.trace_b = trace_a, trace_b
         self.name_a, self.name_b = name_a, name_b
         self.atol = atol
-        self.diff: TraceDiff = diff_traces(trace_a, trace_b)
+        # a given diff (the rank view's, restricted to what should agree) or a fresh one
+        self.diff: TraceDiff = diff if diff is not None else diff_traces(trace_a, trace_b)
         self.entries: list[StepDiff] = list(self.diff.entries)
         self.divergent: list[StepDiff] = self.diff.divergent(atol)
         self.first: StepDiff | None = self.divergent[0] if self.divergent else None
@@ -912,11 +917,10 @@ def open_compare(
     trace_a: Trace, trace_b: Trace, name_a: str = "A", name_b: str = "B", parent=None
 ) -> CompareWindow:
     """Build and show a compare window (kept alive by its parent, or by the caller)."""
+    from app.windows import dialogs
+
     window = CompareWindow(trace_a, trace_b, name_a, name_b, parent=parent)
-    if parent is not None:
-        window.setWindowFlag(Qt.WindowType.Window, True)
-        window.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose, True)
-    window.show()
+    dialogs.show_child_window(window, parent)
     return window
 
 
@@ -987,16 +991,8 @@ class CompareLauncher(QObject):
         except Exception as e:  # two traces the diff cannot align: say so, keep going
             dialogs.show_error(self.window, "Cannot compare", f"{type(e).__name__}: {e}")
             return None
-        compare.setWindowFlag(Qt.WindowType.Window, True)
-        compare.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose, True)
-        compare.destroyed.connect(lambda _obj=None, c=compare: self._forget(c))
-        self.windows.append(compare)
-        compare.show()
+        dialogs.show_child_window(compare, self.window, self.windows)
         return compare
-
-    def _forget(self, compare: CompareWindow) -> None:
-        if compare in self.windows:
-            self.windows.remove(compare)
 
 
 def attach(window) -> CompareLauncher:

@@ -31,6 +31,23 @@ from PySide6.QtWidgets import (
 from app.session import DEFAULT_CAPTURE, PRESETS, ModelSource, TraceRequest
 
 
+def show_child_window(window: QWidget, parent: QWidget | None, keep: list | None = None) -> None:
+    """Show ``window`` as a window of its own, owned by ``parent`` and deleted when closed;
+    ``keep`` (a list its launcher owns) holds it until then."""
+    if parent is not None:
+        window.setWindowFlag(Qt.WindowType.Window, True)
+        window.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose, True)
+    if keep is not None:
+        keep.append(window)
+
+        def forget(_obj=None) -> None:
+            if window in keep:
+                keep.remove(window)
+
+        window.destroyed.connect(forget)
+    window.show()
+
+
 def show_error(parent: QWidget | None, title: str, text: str, details: str = "") -> None:
     """A modal error box naming the problem; ``details`` (a traceback) goes under a button."""
     box = QMessageBox(parent)

@@ -37,7 +37,7 @@ from app.panels.module_tree import ModuleTree
 from app.panels.source import SourceView
 from app.panels.step_bar import StepBar
 from app.widgets.common import LayoutFirewall, titled
-from app.windows import compare_window, dialogs
+from app.windows import compare_window, dialogs, rank_window
 from app.workers import TraceJob
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -138,6 +138,7 @@ class MainWindow(QMainWindow):
         self._build_toolbar()
         # ---- analysis: File ▸ Compare with… / Trace generation…, Breakpoints and Lens docks
         self.compare = compare_window.attach(self)
+        self.ranks_launcher = rank_window.attach(self)  # File ▸ Open ranks…
         self.breakpoints_dock = breakpoints.attach(self)
         self.lens_dock = lens.attach(self)
         self.generation = generation.attach(self)
