@@ -214,7 +214,7 @@ def run_trace(
     try:
         trace = tracing.trace(model, ids, capture=request.capture, meta=meta)
     except tracing.TraceError as e:
-        if _caused_by(e, Cancelled):
+        if caused_by(e, Cancelled):
             return TraceOutcome(e.trace, "cancelled", "Tracing was cancelled.")
         return TraceOutcome(e.trace, "failed", str(e))
     except Cancelled:
@@ -251,7 +251,8 @@ def open_trace(path: str | Path) -> Trace:
         raise SessionError(f"{path.name} is not a readable trace file: {e}") from e
 
 
-def _caused_by(error: BaseException, kind: type[BaseException]) -> bool:
+def caused_by(error: BaseException, kind: type[BaseException]) -> bool:
+    """Whether ``error`` is a ``kind``, or was raised while handling one (its cause chain)."""
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:

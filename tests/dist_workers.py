@@ -132,6 +132,18 @@ def data_parallel(rank: int, world_size: int, folder: Path) -> None:
     tracing.trace(ddp, DEMO_TOKENS, capture="stats", out=folder / "drift.sft")
 
 
+def fully_sharded(rank: int, world_size: int, folder: Path) -> None:
+    """The MLP under FSDP2 (``fully_shard`` on each Linear and on the whole)."""
+    from torch.distributed.fsdp import fully_shard
+
+    import tracing
+
+    model = mlp()
+    for layer in (model[0], model[2], model):
+        fully_shard(layer)
+    tracing.trace(model, mlp_input(), capture="values", out=folder / "fsdp.sft")
+
+
 def cli_trace(rank: int, world_size: int, folder: Path) -> None:
     """``scratchformer trace --ddp`` as ``torchrun`` would run it on each rank (the group
     is up already, as after the command joins it)."""
@@ -149,5 +161,5 @@ def cli_trace(rank: int, world_size: int, folder: Path) -> None:
 
 def every_scenario(rank: int, world_size: int, folder: Path) -> None:
     """All of the above in one pair of processes (starting them is the slow part)."""
-    for scenario in (row_parallel, tensor_parallel, data_parallel, cli_trace):
+    for scenario in (row_parallel, tensor_parallel, data_parallel, fully_sharded, cli_trace):
         scenario(rank, world_size, folder)

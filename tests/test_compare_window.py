@@ -9,7 +9,8 @@ import torch
 
 import scratchformer
 import tracing
-from app.windows.compare_window import CompareWindow, divergence_colour, entry_score, score_text
+from app.windows.compare_window import CompareWindow, divergence_colour
+from tracing.divergence import entry_score, score_text
 
 pytestmark = pytest.mark.gui
 

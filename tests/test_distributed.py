@@ -17,7 +17,7 @@ import torch
 
 import tracing
 from tracing.distributed import rank_path, rank_siblings
-from tracing.ranks import load_ranks, pooled_stats, stitch
+from tracing.ranks import collectives_of, load_ranks, pooled_stats, stitch
 from tracing.stats import tensor_stats
 
 pytestmark = pytest.mark.skipif(
@@ -269,3 +269,27 @@ def test_file_open_ranks_and_the_command_line(qtbot, folder, tmp_path, monkeypat
     assert window.ranks_launcher.open_with([folder / "row.rank0.sft"] * 2) is None
     assert "rank 0 is also" in shown[0]
     assert is_rank_set([folder / "row.sft"]) and not is_rank_set([folder / "row.rank0.sft"])
+
+
+# --------------------------------------------------------------------------- FSDP
+
+
+def test_fsdp_unshard_all_gathers_are_steps_and_the_output_is_the_unsharded_models(folder):
+    ranks = load_ranks(folder / "fsdp.sft")
+    ref = workers.mlp()
+    x = workers.mlp_input()
+    for rank in ranks:
+        trace = ranks[rank]
+        gathers = [c for c in collectives_of(trace) if c["op"] == "all_gather_single"]
+        assert len(gathers) == 2 and all(c["ranks"] == [0, 1] for c in gathers)
+        for c in gathers:  # rank's flat shard in, every rank's shards out
+            step = trace.steps[c["step"]]
+            (shard,), (whole,) = step.inputs, step.outputs
+            assert trace.tensors[whole].shape[0] == 2 * trace.tensors[shard].shape[0]
+            n = trace.tensors[shard].shape[0]
+            torch.testing.assert_close(
+                trace.value(whole)[rank * n : (rank + 1) * n], trace.value(shard)
+            )
+        assert len([s for s in trace.steps if s.op == "all_gather_single"]) == 2  # once each
+        torch.testing.assert_close(trace.value(trace.steps[0].outputs[0]), ref(x).detach())
+    assert ranks.first_divergence() is None

@@ -23,10 +23,13 @@ What a rank's trace gains
 
 How collectives are seen
 ------------------------
-The tracer's ``TorchFunctionMode`` sees torch functions, but ``torch.distributed``'s
-collectives (``dist.all_reduce`` ...) are plain Python functions calling into C++: they
-are wrapped, in ``torch.distributed`` and ``torch.distributed.distributed_c10d``, for the
-trace's duration only, and restored in ``finally``. Functional collectives
+``torch.distributed``'s collectives (``dist.all_reduce`` ...) are Python functions
+calling into C++; most hand an active ``TorchFunctionMode`` the call, but the mode cannot
+tell what they read from what they write (they write in place, often without bumping
+``_version``, so a mode-only record loses the output). So they are wrapped, in
+``torch.distributed`` and ``torch.distributed.distributed_c10d``, for the trace's duration
+only (restored in ``finally``), and each wrapper records its call once, with the function
+mode off inside it. Functional collectives
 (``torch.distributed._functional_collectives``, which DTensor uses) reach the mode as
 ``torch.ops._c10d_functional`` ops: the tracer records them as usual and this module
 adds their group. A DTensor redistribution (``Shard -> Replicate`` ...) is recorded as a
@@ -206,10 +209,12 @@ _C10D_SIGNATURES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "reduce": (("tensor",), ("tensor",)),
     "all_gather": (("tensor",), ("tensor_list",)),
     "all_gather_into_tensor": (("input_tensor",), ("output_tensor",)),
+    "all_gather_single": (("input_tensor",), ("output_tensor",)),  # FSDP2's unshard
     "gather": (("tensor",), ("gather_list",)),
     "scatter": (("scatter_list",), ("tensor",)),
     "reduce_scatter": (("input_list",), ("output",)),
     "reduce_scatter_tensor": (("input",), ("output",)),
+    "reduce_scatter_single": (("input",), ("output",)),
     "all_to_all_single": (("input",), ("output",)),
     "all_to_all": (("input_tensor_list",), ("output_tensor_list",)),
     "send": (("tensor",), ()),
@@ -353,8 +358,12 @@ class RankCapture:
             entry = {"op": shown, "api": "torch.distributed", "group": group, "ranks": ranks}
             entry.update(_scalar_detail(named))
             settled = not (named.get("async_op") or name in ("isend", "irecv"))
-            return self._record(entry, lambda: original(*args, **kwargs), ins, in_names, outs,
-                                out_names, settled)  # fmt: skip
+
+            def run():  # most of these hand a mode the call: recorded here, not twice
+                with torch._C.DisableTorchFunction():
+                    return original(*args, **kwargs)
+
+            return self._record(entry, run, ins, in_names, outs, out_names, settled)
 
         collective.__wrapped__ = original  # type: ignore[attr-defined]
         return collective

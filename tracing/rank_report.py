@@ -17,8 +17,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tracing.formatting import format_shape
 from tracing.ranks import RankSet, collectives_of, layout_of
-from tracing.report import _md, _md_code, _md_table, _shape_text
+from tracing.report import _md, _md_code, _md_table
 
 FORMATS = ("md", "json")
 
@@ -63,7 +64,7 @@ def _outputs_text(ranks: RankSet, rank: int, step_index: int | None) -> str | No
     parts = []
     for tid in trace.steps[step_index].outputs:
         rec = trace.tensors[tid]
-        text = _shape_text(rec.shape, rec.dims)
+        text = format_shape(rec.shape, rec.dims)
         layout = layout_of(trace, tid)
         if layout is not None:
             glob = "(" + ", ".join(str(s) for s in layout["global_shape"]) + ")"
@@ -198,7 +199,7 @@ def _render_md(report: RankReport) -> str:
 def _shapes(shapes: list | None) -> str:
     if not shapes:
         return "—"
-    return ", ".join("(" + ", ".join(str(s) for s in shape) + ")" for shape in shapes)
+    return ", ".join(format_shape(shape) for shape in shapes)
 
 
 __all__ = ["FORMATS", "RankReport", "RankRow", "compute", "placements_text", "render"]

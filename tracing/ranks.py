@@ -50,6 +50,7 @@ AGREEING_COLLECTIVES = frozenset(
         "all_gather",
         "all_gather_into_tensor",
         "all_gather_into_tensor_coalesced",
+        "all_gather_single",
     }
 )
 """Collectives after which every rank of the group holds the same tensor."""

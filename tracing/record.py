@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
+from tracing.formatting import format_shape
+
 if TYPE_CHECKING:  # pragma: no cover - imports for type checkers only
     import networkx as nx
     import torch
@@ -97,9 +99,7 @@ class TensorRecord:
 
     def shape_str(self, symbolic: bool = True) -> str:
         """``(1, 4, 12, 12)``, or with dims ``(B=1, H=4, T=12, T=12)``."""
-        if symbolic and self.dims and len(self.dims) == len(self.shape):
-            return "(" + ", ".join(f"{d}={s}" for d, s in zip(self.dims, self.shape)) + ")"
-        return "(" + ", ".join(str(s) for s in self.shape) + ")"
+        return format_shape(self.shape, self.dims if symbolic else None)
 
 
 @dataclass(frozen=True)

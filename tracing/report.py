@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tracing.formatting import format_number, format_shape
+from tracing.jsonable import to_jsonable
 from tracing.record import Step, TensorRecord, Trace
 
 FORMATS: tuple[str, ...] = ("md", "csv", "json", "html", "graphml")
@@ -64,7 +66,7 @@ class TensorCell:
     @property
     def text(self) -> str:
         """``x: (B=1, T=3, C=4)``; with the dtype appended when it is not float32."""
-        shape = _shape_text(self.shape, self.dims)
+        shape = format_shape(self.shape, self.dims)
         dtype = "" if self.dtype == "float32" else f" {self.dtype}"
         return f"{self.name}: {shape}{dtype}" if self.name else f"{shape}{dtype}"
 
@@ -226,7 +228,7 @@ def compute(trace: Trace) -> Report:
     return Report(
         title=f"Trace report: {model.rsplit('.', 1)[-1]}",
         summary=summary,
-        meta=_jsonable(meta),
+        meta=to_jsonable(meta),
         modules=module_rows,
         steps=steps,
         error=trace.error,
@@ -278,24 +280,6 @@ def _finite(x: float) -> float | None:
     return x if isinstance(x, (int, float)) and math.isfinite(x) else None
 
 
-def _shape_text(shape: tuple[int, ...], dims: tuple[str, ...] | None) -> str:
-    if dims and len(dims) == len(shape):
-        return "(" + ", ".join(f"{d}={s}" for d, s in zip(dims, shape)) + ")"
-    return "(" + ", ".join(str(s) for s in shape) + ")"
-
-
-def _jsonable(v: Any) -> Any:
-    if v is None or isinstance(v, (bool, int, str)):
-        return v
-    if isinstance(v, float):
-        return v if math.isfinite(v) else None
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    return str(v)
-
-
 # --------------------------------------------------------------------------- render
 
 
@@ -339,11 +323,7 @@ def write(trace: Trace | Report, path: str | os.PathLike, fmt: str | None = None
 
 
 def _num(x: float | int | None) -> str:
-    if x is None:
-        return ""
-    if isinstance(x, int):
-        return str(x)
-    return f"{x:.4g}"
+    return format_number(x, missing="")
 
 
 def _cells_text(cells: Sequence[TensorCell]) -> str:
@@ -594,7 +574,7 @@ def _render_json(report: Report) -> str:
         "format": "scratchformer-report",
         "schema": REPORT_SCHEMA,
         "title": report.title,
-        "summary": _jsonable(report.summary),
+        "summary": to_jsonable(report.summary),
         "meta": report.meta,
         "error": report.error,
         "modules": [row(m) for m in report.modules],

@@ -23,6 +23,7 @@ from PySide6.QtCore import QPointF, QRectF, QSize
 from PySide6.QtGui import QFont, QFontMetricsF
 
 from app import theme
+from tracing.formatting import dims_label
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracing import Step, Trace
@@ -56,11 +57,7 @@ def display_name(path: str) -> str:
 def shape_label(trace: Trace, tensor_id: int) -> str:
     """``(B, T, C)`` with symbolic dims where known, the size where an axis is unknown."""
     record = trace.tensors[tensor_id]
-    if record.dims and len(record.dims) == len(record.shape):
-        parts = [d if d and d != "?" else str(s) for d, s in zip(record.dims, record.shape)]
-    else:
-        parts = [str(s) for s in record.shape]
-    return "(" + ", ".join(parts) + ")"
+    return dims_label(record.shape, record.dims)
 
 
 # --------------------------------------------------------------------------- layout

@@ -46,8 +46,9 @@ from app import theme
 from app.panels.attention import AttentionPanel
 from app.widgets.common import ElidedLabel, LayoutFirewall
 from app.widgets.heatmap import HeatmapView
-from app.widgets.shape_table import ShapeTableModel, format_number
+from app.widgets.shape_table import ShapeTableModel
 from app.widgets.tensor_view import TensorView, token_labels
+from tracing.formatting import format_number
 from tracing.record import TensorRecord, Trace
 
 _ROW = QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows

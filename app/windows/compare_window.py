@@ -79,6 +79,14 @@ from app.diagram.view import DiagramView
 from app.panels.step_bar import StepBar
 from app.widgets.heatmap import HeatmapView
 from app.widgets.tensor_view import as_matrix, axis_names, leading_axes, token_labels
+from tracing.divergence import (
+    STATUS_TEXT,
+    divergence_fraction,
+    entry_score,
+    score_text,
+    step_scores,
+)
+from tracing.formatting import format_number, format_shape
 from tracing.trace_diff import StepDiff, TraceDiff
 from tracing.trace_diff import diff as diff_traces
 
@@ -88,24 +96,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from tracing import Trace
 
 # --------------------------------------------------------------------------- colours
-
-LOG_FLOOR = -7.0  # relative L2 of 1e-7 and below sits at the green end of the scale
-
-STATUS_TEXT = {
-    "equal": "equal",
-    "changed": "values differ",
-    "shape": "shape changed",
-    "only_a": "only in A",
-    "only_b": "only in B",
-    "sharded": "not expected to agree (a shard)",
-}
-
-
-def divergence_fraction(score: float) -> float:
-    """Where a positive finite score sits on the colour scale: 0 (1e-7 or less) .. 1 (>= 1)."""
-    if score <= 0:
-        return 0.0
-    return min(1.0, max(0.0, (math.log10(score) - LOG_FLOOR) / -LOG_FLOOR))
 
 
 def divergence_colour(score: float | None) -> QColor:
@@ -130,35 +120,6 @@ def _scale_colour(t: float) -> QColor:
                 round(a.blue() + (b.blue() - a.blue()) * f),
             )
     return QColor(theme.DIVERGENCE_STOPS[-1][1])
-
-
-def score_text(score: float | None, status: str | None = None) -> str:
-    """A badge's text: ``0``, ``3.1e-02``, ``shape``, ``A only``, ``?``."""
-    if status == "only_a":
-        return "A only"
-    if status == "only_b":
-        return "B only"
-    if score is None:
-        return "?"
-    if math.isnan(score):
-        return "NaN"
-    if math.isinf(score):
-        return "shape" if status in (None, "shape") else "∞"
-    if score == 0:
-        return "0"
-    return f"{score:.1e}".replace("e-0", "e-").replace("e+0", "e")
-
-
-def fmt(value: float | None, digits: int = 3) -> str:
-    if value is None:
-        return "–"
-    if math.isnan(value):
-        return "nan"
-    if math.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    if value == 0:
-        return "0"
-    return f"{value:.{digits}g}"
 
 
 # --------------------------------------------------------------------------- diagram marks
@@ -244,41 +205,6 @@ class DivergenceOverlay:
             self.marks[key] = DivergenceMark(
                 item, size, score, status, frame=isinstance(item, FrameItem)
             )
-
-
-def step_scores(
-    d: TraceDiff, trace: Trace, side: str
-) -> dict[int, tuple[float | None, str | None]]:
-    """Score and status for every step of one side: modules by their module's score,
-    ops by their own entry (relative L2; ``inf`` for a changed shape; None: not compared)."""
-    modules = d.module_scores()
-    lookup = d.for_step_a if side == "a" else d.for_step_b
-    out: dict[int, tuple[float | None, str | None]] = {}
-    for s in trace.steps:
-        entry = lookup(s.index)
-        status = entry.status if entry is not None else None
-        if entry is not None and entry.one_sided:
-            out[s.index] = (math.inf, status)
-        elif s.kind == "module":
-            out[s.index] = (modules.get(s.module), status)
-        else:
-            out[s.index] = (entry_score(entry), status)
-    return out
-
-
-def entry_score(entry: StepDiff | None) -> float | None:
-    """One entry's divergence: its relative L2, ``inf`` for a structural change, or the
-    statistics delta when no values were kept (None when nothing could be compared)."""
-    if entry is None:
-        return None
-    if entry.one_sided or entry.status == "shape":
-        return math.inf
-    if entry.rel_l2 is not None:
-        return entry.rel_l2
-    deltas = [o.stats_delta for o in entry.outputs if o.stats_delta is not None]
-    if deltas:
-        return max(deltas)
-    return 0.0 if not entry.outputs else None
 
 
 # --------------------------------------------------------------------------- small widgets
@@ -710,13 +636,17 @@ class CompareWindow(QMainWindow):
         for row, o in enumerate(e.outputs):
             cells = [
                 o.name,
-                _shape(o.shape_a),
-                _shape(o.shape_b),
-                fmt(o.max_abs),
-                fmt(o.rel_l2)
+                format_shape(o.shape_a),
+                format_shape(o.shape_b),
+                format_number(o.max_abs, 3),
+                format_number(o.rel_l2, 3)
                 if o.rel_l2 is not None
-                else (f"Δstats {fmt(o.stats_delta)}" if o.stats_delta is not None else "–"),
-                fmt(o.cosine, 6),
+                else (
+                    f"Δstats {format_number(o.stats_delta, 3)}"
+                    if o.stats_delta is not None
+                    else "–"
+                ),
+                format_number(o.cosine, 6),
             ]
             for col, text in enumerate(cells):
                 item = QTableWidgetItem(text)
@@ -740,8 +670,8 @@ class CompareWindow(QMainWindow):
         o = e.outputs[0]
         if o.shape_changed:
             self._no_difference(
-                f"The output's shape changed: {_shape(o.shape_a)} in A, {_shape(o.shape_b)} "
-                "in B. Values of different shapes cannot be subtracted."
+                f"The output's shape changed: {format_shape(o.shape_a)} in A, "
+                f"{format_shape(o.shape_b)} in B. Values of different shapes cannot be subtracted."
             )
             return
         value = self.diff.difference(e)
@@ -753,7 +683,9 @@ class CompareWindow(QMainWindow):
                 else "No values were kept for this tensor (over the capture's size cap)."
             )
             delta = (
-                f" The statistics differ by up to {fmt(o.stats_delta)}." if o.stats_delta else ""
+                f" The statistics differ by up to {format_number(o.stats_delta, 3)}."
+                if o.stats_delta
+                else ""
             )
             self._no_difference(f"<b>No A − B heatmap.</b><br>{why}{delta}")
             return
@@ -797,7 +729,7 @@ class CompareWindow(QMainWindow):
         self.difference_caption.setText(
             "A − B · identical here (every element equal)"
             if biggest == 0
-            else f"A − B · max |A − B| = {fmt(biggest)} over the whole tensor"
+            else f"A − B · max |A − B| = {format_number(biggest, 3)} over the whole tensor"
         )
 
     def _no_difference(self, text: str) -> None:
@@ -832,8 +764,9 @@ class CompareWindow(QMainWindow):
         ]
         if first.rel_l2 is not None:
             lines.append(
-                f"rel L2 <b>{fmt(first.rel_l2)}</b> · max |A−B| <b>{fmt(first.max_abs)}</b> · "
-                f"cosine {fmt(first.cosine, 6)}"
+                f"rel L2 <b>{format_number(first.rel_l2, 3)}</b> · "
+                f"max |A−B| <b>{format_number(first.max_abs, 3)}</b> · "
+                f"cosine {format_number(first.cosine, 6)}"
             )
         if step.source is not None and step.source.text:
             lines.append(
@@ -902,10 +835,6 @@ class CompareWindow(QMainWindow):
             self._syncing = False
 
 
-def _shape(s) -> str:
-    return "–" if s is None else "(" + ", ".join(str(x) for x in s) + ")"
-
-
 def _separator() -> QFrame:
     line = QFrame()
     line.setFrameShape(QFrame.Shape.HLine)
@@ -930,10 +859,7 @@ __all__ = [
     "DivergenceMark",
     "DivergenceOverlay",
     "divergence_colour",
-    "entry_score",
     "open_compare",
-    "score_text",
-    "step_scores",
 ]
 
 

@@ -50,7 +50,8 @@ from PySide6.QtWidgets import (
 from app import theme
 from app.widgets.heatmap import HeatmapView
 from app.widgets.tensor_view import as_matrix, axis_names
-from app.windows.compare_window import CompareWindow, divergence_colour, entry_score, score_text
+from app.windows.compare_window import CompareWindow, divergence_colour
+from tracing.divergence import entry_score, score_text
 from tracing.rank_report import placements_text
 from tracing.ranks import RankDivergence, RankSet, collectives_of, layout_of, load_ranks
 
