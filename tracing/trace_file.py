@@ -50,6 +50,7 @@ target, so an interrupted save never leaves a file that looks complete.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 import json
 import os
@@ -330,6 +331,14 @@ larger ones become entries after the data (the header must fit ``HEADER_RESERVE`
 PAD_PREFIX = f"{RESERVED_PREFIX}_pad"
 
 
+def _memory_of(t: torch.Tensor) -> memoryview:
+    """The bytes of a contiguous CPU tensor, without a copy and without numpy: a numpy
+    view marks the storage as never to be resized again, and a live tensor may need that
+    (FSDP frees a gathered parameter by resizing its storage to 0)."""
+    nbytes = t.numel() * t.element_size()
+    return memoryview((ctypes.c_char * nbytes).from_address(t.data_ptr())).cast("B")
+
+
 class TraceWriter:
     """Writes a trace file while the trace is recorded: values first, the header last.
 
@@ -365,7 +374,8 @@ class TraceWriter:
         return self._offset
 
     def add(self, name: str, t: torch.Tensor) -> None:
-        """Append one CPU tensor's bytes (a non-contiguous one through a contiguous copy)."""
+        """Append one CPU tensor's bytes (a non-contiguous one, or a tensor subclass,
+        through a contiguous copy)."""
         if name in self._entries or name.startswith(RESERVED_PREFIX):
             raise ValueError(f"cannot stream value {name!r}: the name is taken or reserved")
         self._append(name, t)
@@ -381,12 +391,16 @@ class TraceWriter:
         gap = -self._offset % t.element_size()
         if gap:
             self._pad(gap)
-        if not t.is_contiguous():
-            t = t.contiguous()
+        if type(t) is not torch.Tensor or not t.is_contiguous():
+            # a subclass (an async collective's output) only has its data after a torch
+            # op waits for it: copy through one
+            plain = torch.empty(t.shape, dtype=t.dtype)
+            plain.copy_(t)
+            t = plain
         nbytes = t.numel() * t.element_size()
         try:
             if nbytes:
-                self._file.write(_raw_bytes(t))
+                self._file.write(_memory_of(t))
         except OSError as e:
             self.abort()
             raise TraceFileError(f"cannot write {self.path}: {e.strerror or e}") from None
