@@ -82,6 +82,23 @@ class RowParallelLinear(nn.Module):
         return partial + self.bias
 
 
+class PassAlong(nn.Module):
+    """Rank 0 sends its activations to rank 1 (``send``/``recv``, then ``isend``/``irecv``
+    waited on), with a ``barrier`` between: point-to-point traffic in a forward."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x * (dist.get_rank() + 1)
+        if dist.get_rank() == 0:
+            dist.send(y, dst=1)
+        else:
+            dist.recv(y, src=0)
+        dist.barrier()
+        z = torch.empty_like(y)
+        work = dist.isend(y, dst=1) if dist.get_rank() == 0 else dist.irecv(z, src=0)
+        work.wait()
+        return y + z
+
+
 def demo_model():
     from scratchformer import DecoderOnlyTransformer, ModelConfig
 
@@ -132,6 +149,12 @@ def data_parallel(rank: int, world_size: int, folder: Path) -> None:
     tracing.trace(ddp, DEMO_TOKENS, capture="stats", out=folder / "drift.sft")
 
 
+def point_to_point(rank: int, world_size: int, folder: Path) -> None:
+    import tracing
+
+    tracing.trace(PassAlong(), mlp_input(), capture="values", out=folder / "p2p.sft")
+
+
 def fully_sharded(rank: int, world_size: int, folder: Path) -> None:
     """The MLP under FSDP2 (``fully_shard`` on each Linear and on the whole)."""
     from torch.distributed.fsdp import fully_shard
@@ -161,5 +184,12 @@ def cli_trace(rank: int, world_size: int, folder: Path) -> None:
 
 def every_scenario(rank: int, world_size: int, folder: Path) -> None:
     """All of the above in one pair of processes (starting them is the slow part)."""
-    for scenario in (row_parallel, tensor_parallel, data_parallel, fully_sharded, cli_trace):
+    for scenario in (
+        row_parallel,
+        tensor_parallel,
+        data_parallel,
+        fully_sharded,
+        point_to_point,
+        cli_trace,
+    ):
         scenario(rank, world_size, folder)

@@ -102,7 +102,11 @@ def test_tensor_parallel_records_layouts_and_redistributions(folder):
     moves = [c for c in trace.meta["distributed"]["collectives"] if c["op"] == "redistribute"]
     assert [["partial", "sum"]] in [m["placements"][0] for m in moves]
     last = next(m for m in moves if m["placements"][0] == [["partial", "sum"]])
-    assert last["placements"][1] == [["replicate"]] and last["ranks"] == [0, 1]
+    assert (
+        last["placements"][1] == [["replicate"]]
+        and last["ranks"] == [0, 1]
+        and last["group"] == "tp"
+    )
 
 
 def test_stitched_shards_equal_the_layer_unsharded(folder):
@@ -238,6 +242,7 @@ def test_rank_window_shows_shards_stitched_and_only_what_should_agree(qtbot, fol
     linear0 = next(s for s in window.ranks.first.steps if s.module == "0" and s.op == "linear")
     window.compare.go_to_step("a", linear0.index)
     assert window.compare.current_entry.status == "sharded"
+    assert "differ by design" in window.compare.difference_heatmap.message  # no A − B
     assert "global (3, 16) · Shard(1)" in window.stitched_title.text()
     image = window.stitched_heatmap.image_item.image
     expected = workers.mlp()[0](workers.mlp_input()).detach()
@@ -269,6 +274,11 @@ def test_file_open_ranks_and_the_command_line(qtbot, folder, tmp_path, monkeypat
     assert window.ranks_launcher.open_with([folder / "row.rank0.sft"] * 2) is None
     assert "rank 0 is also" in shown[0]
     assert is_rank_set([folder / "row.sft"]) and not is_rank_set([folder / "row.rank0.sft"])
+    # steps without tensors (a barrier) and without inputs (a recv) show like any other
+    p2p = window.ranks_launcher.open_with([folder / "p2p.sft"])
+    for position in range(len(p2p.compare.entries)):
+        p2p.compare.go_to(position)
+        assert p2p.compare.position == position
 
 
 # --------------------------------------------------------------------------- FSDP
@@ -293,3 +303,27 @@ def test_fsdp_unshard_all_gathers_are_steps_and_the_output_is_the_unsharded_mode
         assert len([s for s in trace.steps if s.op == "all_gather_single"]) == 2  # once each
         torch.testing.assert_close(trace.value(trace.steps[0].outputs[0]), ref(x).detach())
     assert ranks.first_divergence() is None
+
+
+# --------------------------------------------------------------------------- point to point
+
+
+def test_send_recv_barrier_and_async_pairs_are_steps(folder):
+    ranks = load_ranks(folder / "p2p.sft")
+    x = workers.mlp_input()
+    sender, receiver = ranks[0], ranks[1]
+    ops = [c["op"] for c in collectives_of(sender)]
+    assert ops == ["send", "barrier", "isend"]
+    assert [c["op"] for c in collectives_of(receiver)] == ["recv", "barrier", "irecv"]
+    recv = next(c for c in collectives_of(receiver) if c["op"] == "recv")
+    assert recv["src"] == 0 and recv["ranks"] == [0, 1]
+    step = receiver.steps[recv["step"]]
+    assert step.inputs == () and len(step.outputs) == 1
+    torch.testing.assert_close(receiver.value(step.outputs[0]), x)  # what rank 0 sent
+    barrier = receiver.steps[collectives_of(receiver)[1]["step"]]
+    assert barrier.inputs == () and barrier.outputs == ()
+    irecv = receiver.steps[collectives_of(receiver)[2]["step"]]
+    # issued, not yet written: the shape is kept, no statistics
+    assert receiver.tensors[irecv.outputs[0]].stats is None
+    assert receiver.graph.number_of_nodes() == len(receiver.steps)
+    torch.testing.assert_close(receiver.value(receiver.steps[0].outputs[0]), 2 * x)

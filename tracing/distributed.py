@@ -376,7 +376,7 @@ class RankCapture:
             entry = {
                 "op": "redistribute",
                 "api": "DTensor",
-                "group": str(mesh.mesh_dim_names or "mesh"),
+                "group": ",".join(mesh.mesh_dim_names or ()) or "mesh",
                 "ranks": mesh.mesh.flatten().tolist(),
                 "placements": [
                     [placement_spec(p) for p in current_spec.placements],

@@ -667,6 +667,12 @@ class CompareWindow(QMainWindow):
         if not e.outputs:
             self._no_difference("This step has no outputs.")
             return
+        if e.status == "sharded":  # the rank view: each side holds its own shard
+            self._no_difference(
+                "Each rank holds its own shard here: they differ by design. The whole "
+                "tensor is in the Stitched tab."
+            )
+            return
         o = e.outputs[0]
         if o.shape_changed:
             self._no_difference(

@@ -312,7 +312,11 @@ class RankWindow(QMainWindow):
             )
             return
         record = first.tensors[tid]
-        names = axis_names(record)
+        # the shard's axis names fit the whole only where the shard spans the whole axis
+        names = [
+            n if record.shape[i] == layout["global_shape"][i] else f"dim{i}"
+            for i, n in enumerate(axis_names(record))
+        ]
         matrix = as_matrix(value.float(), (0,) * max(0, value.dim() - 2))
         row_name, col_name = ("", names[0]) if value.dim() == 1 else (names[-2], names[-1])
         self.stitched_heatmap.set_matrix(
