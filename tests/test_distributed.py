@@ -274,6 +274,9 @@ def test_file_open_ranks_and_the_command_line(qtbot, folder, tmp_path, monkeypat
     assert window.ranks_launcher.open_with([folder / "row.rank0.sft"] * 2) is None
     assert "rank 0 is also" in shown[0]
     assert is_rank_set([folder / "row.sft"]) and not is_rank_set([folder / "row.rank0.sft"])
+    assert window.open_path(folder / "row.rank1.sft")  # one rank alone: a hint
+    qtbot.waitUntil(lambda: window.statusBar().currentMessage().startswith("rank 1 of 2"))
+    assert "row.rank0.sft, row.rank1.sft" in window.statusBar().currentMessage()
     # steps without tensors (a barrier) and without inputs (a recv) show like any other
     p2p = window.ranks_launcher.open_with([folder / "p2p.sft"])
     for position in range(len(p2p.compare.entries)):

@@ -94,11 +94,18 @@ def test_a_forward_that_raises_leaves_a_valid_partial_trace(tmp_path):
     assert torch.equal(loaded.value(relu.outputs[0]), info.value.trace.value(relu.outputs[0]))
 
 
-def test_an_interrupted_capture_leaves_no_file(tmp_path):
+def test_an_interrupted_capture_leaves_a_file_that_says_so(tmp_path):
+    path = tmp_path / "t.sft"
     with pytest.raises(KeyboardInterrupt):
-        tracing.trace(
-            _Raises(KeyboardInterrupt()), torch.randn(2, 4), capture="values", out=tmp_path / "t"
-        )
+        tracing.trace(_Raises(KeyboardInterrupt()), torch.randn(2, 4), capture="values", out=path)
+    loaded = tracing.load(path)
+    assert not loaded.complete and "KeyboardInterrupt" in loaded.error
+    assert sorted(os.listdir(tmp_path)) == ["t.sft"]
+
+
+def test_a_capture_stopped_from_outside_leaves_no_file(tmp_path):
+    with pytest.raises(SystemExit):
+        tracing.trace(_Raises(SystemExit(3)), torch.randn(2, 4), capture="values", out=tmp_path / "t")
     assert list(tmp_path.iterdir()) == []
 
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import torch
 
+from tracing.trace_file import can_store
+
 CHUNK_BYTES = 32 * 2**20
 """Size of one arena chunk (a larger value gets a chunk of its own size)."""
 
@@ -132,7 +134,8 @@ class ValueArena:
 class StreamedValues:
     """Copies of kept values written straight to a trace file as they come.
 
-    ``keep`` returns the key written (and None: nothing stays in memory). CPU tensors
+    ``keep`` returns the key written (None: a dtype the file cannot hold), and None for
+    the copy: nothing stays in memory. CPU tensors
     are written from their own memory (no copy); accelerator tensors are queued into
     pinned memory and written once the device has produced them.
     """
@@ -145,7 +148,9 @@ class StreamedValues:
         self._written: set[str] = set()
         self.aborted = False
 
-    def keep(self, key: str, t: torch.Tensor, dtype: torch.dtype) -> tuple[str, None]:
+    def keep(self, key: str, t: torch.Tensor, dtype: torch.dtype) -> tuple[str | None, None]:
+        if not can_store(dtype):  # complex128, quantized...: the file has no such dtype
+            return None, None
         if key in self._written:  # a record dropped and its id reused: a fresh name
             key = f"{key}.{len(self._written)}"
         self._written.add(key)
