@@ -104,9 +104,9 @@ def test_an_interrupted_capture_leaves_a_file_that_says_so(tmp_path):
 
 
 def test_a_capture_stopped_from_outside_leaves_no_file(tmp_path):
-    tmp_path = tmp_path / "t"
+    out = tmp_path / "t.sft"
     with pytest.raises(SystemExit):
-        tracing.trace(_Raises(SystemExit(3)), torch.randn(2, 4), capture="values", out=tmp_path)
+        tracing.trace(_Raises(SystemExit(3)), torch.randn(2, 4), capture="values", out=out)
     assert list(tmp_path.iterdir()) == []
 
 
