@@ -15,11 +15,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-
-def _format_value(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+from tracing.formatting import format_number
 
 
 def _format_duration(seconds: float) -> str:
@@ -118,7 +114,10 @@ class ProgressBar:
             timing = f"[{_format_duration(elapsed)}<{_format_duration(remaining)}]"
         else:
             timing = f"[{_format_duration(elapsed)}]"
-        extras = " ".join(f"{k}={_format_value(v)}" for k, v in self.postfix.items())
+        extras = " ".join(
+            f"{k}={format_number(v) if isinstance(v, float) else v}"
+            for k, v in self.postfix.items()
+        )
         head = f"{self.desc} " if self.desc else ""
         text = f"{head}{100 * frac:3.0f}% |{bar}| {self.n}/{self.total} {timing}"
         return f"{text} {extras}".rstrip()

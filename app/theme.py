@@ -34,6 +34,7 @@ TRACK = "#2f3440"  # a hovered menu-bar item or tool button, the slider's groove
 BUTTON_HOVER = "#323744"
 CURRENT_FILL = "#3a3424"  # the selected box or chip, warm like CURRENT
 CURRENT_LINE = "#3d3522"  # the source line of the current step
+FAILED_LINE = "#5c2326"  # the source line that raised (ERROR, darkened under text)
 
 # ---- lines
 DIVIDER = "#2c3039"  # between areas, separators
@@ -65,6 +66,12 @@ ERROR_TEXT = "#ff7b7b"  # an error said in words (lighter, for reading)
 NONFINITE = "#d62728"  # a NaN or Inf in a table cell
 IO_ACCENT = "#c8ced8"  # the diagram's input and output boxes
 
+# ---- training-step traces: the two phases, and boxes coloured by gradient norm
+FORWARD_PHASE = "#2f4f7f"
+BACKWARD_PHASE = "#7a4b1f"
+GRAD_LOW = "#1f3f7a"  # box fill for the smallest gradient norm in view (vanishing)
+GRAD_HIGH = "#8a2b2b"  # ... and for the largest (exploding)
+
 # ---- the diagram's accent stripes: (keyword in the type or op name, colour)
 ACCENTS: tuple[tuple[str, str], ...] = (
     ("attention", "#a98bff"),
@@ -92,6 +99,7 @@ BREAKPOINT_COLOURS = {
     "abs": CURRENT,
     "entropy": "#4fd1c5",
     "op": "#5fa8ff",
+    "grad": "#e5c07b",
 }
 
 # ---- shape table: inputs and outputs (matplotlib's first blue and green)
@@ -114,6 +122,7 @@ SIGNED_CMAP = "CET-D1"  # blue - white - red, perceptually uniform, for data cen
 SIGNED_CMAP_DARK = "CET-D4"  # blue - black - red: the same idea for a dark theme
 SEQUENTIAL_CMAP = "viridis"  # for non-negative data
 PROBABILITY_CMAP = "inferno"  # for attention probabilities (0..1)
+MASKED_COLOUR = "#8a93a6"  # heatmap cells that are mask fills (-1e9, -inf): a grey no map uses
 
 _STYLESHEET = Path(__file__).with_name("style.qss")
 

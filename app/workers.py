@@ -17,6 +17,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
+from app.generation_session import GenerationRequest, run_generation
 from app.session import SessionError, TraceRequest, run_trace
 
 
@@ -80,3 +81,18 @@ class TraceJob(BackgroundJob):
 
     def __init__(self, request: TraceRequest):
         super().__init__(request, run_trace)
+
+
+class GenerationJob(BackgroundJob):
+    """One generation request (:func:`run_generation`) run off the GUI thread;
+    ``finished`` carries a ``GenerationOutcome``."""
+
+    thread_name = "generation-worker"
+    refused_title = "Cannot trace the generation"
+    failed_title = "Tracing the generation failed"
+
+    def __init__(self, request: GenerationRequest):
+        super().__init__(request, run_generation)
+
+    def wait(self, ms: int = 60_000) -> bool:
+        return super().wait(ms)

@@ -82,6 +82,23 @@ class RowParallelLinear(nn.Module):
         return partial + self.bias
 
 
+class PassAlong(nn.Module):
+    """Rank 0 sends its activations to rank 1 (``send``/``recv``, then ``isend``/``irecv``
+    waited on), with a ``barrier`` between: point-to-point traffic in a forward."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x * (dist.get_rank() + 1)
+        if dist.get_rank() == 0:
+            dist.send(y, dst=1)
+        else:
+            dist.recv(y, src=0)
+        dist.barrier()
+        z = torch.empty_like(y)
+        work = dist.isend(y, dst=1) if dist.get_rank() == 0 else dist.irecv(z, src=0)
+        work.wait()
+        return y + z
+
+
 def demo_model():
     from scratchformer import DecoderOnlyTransformer, ModelConfig
 
@@ -132,6 +149,24 @@ def data_parallel(rank: int, world_size: int, folder: Path) -> None:
     tracing.trace(ddp, DEMO_TOKENS, capture="stats", out=folder / "drift.sft")
 
 
+def point_to_point(rank: int, world_size: int, folder: Path) -> None:
+    import tracing
+
+    tracing.trace(PassAlong(), mlp_input(), capture="values", out=folder / "p2p.sft")
+
+
+def fully_sharded(rank: int, world_size: int, folder: Path) -> None:
+    """The MLP under FSDP2 (``fully_shard`` on each Linear and on the whole)."""
+    from torch.distributed.fsdp import fully_shard
+
+    import tracing
+
+    model = mlp()
+    for layer in (model[0], model[2], model):
+        fully_shard(layer)
+    tracing.trace(model, mlp_input(), capture="values", out=folder / "fsdp.sft")
+
+
 def cli_trace(rank: int, world_size: int, folder: Path) -> None:
     """``scratchformer trace --ddp`` as ``torchrun`` would run it on each rank (the group
     is up already, as after the command joins it)."""
@@ -147,7 +182,54 @@ def cli_trace(rank: int, world_size: int, folder: Path) -> None:
     assert code == 0
 
 
+USER_MODEL = '''
+"""A user's tensor-parallel MLP: build() splits it over every rank of the default group."""
+import torch
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+
+def build():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))
+    mesh = init_device_mesh("cpu", (torch.distributed.get_world_size(),))
+    return parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+
+
+def example_inputs():
+    return torch.randn(3, 8, generator=torch.Generator().manual_seed(1))
+'''
+
+
+def cli_own_model(rank: int, world_size: int, folder: Path) -> None:
+    """``scratchformer trace --model FILE.py:build`` on each rank: the user's factory
+    parallelizes the model itself (the group is up before the file is imported)."""
+    from app.cli import main
+    from app.commands import ranks
+
+    source = folder / "tp_model.py"
+    if rank == 0:
+        source.write_text(USER_MODEL)
+    dist.barrier()
+    leave, ranks.leave = ranks.leave, lambda: None  # the spawner leaves the group
+    try:
+        code = main(["trace", "--quiet", "--capture", "values", "--model", f"{source}:build",
+                     "-o", str(folder / "own.sft")])  # fmt: skip
+    finally:
+        ranks.leave = leave
+    assert code == 0
+
+
 def every_scenario(rank: int, world_size: int, folder: Path) -> None:
     """All of the above in one pair of processes (starting them is the slow part)."""
-    for scenario in (row_parallel, tensor_parallel, data_parallel, cli_trace):
+    for scenario in (
+        row_parallel,
+        tensor_parallel,
+        data_parallel,
+        fully_sharded,
+        point_to_point,
+        cli_trace,
+        cli_own_model,
+    ):
         scenario(rank, world_size, folder)

@@ -114,7 +114,7 @@ def test_trace_the_demo_model_by_default(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("args", "words"),
     [
-        (["--checkpoint", "{tmp}/missing.safetensors"], ["checkpoint not found"]),
+        (["--checkpoint", "{tmp}/missing.safetensors"], ["no such checkpoint"]),
         (["--preset", "gpt5"], ["unknown preset 'gpt5'", "demo"]),
         (["--preset", "demo", "--prompt", ""], ["prompt is empty"]),
         (["--preset", "demo", "--prompt", "x" * 65], ["65 tokens", "block_size is 64"]),
@@ -233,3 +233,5 @@ def test_bench_quick_prints_every_figure_with_its_target(capsys):
     assert "target >= 0.5x" in out  # save throughput
     assert "target <= 0.5 s" in out  # lazy open
     assert "target <= 1.2x" in out  # memory
+    for figure in ("trace_step shapes", "trace_step stats", "trace_step values", "watched loop"):
+        assert f"  {figure}" in out, figure  # the training-step section

@@ -17,7 +17,7 @@ import torch
 
 import tracing
 from tracing.distributed import rank_path, rank_siblings
-from tracing.ranks import load_ranks, pooled_stats, stitch
+from tracing.ranks import collectives_of, load_ranks, pooled_stats, stitch
 from tracing.stats import tensor_stats
 
 pytestmark = pytest.mark.skipif(
@@ -102,7 +102,11 @@ def test_tensor_parallel_records_layouts_and_redistributions(folder):
     moves = [c for c in trace.meta["distributed"]["collectives"] if c["op"] == "redistribute"]
     assert [["partial", "sum"]] in [m["placements"][0] for m in moves]
     last = next(m for m in moves if m["placements"][0] == [["partial", "sum"]])
-    assert last["placements"][1] == [["replicate"]] and last["ranks"] == [0, 1]
+    assert (
+        last["placements"][1] == [["replicate"]]
+        and last["ranks"] == [0, 1]
+        and last["group"] == "tp"
+    )
 
 
 def test_stitched_shards_equal_the_layer_unsharded(folder):
@@ -196,3 +200,145 @@ def test_cli_trace_under_ranks_writes_one_file_per_rank_and_report_reads_them(fo
     assert found["rank"] == 1 and found["label"].endswith("linear1 · linear")
     assert main(["report", str(folder / "tp.rank0.sft"), str(folder / "tp.rank0.sft")]) == 2
     assert "rank 0 is also" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- the app
+
+
+def _rank_window(qtbot, paths):
+    from app.windows.rank_window import RankWindow
+
+    window = RankWindow.from_files(paths)
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitExposed(window)
+    return window
+
+
+@pytest.mark.gui
+def test_rank_window_opens_at_the_drifted_step_and_steps_ranks_together(qtbot, folder):
+    window = _rank_window(qtbot, folder / "drift.sft")
+    assert window.pair == (0, 1)
+    entry = window.compare.current_entry
+    assert entry.label == "module.blocks.1.feed_forward.linear1 · linear"
+    assert window.across.count() == len(window.divergences) > 0
+    assert window.tabs.tabText(0) == f"Across ranks ({len(window.divergences)})"
+    # stepping moves both ranks: the entry pairs the same step of rank 0 and rank 1
+    window.compare.next()
+    moved = window.compare.current_entry
+    assert moved.a_index == moved.b_index == entry.a_index + 1
+    # the same rank on both sides: nothing differs
+    window.rank_b.setCurrentIndex(window.rank_b.findData(0))
+    assert window.pair == (0, 0) and window.compare.first is None
+    window.go_to_first_divergence()
+    assert window.pair == (0, 1)
+
+
+@pytest.mark.gui
+def test_rank_window_shows_shards_stitched_and_only_what_should_agree(qtbot, folder):
+    window = _rank_window(qtbot, [folder / "tp.rank0.sft", folder / "tp.rank1.sft"])
+    assert window.divergences == [] and window.compare.first is None
+    # the column-parallel hidden layer differs across ranks by design: a shard, grey
+    linear0 = next(s for s in window.ranks.first.steps if s.module == "0" and s.op == "linear")
+    window.compare.go_to_step("a", linear0.index)
+    assert window.compare.current_entry.status == "sharded"
+    assert "differ by design" in window.compare.difference_heatmap.message  # no A − B
+    assert "global (3, 16) · Shard(1)" in window.stitched_title.text()
+    image = window.stitched_heatmap.image_item.image
+    expected = workers.mlp()[0](workers.mlp_input()).detach()
+    assert image.shape == tuple(expected.shape)
+    torch.testing.assert_close(torch.as_tensor(image), expected)
+    assert window.collectives.rowCount() == 2
+    assert window.collectives.item(1, 4).text() == "Partial(sum) → Replicate"
+    # without the filter the shards count as differences
+    window.agree_only.setChecked(False)
+    assert window.compare.first is not None
+
+
+@pytest.mark.gui
+def test_file_open_ranks_and_the_command_line(qtbot, folder, tmp_path, monkeypatch):
+    from PySide6.QtCore import QSettings
+
+    from app.windows import dialogs
+    from app.windows.main_window import MainWindow
+    from app.windows.rank_window import is_rank_set
+
+    shown = []
+    monkeypatch.setattr(dialogs, "show_error", lambda parent, t, x, details="": shown.append(x))
+    window = MainWindow(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    qtbot.addWidget(window)
+    assert window.ranks_launcher.action in window.menus["File"].actions()
+    ranks = window.ranks_launcher.open_with([folder / "row.rank0.sft", folder / "row.rank1.sft"])
+    assert ranks is not None and ranks.ranks.ranks == [0, 1]
+    ranks.close()
+    assert window.ranks_launcher.open_with([folder / "row.rank0.sft"] * 2) is None
+    assert "rank 0 is also" in shown[0]
+    assert is_rank_set([folder / "row.sft"]) and not is_rank_set([folder / "row.rank0.sft"])
+    assert window.open_path(folder / "row.rank1.sft")  # one rank alone: a hint
+    qtbot.waitUntil(lambda: window.statusBar().currentMessage().startswith("rank 1 of 2"))
+    assert "row.rank0.sft, row.rank1.sft" in window.statusBar().currentMessage()
+    # steps without tensors (a barrier) and without inputs (a recv) show like any other
+    p2p = window.ranks_launcher.open_with([folder / "p2p.sft"])
+    for position in range(len(p2p.compare.entries)):
+        p2p.compare.go_to(position)
+        assert p2p.compare.position == position
+
+
+def test_cli_traces_your_own_tensor_parallel_model_on_every_rank(folder):
+    ranks = load_ranks(folder / "own.sft")
+    assert ranks.ranks == [0, 1] and ranks.first_divergence() is None
+    first = ranks.first
+    linear0 = next(s for s in first.steps if s.module == "0" and s.op == "linear")
+    hidden = workers.mlp()[0](workers.mlp_input()).detach()  # the same seeds as the file
+    torch.testing.assert_close(ranks.stitched(linear0.outputs[0]), hidden)
+    for rank in ranks:
+        out = ranks[rank].value(ranks[rank].steps[0].outputs[0])
+        torch.testing.assert_close(out, workers.mlp()(workers.mlp_input()).detach())
+
+
+# --------------------------------------------------------------------------- FSDP
+
+
+def test_fsdp_unshard_all_gathers_are_steps_and_the_output_is_the_unsharded_models(folder):
+    ranks = load_ranks(folder / "fsdp.sft")
+    ref = workers.mlp()
+    x = workers.mlp_input()
+    for rank in ranks:
+        trace = ranks[rank]
+        gathers = [c for c in collectives_of(trace) if c["op"] == "all_gather_single"]
+        assert len(gathers) == 2 and all(c["ranks"] == [0, 1] for c in gathers)
+        for c in gathers:  # rank's flat shard in, every rank's shards out
+            step = trace.steps[c["step"]]
+            (shard,), (whole,) = step.inputs, step.outputs
+            assert trace.tensors[whole].shape[0] == 2 * trace.tensors[shard].shape[0]
+            n = trace.tensors[shard].shape[0]
+            torch.testing.assert_close(
+                trace.value(whole)[rank * n : (rank + 1) * n], trace.value(shard)
+            )
+        assert len([s for s in trace.steps if s.op == "all_gather_single"]) == 2  # once each
+        torch.testing.assert_close(trace.value(trace.steps[0].outputs[0]), ref(x).detach())
+    assert ranks.first_divergence() is None
+
+
+# --------------------------------------------------------------------------- point to point
+
+
+def test_send_recv_barrier_and_async_pairs_are_steps(folder):
+    ranks = load_ranks(folder / "p2p.sft")
+    x = workers.mlp_input()
+    sender, receiver = ranks[0], ranks[1]
+    ops = [c["op"] for c in collectives_of(sender)]
+    assert ops == ["send", "barrier", "isend"]
+    assert [c["op"] for c in collectives_of(receiver)] == ["recv", "barrier", "irecv"]
+    recv = next(c for c in collectives_of(receiver) if c["op"] == "recv")
+    assert recv["src"] == 0 and recv["ranks"] == [0, 1]
+    step = receiver.steps[recv["step"]]
+    assert step.inputs == () and len(step.outputs) == 1
+    torch.testing.assert_close(receiver.value(step.outputs[0]), x)  # what rank 0 sent
+    barrier = receiver.steps[collectives_of(receiver)[1]["step"]]
+    assert barrier.inputs == () and barrier.outputs == ()
+    irecv = receiver.steps[collectives_of(receiver)[2]["step"]]
+    # issued, not yet written: the shape is kept, no statistics
+    assert receiver.tensors[irecv.outputs[0]].stats is None
+    assert receiver.graph.number_of_nodes() == len(receiver.steps)
+    torch.testing.assert_close(receiver.value(receiver.steps[0].outputs[0]), 2 * x)

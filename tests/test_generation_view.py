@@ -9,16 +9,10 @@ import torch
 from PySide6.QtCore import QPointF, Qt
 
 import scratchformer
-from app.panels.generation import (
-    GenerationJob,
-    GenerationRequest,
-    GenerationView,
-    TraceGenerationDialog,
-    run_generation,
-)
+from app.generation_session import GenerationRequest, run_generation
+from app.panels.generation import GenerationView, TraceGenerationDialog
 from app.session import ModelSource, SessionError
-
-pytestmark = pytest.mark.gui
+from app.workers import GenerationJob
 
 PROMPT = "word|"  # the demo model reverses it: "drow."
 

@@ -23,10 +23,13 @@ What a rank's trace gains
 
 How collectives are seen
 ------------------------
-The tracer's ``TorchFunctionMode`` sees torch functions, but ``torch.distributed``'s
-collectives (``dist.all_reduce`` ...) are plain Python functions calling into C++: they
-are wrapped, in ``torch.distributed`` and ``torch.distributed.distributed_c10d``, for the
-trace's duration only, and restored in ``finally``. Functional collectives
+``torch.distributed``'s collectives (``dist.all_reduce`` ...) are Python functions
+calling into C++; most hand an active ``TorchFunctionMode`` the call, but the mode cannot
+tell what they read from what they write (they write in place, often without bumping
+``_version``, so a mode-only record loses the output). So they are wrapped, in
+``torch.distributed`` and ``torch.distributed.distributed_c10d``, for the trace's duration
+only (restored in ``finally``), and each wrapper records its call once, with the function
+mode off inside it. Functional collectives
 (``torch.distributed._functional_collectives``, which DTensor uses) reach the mode as
 ``torch.ops._c10d_functional`` ops: the tracer records them as usual and this module
 adds their group. A DTensor redistribution (``Shard -> Replicate`` ...) is recorded as a
@@ -37,6 +40,7 @@ shape but no statistics (they are not written yet).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import re
@@ -133,8 +137,13 @@ def process_info() -> dict[str, Any]:
         "world_size": dist.get_world_size(),
         "backend": str(dist.get_backend()),
         "local_rank": _int_env("LOCAL_RANK"),
-        "host": socket.gethostname(),
+        "host": _host(),
     }
+
+
+@functools.cache
+def _host() -> str:
+    return socket.gethostname()
 
 
 def _int_env(name: str) -> int | None:
@@ -206,10 +215,12 @@ _C10D_SIGNATURES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "reduce": (("tensor",), ("tensor",)),
     "all_gather": (("tensor",), ("tensor_list",)),
     "all_gather_into_tensor": (("input_tensor",), ("output_tensor",)),
+    "all_gather_single": (("input_tensor",), ("output_tensor",)),  # FSDP2's unshard
     "gather": (("tensor",), ("gather_list",)),
     "scatter": (("scatter_list",), ("tensor",)),
     "reduce_scatter": (("input_list",), ("output",)),
     "reduce_scatter_tensor": (("input",), ("output",)),
+    "reduce_scatter_single": (("input",), ("output",)),
     "all_to_all_single": (("input",), ("output",)),
     "all_to_all": (("input_tensor_list",), ("output_tensor_list",)),
     "send": (("tensor",), ()),
@@ -243,6 +254,20 @@ _REDISTRIBUTE_USERS = (
 )
 
 _local = threading.local()  # .depth: collectives open on this thread (inner ones not recorded)
+
+
+_signatures: dict[Any, inspect.Signature | None] = {}
+
+
+def _signature(func: Callable) -> inspect.Signature | None:
+    """``inspect.signature`` of a collective, once per function (it costs ~0.1 ms, and a
+    trace wraps every collective anew); None for a C++ function without one."""
+    if func not in _signatures:
+        try:
+            _signatures[func] = inspect.signature(func)
+        except (TypeError, ValueError):
+            _signatures[func] = None
+    return _signatures[func]
 
 
 def _named_args(signature: inspect.Signature, args: tuple, kwargs: dict) -> dict[str, Any]:
@@ -334,10 +359,7 @@ class RankCapture:
 
     def _c10d_wrapper(self, name: str, original: Callable) -> Callable:
         reads, writes = _C10D_SIGNATURES[name]
-        try:
-            signature = inspect.signature(original)
-        except (TypeError, ValueError):  # a C++ function without one
-            signature = None
+        signature = _signature(original)
         shown = name.lstrip("_")
 
         def collective(*args, **kwargs):
@@ -353,8 +375,12 @@ class RankCapture:
             entry = {"op": shown, "api": "torch.distributed", "group": group, "ranks": ranks}
             entry.update(_scalar_detail(named))
             settled = not (named.get("async_op") or name in ("isend", "irecv"))
-            return self._record(entry, lambda: original(*args, **kwargs), ins, in_names, outs,
-                                out_names, settled)  # fmt: skip
+
+            def run():  # most of these hand a mode the call: recorded here, not twice
+                with torch._C.DisableTorchFunction():
+                    return original(*args, **kwargs)
+
+            return self._record(entry, run, ins, in_names, outs, out_names, settled)
 
         collective.__wrapped__ = original  # type: ignore[attr-defined]
         return collective
@@ -367,7 +393,7 @@ class RankCapture:
             entry = {
                 "op": "redistribute",
                 "api": "DTensor",
-                "group": str(mesh.mesh_dim_names or "mesh"),
+                "group": ",".join(mesh.mesh_dim_names or ()) or "mesh",
                 "ranks": mesh.mesh.flatten().tolist(),
                 "placements": [
                     [placement_spec(p) for p in current_spec.placements],

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from tracing.jsonable import to_jsonable
+
 if TYPE_CHECKING:  # pragma: no cover
     import torch.nn as nn
 
@@ -133,24 +135,13 @@ class GenerationTrace:
             "prompt": self.prompt,
             "tokens": self.tokens,
             "probs": self.probs,
-            "settings": _jsonable(self.settings),
+            "settings": to_jsonable(self.settings),
             "passes": files,
         }
         tmp = folder / (INDEX_FILE + ".tmp")
         tmp.write_text(json.dumps(index, indent=2))
         tmp.replace(folder / INDEX_FILE)
         return folder
-
-
-def _jsonable(d: Mapping[str, Any]) -> dict[str, Any]:
-    out = {}
-    for k, v in d.items():
-        try:
-            json.dumps(v)
-        except (TypeError, ValueError):
-            v = repr(v)
-        out[k] = v
-    return out
 
 
 def load_generation(folder: str | os.PathLike) -> GenerationTrace:

@@ -17,8 +17,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tracing.formatting import format_shape
 from tracing.ranks import RankSet, collectives_of, layout_of
-from tracing.report import _md, _md_code, _md_table, _shape_text
+from tracing.report import _md, _md_code, _md_table
 
 FORMATS = ("md", "json")
 
@@ -45,7 +46,7 @@ class RankReport:
     divergence: dict[str, Any] | None = None
 
 
-def _placements_text(placements: list) -> str:
+def placements_text(placements: list) -> str:
     def one(p: list) -> str:
         if p[0] == "shard":
             return f"Shard({p[1]})"
@@ -63,11 +64,11 @@ def _outputs_text(ranks: RankSet, rank: int, step_index: int | None) -> str | No
     parts = []
     for tid in trace.steps[step_index].outputs:
         rec = trace.tensors[tid]
-        text = _shape_text(rec.shape, rec.dims)
+        text = format_shape(rec.shape, rec.dims)
         layout = layout_of(trace, tid)
         if layout is not None:
             glob = "(" + ", ".join(str(s) for s in layout["global_shape"]) + ")"
-            text += f" of {glob} {_placements_text(layout['placements'])}"
+            text += f" of {glob} {placements_text(layout['placements'])}"
         parts.append(text)
     return ", ".join(parts)
 
@@ -169,7 +170,7 @@ def _render_md(report: RankReport) -> str:
             detail = c.get("reduce_op") or ""
             if c["op"] == "redistribute":
                 src, dst = c["placements"]
-                detail = f"{_placements_text(src)} → {_placements_text(dst)}"
+                detail = f"{placements_text(src)} → {placements_text(dst)}"
             for key in ("src", "dst"):
                 if key in c:
                     detail += f" {key}={c[key]}"
@@ -198,7 +199,7 @@ def _render_md(report: RankReport) -> str:
 def _shapes(shapes: list | None) -> str:
     if not shapes:
         return "—"
-    return ", ".join("(" + ", ".join(str(s) for s in shape) + ")" for shape in shapes)
+    return ", ".join(format_shape(shape) for shape in shapes)
 
 
-__all__ = ["FORMATS", "RankReport", "RankRow", "compute", "render"]
+__all__ = ["FORMATS", "RankReport", "RankRow", "compute", "placements_text", "render"]

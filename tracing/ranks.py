@@ -50,6 +50,7 @@ AGREEING_COLLECTIVES = frozenset(
         "all_gather",
         "all_gather_into_tensor",
         "all_gather_into_tensor_coalesced",
+        "all_gather_single",
     }
 )
 """Collectives after which every rank of the group holds the same tensor."""
@@ -191,14 +192,37 @@ class RankSet:
         """Ranks the run had but the set lacks (a file not copied back, a rank that died)."""
         return [r for r in range(self.world_size) if r not in self.traces]
 
-    def diff(self, rank: int) -> TraceDiff:
-        """``tracing.diff`` of the first rank against ``rank`` (cached)."""
-        found = self._diffs.get(rank)
+    def diff(self, rank: int, against: int | None = None) -> TraceDiff:
+        """``tracing.diff`` of rank ``against`` (default: the first) with ``rank``, cached."""
+        a = self.ranks[0] if against is None else against
+        found = self._diffs.get((a, rank))
         if found is None:
             from tracing.trace_diff import diff
 
-            found = self._diffs[rank] = diff(self.first, self.traces[rank])
+            found = self._diffs[a, rank] = diff(self.traces[a], self.traces[rank])
         return found
+
+    def agreement_diff(self, a: int, b: int, replicas: bool | None = None) -> TraceDiff:
+        """The diff of ranks ``a`` and ``b`` restricted to what should agree: an aligned
+        step that need not (a shard, a rank's own slice) keeps its shapes but loses its
+        metrics and gets status ``"sharded"``, so it neither counts nor colours as a
+        divergence. What the app's rank view shows."""
+        from dataclasses import replace
+
+        from tracing.trace_diff import TensorDiff
+
+        if replicas is None:
+            replicas = self.replicas_expected()
+        full = self.diff(b, against=a)
+        entries = []
+        for e in full.entries:
+            if e.one_sided or self.should_agree(e.a_index, replicas, rank=a) is not None:
+                entries.append(e)
+                continue
+            outputs = tuple(TensorDiff(o.name, o.shape_a, o.shape_a, o.dtype_a, o.dtype_a)
+                            for o in e.outputs)  # fmt: skip
+            entries.append(replace(e, status="sharded", outputs=outputs))
+        return replace(full, entries=entries)
 
     def counterpart(self, rank: int, tensor_id: int) -> int | None:
         """The id on ``rank`` of the first rank's tensor ``tensor_id``: the same output
@@ -296,12 +320,13 @@ class RankSet:
                     return False
         return True
 
-    def should_agree(self, step_index: int, replicas: bool) -> str | None:
-        """Why the first rank's step ``step_index`` should agree across ranks (None: it
-        need not: a shard, a rank's own slice)."""
-        trace = self.first
+    def should_agree(self, step_index: int, replicas: bool, rank: int | None = None) -> str | None:
+        """Why step ``step_index`` of ``rank`` (default: the first) should agree across
+        ranks (None: it need not: a shard, a rank's own slice)."""
+        rank = self.ranks[0] if rank is None else rank
+        trace = self.traces[rank]
         step = trace.steps[step_index]
-        collective = self._collective_steps().get(step_index)
+        collective = self._collective_steps(rank).get(step_index)
         if collective is not None:
             if collective["op"] in AGREEING_COLLECTIVES:
                 return f"{collective['op']} output"
@@ -316,12 +341,13 @@ class RankSet:
             return "replica"
         return None
 
-    def _collective_steps(self) -> dict[int, dict[str, Any]]:
-        cached = self.__dict__.get("_collective_cache")
-        if cached is None:
-            cached = {c["step"]: c for c in collectives_of(self.first) if "step" in c}
-            self.__dict__["_collective_cache"] = cached
-        return cached
+    def _collective_steps(self, rank: int) -> dict[int, dict[str, Any]]:
+        cache = self.__dict__.setdefault("_collective_cache", {})
+        found = cache.get(rank)
+        if found is None:
+            found = {c["step"]: c for c in collectives_of(self.traces[rank]) if "step" in c}
+            cache[rank] = found
+        return found
 
     def divergences(self, atol: float = 0.0, replicas: bool | None = None) -> list[RankDivergence]:
         """Every step, on every rank, that should agree with the first rank but does not,

@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tracing.formatting import format_number, format_shape
+from tracing.jsonable import to_jsonable
 from tracing.record import Step, TensorRecord, Trace
 
 FORMATS: tuple[str, ...] = ("md", "csv", "json", "html", "graphml")
@@ -64,7 +66,7 @@ class TensorCell:
     @property
     def text(self) -> str:
         """``x: (B=1, T=3, C=4)``; with the dtype appended when it is not float32."""
-        shape = _shape_text(self.shape, self.dims)
+        shape = format_shape(self.shape, self.dims)
         dtype = "" if self.dtype == "float32" else f" {self.dtype}"
         return f"{self.name}: {shape}{dtype}" if self.name else f"{shape}{dtype}"
 
@@ -226,7 +228,7 @@ def compute(trace: Trace) -> Report:
     return Report(
         title=f"Trace report: {model.rsplit('.', 1)[-1]}",
         summary=summary,
-        meta=_jsonable(meta),
+        meta=to_jsonable(meta),
         modules=module_rows,
         steps=steps,
         error=trace.error,
@@ -237,7 +239,7 @@ def _count_tokens(tokens: Any) -> int | None:
     if tokens is None:
         return None
     if isinstance(tokens, (list, tuple)):
-        if tokens and isinstance(tokens[0], (list, tuple)):
+        if tokens and all(isinstance(t, (list, tuple)) for t in tokens):  # a batch
             return sum(len(t) for t in tokens)
         return len(tokens)
     return None
@@ -278,24 +280,6 @@ def _finite(x: float) -> float | None:
     return x if isinstance(x, (int, float)) and math.isfinite(x) else None
 
 
-def _shape_text(shape: tuple[int, ...], dims: tuple[str, ...] | None) -> str:
-    if dims and len(dims) == len(shape):
-        return "(" + ", ".join(f"{d}={s}" for d, s in zip(dims, shape)) + ")"
-    return "(" + ", ".join(str(s) for s in shape) + ")"
-
-
-def _jsonable(v: Any) -> Any:
-    if v is None or isinstance(v, (bool, int, str)):
-        return v
-    if isinstance(v, float):
-        return v if math.isfinite(v) else None
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    return str(v)
-
-
 # --------------------------------------------------------------------------- render
 
 
@@ -308,11 +292,20 @@ def render(trace: Trace | Report, fmt: str) -> str:
     if fmt == "graphml":
         if isinstance(trace, Report):
             raise ValueError("a GraphML report needs the trace itself, not a computed Report")
-        return _render_graphml(trace)
+        return _encodable(_render_graphml(trace))
     report = trace if isinstance(trace, Report) else compute(trace)
-    return {"md": _render_md, "csv": _render_csv, "json": _render_json, "html": _render_html}[fmt](
-        report
-    )
+    render_format = {"md": _render_md, "csv": _render_csv, "json": _render_json}.get(fmt)
+    return _encodable((render_format or _render_html)(report))
+
+
+def _encodable(text: str) -> str:
+    """``text`` with anything UTF-8 cannot encode (lone surrogates from a file's JSON
+    escapes) replaced by ``?``, so every report can be written and printed."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text
 
 
 def format_for(path: str | os.PathLike) -> str:
@@ -331,7 +324,22 @@ def write(trace: Trace | Report, path: str | os.PathLike, fmt: str | None = None
     """Write the report to ``path``; the format comes from the suffix unless given."""
     path = Path(path)
     text = render(trace, fmt or format_for(path))
-    path.write_text(text, encoding="utf-8", newline="")
+    write_text(path, text)
+    return path
+
+
+def write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` as UTF-8 under a temporary name beside ``path``, then rename it
+    over ``path``: a failed write leaves no empty or half-written report behind."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:100]}.", suffix=".partial")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(_encodable(text))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return path
 
 
@@ -339,11 +347,7 @@ def write(trace: Trace | Report, path: str | os.PathLike, fmt: str | None = None
 
 
 def _num(x: float | int | None) -> str:
-    if x is None:
-        return ""
-    if isinstance(x, int):
-        return str(x)
-    return f"{x:.4g}"
+    return format_number(x, missing="")
 
 
 def _cells_text(cells: Sequence[TensorCell]) -> str:
@@ -594,7 +598,7 @@ def _render_json(report: Report) -> str:
         "format": "scratchformer-report",
         "schema": REPORT_SCHEMA,
         "title": report.title,
-        "summary": _jsonable(report.summary),
+        "summary": to_jsonable(report.summary),
         "meta": report.meta,
         "error": report.error,
         "modules": [row(m) for m in report.modules],

@@ -33,6 +33,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from tracing.formatting import format_number, format_shape
+
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
@@ -497,10 +499,10 @@ def _entry_dict(e: StepDiff) -> dict:
 
 def _meta_summary(meta: dict) -> dict:
     keep = ("model_class", "capture", "text", "tokens", "torch_version")
-    return {k: meta[k] for k in keep if k in meta and _jsonable(meta[k])}
+    return {k: meta[k] for k in keep if k in meta and _is_jsonable(meta[k])}
 
 
-def _jsonable(v) -> bool:
+def _is_jsonable(v) -> bool:
     try:
         json.dumps(v)
     except (TypeError, ValueError):
@@ -508,18 +510,8 @@ def _jsonable(v) -> bool:
     return True
 
 
-def _fmt(v: float | None, digits: int = 3) -> str:
-    if v is None:
-        return "–"
-    if math.isnan(v):
-        return "nan"
-    if math.isinf(v):
-        return "inf"
-    return f"{v:.{digits}g}"
-
-
-def _shape(s: tuple[int, ...] | None) -> str:
-    return "–" if s is None else "(" + ", ".join(str(x) for x in s) + ")"
+def _num(v: float | None, digits: int = 3) -> str:
+    return format_number(v, digits)
 
 
 def _render_md(d: TraceDiff, *, atol: float, all_steps: bool) -> str:
@@ -564,11 +556,11 @@ def _render_md(d: TraceDiff, *, atol: float, all_steps: bool) -> str:
                         f"`{e.module or '<root>'}`",
                         f"`{e.op}`",
                         o.name,
-                        _shape(o.shape_a),
-                        _shape(o.shape_b),
-                        _fmt(o.max_abs),
-                        _fmt(o.rel_l2),
-                        _fmt(o.cosine, 6),
+                        format_shape(o.shape_a),
+                        format_shape(o.shape_b),
+                        _num(o.max_abs),
+                        _num(o.rel_l2),
+                        _num(o.cosine, 6),
                     ]
                 )
                 + " |"
@@ -581,5 +573,5 @@ def _render_md(d: TraceDiff, *, atol: float, all_steps: bool) -> str:
         lines.append("| module | score |")
         lines.append("|---|---|")
         for path, s in scores.items():
-            lines.append(f"| `{path or '<root>'}` | {_fmt(s)} |")
+            lines.append(f"| `{path or '<root>'}` | {_num(s)} |")
     return "\n".join(lines) + "\n"

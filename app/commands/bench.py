@@ -13,7 +13,10 @@ Prints, with the target beside each figure:
 - for a ``values`` trace of the large model: the bytes it keeps, save and load throughput
   against a plain ``safetensors`` write/read of the same tensors (also interleaved), the
   time to open the file lazily, and the memory the trace holds against the bytes of the
-  tensors it keeps.
+  tensors it keeps;
+- a training step (forward + backward + AdamW) of the large model traced at each level,
+  and a loop watched by ``tracing.watch`` that does not fire, against the plain step
+  (``app/commands/bench_training.py``).
 
 Benchmarks print; they never fail a build. See also ``benchmarks/``.
 """
@@ -30,6 +33,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from app.commands.checks import THREADS, int_between
 
 LEVELS = ("shapes", "stats", "values")
 
@@ -53,9 +58,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--quick", action="store_true", help="tiny sizes and few repeats")
-    p.add_argument("--repeat", type=int, help="rounds per figure (default 7, quick 3)")
-    p.add_argument("--tokens", type=int, default=256, help="tokens for the large model")
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument(
+        "--repeat", type=int_between(1, 10_000), help="rounds per figure (default 7, quick 3)"
+    )
+    p.add_argument(
+        "--tokens", type=int_between(1, 1 << 20), default=256, help="tokens for the large model"
+    )
+    p.add_argument("--threads", type=THREADS, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--tmp", metavar="DIR", help="folder for the trace files (default: system)")
     p.add_argument(
         "--clock",
@@ -344,10 +353,8 @@ def run(args: argparse.Namespace) -> int:
 
     repeat = args.repeat or (3 if args.quick else 7)
     warmup = 1 if args.quick else 2
-    if repeat <= 0:
-        raise UserError("--repeat must be positive")
-    if args.tokens <= 0:
-        raise UserError("--tokens must be positive")
+    if args.tmp is not None and not os.path.isdir(args.tmp):
+        raise UserError(f"--tmp {args.tmp}: no such folder")
     if args.threads:
         torch.set_num_threads(args.threads)
     out = sys.stdout
@@ -404,4 +411,9 @@ def run(args: argparse.Namespace) -> int:
         f"{_mb(mem.storage_bytes)} storages + {_mb(mem.python_bytes)} Python objects, for "
         f"{_mb(mem.tensor_bytes)} of tensors)  {_target_text(mem.ratio, MEMORY_TARGET, True)}"
     )
+    from app.commands import bench_training
+
+    clock = time.perf_counter if args.clock == "wall" else time.process_time
+    label = models[1][0].split(",")[0]  # "gpt2-small preset (random weights)"
+    bench_training.report(say, large_model, large_ids, label, min(repeat, 5), warmup, clock)
     return 0

@@ -23,6 +23,7 @@ from PySide6.QtCore import QPointF, QRectF, QSize
 from PySide6.QtGui import QFont, QFontMetricsF
 
 from app import theme
+from tracing.formatting import dims_label
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracing import Step, Trace
@@ -56,11 +57,7 @@ def display_name(path: str) -> str:
 def shape_label(trace: Trace, tensor_id: int) -> str:
     """``(B, T, C)`` with symbolic dims where known, the size where an axis is unknown."""
     record = trace.tensors[tensor_id]
-    if record.dims and len(record.dims) == len(record.shape):
-        parts = [d if d and d != "?" else str(s) for d, s in zip(record.dims, record.shape)]
-    else:
-        parts = [str(s) for s in record.shape]
-    return "(" + ", ".join(parts) + ")"
+    return dims_label(record.shape, record.dims)
 
 
 # --------------------------------------------------------------------------- layout
@@ -107,7 +104,9 @@ class DiagramLayout:
         owner = [0] * len(steps)
         for s in steps:
             p = s.parent
-            if p is None or (p in self.expanded and owner[p] == p):
+            if s.kind == "backward":  # drawn as the box of the forward step it differentiates
+                owner[s.index] = owner[s.forward] if s.forward is not None else 0
+            elif p is None or (p in self.expanded and owner[p] == p):
                 owner[s.index] = s.index
             else:
                 owner[s.index] = owner[p]
@@ -121,7 +120,7 @@ class DiagramLayout:
             if node.parent is not None and node.parent in self.nodes:
                 self.nodes[node.parent].children.append(key)
 
-        top = [s.index for s in steps if s.parent is None]
+        top = [s.index for s in steps if s.parent is None and s.kind != "backward"]
         self._add_io_nodes(top)
         self.edges = self._edges(top)
         self._layout()

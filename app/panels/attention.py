@@ -40,7 +40,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.theme import PROBABILITY_CMAP
-from app.widgets.heatmap import ElidedLabel, HeatmapView, colormap
+from app.widgets.common import ElidedLabel
+from app.widgets.heatmap import HeatmapView, colormap
 from tracing.record import Trace
 
 THUMB_PIXELS = 48

@@ -16,15 +16,14 @@ chose it: the view emits :attr:`GenerationView.passSelected` and the main window
 that pass's ``Trace``, at the same step index, so a person steps *within* a pass with the
 usual controls and *across* passes here, and watches the heatmaps grow with the sequence.
 
-:func:`run_generation` does the work without Qt (build the model, encode, trace every pass,
-report progress, honour a cancel flag); :class:`GenerationJob` runs it off the GUI thread.
+:func:`app.generation_session.run_generation` does the work without Qt (build the model,
+encode, trace every pass, report progress, honour a cancel flag);
+:class:`app.workers.GenerationJob` runs it off the GUI thread.
 """
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QKeyEvent, QMouseEvent, QPainter, QPen
@@ -50,124 +49,17 @@ from PySide6.QtWidgets import (
 )
 
 from app import theme
-from app.session import DEFAULT_CAPTURE, ModelSource, SessionError
+from app.generation_session import MAX_NEW_TOKENS, GenerationOutcome, GenerationRequest
+from app.session import DEFAULT_CAPTURE, ModelSource
 from app.widgets.heatmap import HeatmapView
 from app.widgets.tensor_view import token_label
 from app.windows import dialogs
 from app.windows.dialogs import lay_out_form
-from app.workers import BackgroundJob
+from app.workers import GenerationJob
 
 if TYPE_CHECKING:  # pragma: no cover
-    import torch.nn as nn
-
     from tracing import Trace
     from tracing.generation import GenerationTrace
-
-ProgressCallback = Any  # (done: int, total: int) -> None
-
-MAX_NEW_TOKENS = 256
-
-# --------------------------------------------------------------------------- the work
-
-
-class GenerationCancelled(Exception):
-    """Raised inside a pass when the user pressed Cancel."""
-
-
-@dataclass
-class GenerationRequest:
-    """What the "Trace generation…" dialog asks for."""
-
-    prompt: str
-    max_new_tokens: int = 8
-    source: ModelSource = field(default_factory=ModelSource)
-    capture: str = DEFAULT_CAPTURE
-    temperature: float = 0.0  # 0: greedy (argmax), like generate(temperature=0)
-
-
-@dataclass
-class GenerationOutcome:
-    generation: GenerationTrace | None
-    model: nn.Module | None = None
-    status: Literal["complete", "cancelled"] = "complete"
-
-
-def run_generation(
-    request: GenerationRequest,
-    progress: ProgressCallback | None = None,
-    cancel: threading.Event | None = None,
-) -> GenerationOutcome:
-    """Build the model, encode the prompt and trace ``max_new_tokens`` passes.
-
-    Progress counts passes (a pre-hook on the root module sees each one start); once
-    ``cancel`` is set the next pass raises :class:`GenerationCancelled` and the outcome is
-    ``"cancelled"``. Problems the user can fix raise :class:`app.session.SessionError`.
-    """
-    import torch
-
-    import tracing
-    from app import session
-    from tracing.generation import trace_generate
-
-    if not 1 <= request.max_new_tokens <= MAX_NEW_TOKENS:
-        raise SessionError(
-            f"Generate between 1 and {MAX_NEW_TOKENS} new tokens "
-            f"(asked for {request.max_new_tokens})."
-        )
-    if request.capture not in tracing.CAPTURE_LEVELS:
-        raise SessionError(f"Unknown capture level {request.capture!r}")
-    model, tokenizer = session.build_model(request.source)
-    ids = session.encode_prompt(tokenizer, request.prompt, model)  # (B=1, T)
-    total = request.max_new_tokens
-    passes = 0
-
-    def pre_hook(_module: torch.nn.Module, _args: Any) -> None:
-        nonlocal passes
-        if cancel is not None and cancel.is_set():
-            raise GenerationCancelled()
-        if progress is not None:
-            progress(passes, total)
-        passes += 1
-
-    decode = getattr(tokenizer, "decode", None)
-    handle = model.register_forward_pre_hook(pre_hook)
-    try:
-        generation = trace_generate(
-            model,
-            ids,
-            request.max_new_tokens,
-            temperature=request.temperature,
-            generator=torch.Generator().manual_seed(0),
-            capture=request.capture,
-            decode=decode,
-            meta={"model_source": request.source.describe()},
-        )
-    except tracing.TraceError as e:
-        if session._caused_by(e, GenerationCancelled):
-            return GenerationOutcome(None, None, "cancelled")
-        raise SessionError(f"The forward pass raised during generation: {e}") from e
-    except GenerationCancelled:
-        return GenerationOutcome(None, None, "cancelled")
-    finally:
-        handle.remove()
-    if progress is not None:
-        progress(total, total)
-    return GenerationOutcome(generation, model, "complete")
-
-
-class GenerationJob(BackgroundJob):
-    """One generation request (:func:`run_generation`) run off the GUI thread;
-    ``finished`` carries a ``GenerationOutcome``."""
-
-    thread_name = "generation-worker"
-    refused_title = "Cannot trace the generation"
-    failed_title = "Tracing the generation failed"
-
-    def __init__(self, request: GenerationRequest):
-        super().__init__(request, run_generation)
-
-    def wait(self, ms: int = 60_000) -> bool:
-        return super().wait(ms)
 
 
 class TraceGenerationDialog(QDialog):
@@ -638,15 +530,7 @@ class GenerationView(QWidget):
         self.attention_caption.setText(f"{name} · head {head} · {w.shape[-2]} × {w.shape[-1]}")
 
 
-__all__ = [
-    "GenerationJob",
-    "GenerationOutcome",
-    "GenerationRequest",
-    "GenerationView",
-    "TokenTimeline",
-    "TraceGenerationDialog",
-    "run_generation",
-]
+__all__ = ["GenerationView", "TokenTimeline", "TraceGenerationDialog"]
 
 
 # --------------------------------------------------------------------------- main window

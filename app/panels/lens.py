@@ -47,6 +47,7 @@ from PySide6.QtWidgets import (
 
 from app import theme
 from app.theme import PROBABILITY_CMAP
+from app.widgets.common import titled
 from app.widgets.heatmap import HeatmapView, colormap
 from app.widgets.tensor_view import token_label
 
@@ -256,26 +257,32 @@ class LensView(QWidget):
         mono = QFont("DejaVu Sans Mono")
         mono.setStyleHint(QFont.StyleHint.Monospace)
         self.grid.setFont(mono)
-        grid_box = _titled(
+        grid_box = titled(
             "Top prediction per position and layer",
             self.grid,
             "colour = probability · ✓ = the prompt's next token",
+            margins=(0, 6, 0, 0),
+            spacing=3,
         )
 
         # ---- heatmaps
         self.final_heatmap = HeatmapView()
         self.final_heatmap.setObjectName("lensFinalHeatmap")
-        final_box = _titled(
+        final_box = titled(
             "P(final prediction) per layer",
             self.final_heatmap,
             "how sure each layer already is of the token the model ends up predicting",
+            margins=(0, 6, 0, 0),
+            spacing=3,
         )
         self.heads_heatmap = HeatmapView()
         self.heads_heatmap.setObjectName("headContributions")
-        heads_box = _titled(
+        heads_box = titled(
             "Head contributions",
             self.heads_heatmap,
             "mean ‖what each head writes into the residual stream‖ (through W_o)",
+            margins=(0, 6, 0, 0),
+            spacing=3,
         )
         right = QSplitter(Qt.Orientation.Vertical)
         right.addWidget(final_box)
@@ -442,23 +449,6 @@ class LensView(QWidget):
         self.message.setText(text)
         self.pages.setCurrentWidget(self.message)
         self.title.setText("Logit lens")
-
-
-def _titled(title: str, widget: QWidget, hint: str = "") -> QWidget:
-    box = QWidget()
-    layout = QVBoxLayout(box)
-    layout.setContentsMargins(0, 6, 0, 0)
-    layout.setSpacing(3)
-    label = QLabel(title.upper())
-    label.setObjectName("paneTitle")
-    layout.addWidget(label)
-    if hint:
-        sub = QLabel(hint)
-        sub.setObjectName("hint")
-        sub.setWordWrap(True)
-        layout.addWidget(sub)
-    layout.addWidget(widget, 1)
-    return box
 
 
 __all__ = ["NO_MODEL_MESSAGE", "LensTableModel", "LensView", "short_layer"]

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import theme
+from app.widgets.common import make_scroll_area_opaque
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracing import Trace
@@ -199,12 +200,7 @@ class ModuleTree(QWidget):
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.view.setColumnHidden(3, True)  # parameter counts live in the tooltip
         self.view.selectionModel().currentChanged.connect(self._on_current_changed)
-        from app.panels.step_bar import make_opaque
-
-        for part in (self.view, self.view.verticalScrollBar(), self.view.horizontalScrollBar(),
-                     *self.view.findChildren(QWidget, "qt_scrollarea_vcontainer"),
-                     *self.view.findChildren(QWidget, "qt_scrollarea_hcontainer")):  # fmt: skip
-            make_opaque(part, QColor(theme.BASE))
+        make_scroll_area_opaque(self.view, QColor(theme.BASE))
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(4)

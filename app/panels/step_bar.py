@@ -9,7 +9,7 @@ the named signals (``stepOverRequested``...) leave the rule to the window, which
 from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QFont, QPainter, QPalette
+from PySide6.QtGui import QColor, QFont, QPainter
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QSizePolicy,
@@ -22,14 +22,8 @@ from PySide6.QtWidgets import (
 )
 
 from app import theme
-
-
-def make_opaque(widget: QWidget, colour: QColor) -> None:
-    """Fill the widget's background itself, so updating it does not repaint its parents."""
-    palette = widget.palette()
-    palette.setColor(QPalette.ColorRole.Window, colour)
-    widget.setPalette(palette)
-    widget.setAutoFillBackground(True)
+from app.widgets.common import make_opaque
+from app.widgets.phase_strip import PhaseStrip
 
 
 class TextLine(QWidget):
@@ -161,6 +155,7 @@ class StepBar(QWidget):
         self.status.setMinimumWidth(self.status.fontMetrics().horizontalAdvance("x" * 64))
         self.source_line = TextLine(self, theme.TEXT_SHAPE)
         self.source_line.setObjectName("sourceLine")
+        self.phases = PhaseStrip(self)  # forward | backward, for training-step traces
 
         self.timer = QTimer(self)
         self.timer.timeout.connect(self._tick)
@@ -191,6 +186,7 @@ class StepBar(QWidget):
         layout.setContentsMargins(8, 4, 8, 6)
         layout.setSpacing(2)
         layout.addLayout(controls)
+        layout.addWidget(self.phases)
         layout.addLayout(text)
         self.set_count(0)
 
@@ -227,9 +223,14 @@ class StepBar(QWidget):
             self.status.setText("no trace")
             self.source_line.setText("")
 
+    def set_phases(self, backward_start: int | None, count: int) -> None:
+        """A training-step trace: steps from ``backward_start`` on are the backward phase."""
+        self.phases.set_phases(backward_start, count)
+
     def set_position(self, index: int, status: str, source: str, error: str | None = None) -> None:
         """Show step ``index`` (called by the window after every move)."""
         self._index = index
+        self.phases.set_index(index)
         if self.slider.value() != index:
             self.slider.blockSignals(True)
             self.slider.setValue(index)

@@ -21,6 +21,7 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelInd
 from PySide6.QtGui import QBrush, QColor, QFont
 
 from app import theme
+from tracing.formatting import format_number
 from tracing.record import Step, TensorRecord, Trace
 
 AnyIndex = QModelIndex | QPersistentModelIndex
@@ -38,11 +39,6 @@ _LEFT = int((Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter).value)
 _RIGHT = int((Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter).value)
 _CELL_FLAGS = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
 _NO_FLAGS = Qt.ItemFlag.NoItemFlags
-
-
-def format_number(value: float) -> str:
-    """Four significant digits: ``0.0001234`` stays, ``12345`` becomes ``1.234e+04``."""
-    return f"{value:.4g}"
 
 
 class ShapeTableModel(QAbstractTableModel):
@@ -271,4 +267,4 @@ class ShapeTableModel(QAbstractTableModel):
         return "\n".join(lines)
 
 
-__all__ = ["ShapeTableModel", "format_number"]
+__all__ = ["ShapeTableModel"]

@@ -22,7 +22,8 @@ import torch
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidget
 
-from app.widgets.heatmap import HeatmapView, LayoutFirewall
+from app.widgets.common import LayoutFirewall
+from app.widgets.heatmap import HeatmapView
 from tracing.record import TensorRecord, Trace
 
 MAX_LEADING_AXES = 6

@@ -39,6 +39,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 from PySide6.QtCore import QObject, QPointF, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import (
     QAction,
@@ -78,7 +79,16 @@ from app.diagram.items import FrameItem
 from app.diagram.view import DiagramView
 from app.panels.step_bar import StepBar
 from app.widgets.heatmap import HeatmapView
+from app.widgets.masked_cells import masked_cells
 from app.widgets.tensor_view import as_matrix, axis_names, leading_axes, token_labels
+from tracing.divergence import (
+    STATUS_TEXT,
+    divergence_fraction,
+    entry_score,
+    score_text,
+    step_scores,
+)
+from tracing.formatting import format_number, format_shape
 from tracing.trace_diff import StepDiff, TraceDiff
 from tracing.trace_diff import diff as diff_traces
 
@@ -88,23 +98,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from tracing import Trace
 
 # --------------------------------------------------------------------------- colours
-
-LOG_FLOOR = -7.0  # relative L2 of 1e-7 and below sits at the green end of the scale
-
-STATUS_TEXT = {
-    "equal": "equal",
-    "changed": "values differ",
-    "shape": "shape changed",
-    "only_a": "only in A",
-    "only_b": "only in B",
-}
-
-
-def divergence_fraction(score: float) -> float:
-    """Where a positive finite score sits on the colour scale: 0 (1e-7 or less) .. 1 (>= 1)."""
-    if score <= 0:
-        return 0.0
-    return min(1.0, max(0.0, (math.log10(score) - LOG_FLOOR) / -LOG_FLOOR))
 
 
 def divergence_colour(score: float | None) -> QColor:
@@ -129,35 +122,6 @@ def _scale_colour(t: float) -> QColor:
                 round(a.blue() + (b.blue() - a.blue()) * f),
             )
     return QColor(theme.DIVERGENCE_STOPS[-1][1])
-
-
-def score_text(score: float | None, status: str | None = None) -> str:
-    """A badge's text: ``0``, ``3.1e-02``, ``shape``, ``A only``, ``?``."""
-    if status == "only_a":
-        return "A only"
-    if status == "only_b":
-        return "B only"
-    if score is None:
-        return "?"
-    if math.isnan(score):
-        return "NaN"
-    if math.isinf(score):
-        return "shape" if status in (None, "shape") else "∞"
-    if score == 0:
-        return "0"
-    return f"{score:.1e}".replace("e-0", "e-").replace("e+0", "e")
-
-
-def fmt(value: float | None, digits: int = 3) -> str:
-    if value is None:
-        return "–"
-    if math.isnan(value):
-        return "nan"
-    if math.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    if value == 0:
-        return "0"
-    return f"{value:.{digits}g}"
 
 
 # --------------------------------------------------------------------------- diagram marks
@@ -243,41 +207,6 @@ class DivergenceOverlay:
             self.marks[key] = DivergenceMark(
                 item, size, score, status, frame=isinstance(item, FrameItem)
             )
-
-
-def step_scores(
-    d: TraceDiff, trace: Trace, side: str
-) -> dict[int, tuple[float | None, str | None]]:
-    """Score and status for every step of one side: modules by their module's score,
-    ops by their own entry (relative L2; ``inf`` for a changed shape; None: not compared)."""
-    modules = d.module_scores()
-    lookup = d.for_step_a if side == "a" else d.for_step_b
-    out: dict[int, tuple[float | None, str | None]] = {}
-    for s in trace.steps:
-        entry = lookup(s.index)
-        status = entry.status if entry is not None else None
-        if entry is not None and entry.one_sided:
-            out[s.index] = (math.inf, status)
-        elif s.kind == "module":
-            out[s.index] = (modules.get(s.module), status)
-        else:
-            out[s.index] = (entry_score(entry), status)
-    return out
-
-
-def entry_score(entry: StepDiff | None) -> float | None:
-    """One entry's divergence: its relative L2, ``inf`` for a structural change, or the
-    statistics delta when no values were kept (None when nothing could be compared)."""
-    if entry is None:
-        return None
-    if entry.one_sided or entry.status == "shape":
-        return math.inf
-    if entry.rel_l2 is not None:
-        return entry.rel_l2
-    deltas = [o.stats_delta for o in entry.outputs if o.stats_delta is not None]
-    if deltas:
-        return max(deltas)
-    return 0.0 if not entry.outputs else None
 
 
 # --------------------------------------------------------------------------- small widgets
@@ -395,7 +324,9 @@ class CompareWindow(QMainWindow):
     """Two traces side by side, stepped over their aligned steps.
 
     ``CompareWindow(trace_a, trace_b, name_a="before.trace", name_b="after.trace")``, or
-    :meth:`from_files`. ``entryChanged(position)`` follows every move.
+    :meth:`from_files`; ``diff=`` shows a precomputed ``TraceDiff`` of the two (the rank
+    view passes one restricted to what should agree). ``entryChanged(position)`` follows
+    every move.
     """
 
     entryChanged = Signal(int)
@@ -408,6 +339,7 @@ class CompareWindow(QMainWindow):
         name_b: str = "B",
         *,
         atol: float = 0.0,
+        diff: TraceDiff | None = None,
         parent: QWidget | None = None,
     ):
         super().__init__(parent)
@@ -417,7 +349,8 @@ class CompareWindow(QMainWindow):
         self.trace_a, self.trace_b = trace_a, trace_b
         self.name_a, self.name_b = name_a, name_b
         self.atol = atol
-        self.diff: TraceDiff = diff_traces(trace_a, trace_b)
+        # a given diff (the rank view's, restricted to what should agree) or a fresh one
+        self.diff: TraceDiff = diff if diff is not None else diff_traces(trace_a, trace_b)
         self.entries: list[StepDiff] = list(self.diff.entries)
         self.divergent: list[StepDiff] = self.diff.divergent(atol)
         self.first: StepDiff | None = self.divergent[0] if self.divergent else None
@@ -705,13 +638,17 @@ class CompareWindow(QMainWindow):
         for row, o in enumerate(e.outputs):
             cells = [
                 o.name,
-                _shape(o.shape_a),
-                _shape(o.shape_b),
-                fmt(o.max_abs),
-                fmt(o.rel_l2)
+                format_shape(o.shape_a),
+                format_shape(o.shape_b),
+                format_number(o.max_abs, 3),
+                format_number(o.rel_l2, 3)
                 if o.rel_l2 is not None
-                else (f"Δstats {fmt(o.stats_delta)}" if o.stats_delta is not None else "–"),
-                fmt(o.cosine, 6),
+                else (
+                    f"Δstats {format_number(o.stats_delta, 3)}"
+                    if o.stats_delta is not None
+                    else "–"
+                ),
+                format_number(o.cosine, 6),
             ]
             for col, text in enumerate(cells):
                 item = QTableWidgetItem(text)
@@ -732,11 +669,17 @@ class CompareWindow(QMainWindow):
         if not e.outputs:
             self._no_difference("This step has no outputs.")
             return
+        if e.status == "sharded":  # the rank view: each side holds its own shard
+            self._no_difference(
+                "Each rank holds its own shard here: they differ by design. The whole "
+                "tensor is in the Stitched tab."
+            )
+            return
         o = e.outputs[0]
         if o.shape_changed:
             self._no_difference(
-                f"The output's shape changed: {_shape(o.shape_a)} in A, {_shape(o.shape_b)} "
-                "in B. Values of different shapes cannot be subtracted."
+                f"The output's shape changed: {format_shape(o.shape_a)} in A, "
+                f"{format_shape(o.shape_b)} in B. Values of different shapes cannot be subtracted."
             )
             return
         value = self.diff.difference(e)
@@ -748,11 +691,17 @@ class CompareWindow(QMainWindow):
                 else "No values were kept for this tensor (over the capture's size cap)."
             )
             delta = (
-                f" The statistics differ by up to {fmt(o.stats_delta)}." if o.stats_delta else ""
+                f" The statistics differ by up to {format_number(o.stats_delta, 3)}."
+                if o.stats_delta
+                else ""
             )
             self._no_difference(f"<b>No A − B heatmap.</b><br>{why}{delta}")
             return
         self._difference = value
+        self._difference_sides = (
+            self.trace_a.value(self.trace_a.steps[e.a_index].outputs[0]),
+            self.trace_b.value(self.trace_b.steps[e.b_index].outputs[0]),
+        )
         record = self.trace_a.tensors[self.trace_a.steps[e.a_index].outputs[0]]
         self._difference_record = replace(record, role=None)
         if value.dim() == 0:
@@ -764,6 +713,17 @@ class CompareWindow(QMainWindow):
             return
         self.slice_bar.set_axes(leading_axes(self._difference_record))
         self._render_difference()
+
+    def _fills_of_a_or_b(self) -> np.ndarray | None:
+        """Cells that are mask fills (-1e9, -inf) in A or in B: A − B there is no data."""
+        found = None
+        for side in getattr(self, "_difference_sides", ()):
+            if side is None or side.shape != self._difference.shape:
+                continue
+            cells = masked_cells(as_matrix(side, self.slice_bar.index()).float().numpy())
+            if cells is not None:
+                found = cells.where if found is None else (found | cells.where)
+        return found
 
     def _render_difference(self) -> None:
         value, record = self._difference, self._difference_record
@@ -781,6 +741,7 @@ class CompareWindow(QMainWindow):
             row_name=row_name or " ",
             col_name=col_name,
             scale="signed",
+            masked=self._fills_of_a_or_b(),
         )
         cut = ", ".join(
             f"{n}={i}" for (n, _), i in zip(leading_axes(record), self.slice_bar.index())
@@ -792,7 +753,7 @@ class CompareWindow(QMainWindow):
         self.difference_caption.setText(
             "A − B · identical here (every element equal)"
             if biggest == 0
-            else f"A − B · max |A − B| = {fmt(biggest)} over the whole tensor"
+            else f"A − B · max |A − B| = {format_number(biggest, 3)} over the whole tensor"
         )
 
     def _no_difference(self, text: str) -> None:
@@ -827,8 +788,9 @@ class CompareWindow(QMainWindow):
         ]
         if first.rel_l2 is not None:
             lines.append(
-                f"rel L2 <b>{fmt(first.rel_l2)}</b> · max |A−B| <b>{fmt(first.max_abs)}</b> · "
-                f"cosine {fmt(first.cosine, 6)}"
+                f"rel L2 <b>{format_number(first.rel_l2, 3)}</b> · "
+                f"max |A−B| <b>{format_number(first.max_abs, 3)}</b> · "
+                f"cosine {format_number(first.cosine, 6)}"
             )
         if step.source is not None and step.source.text:
             lines.append(
@@ -897,10 +859,6 @@ class CompareWindow(QMainWindow):
             self._syncing = False
 
 
-def _shape(s) -> str:
-    return "–" if s is None else "(" + ", ".join(str(x) for x in s) + ")"
-
-
 def _separator() -> QFrame:
     line = QFrame()
     line.setFrameShape(QFrame.Shape.HLine)
@@ -912,11 +870,10 @@ def open_compare(
     trace_a: Trace, trace_b: Trace, name_a: str = "A", name_b: str = "B", parent=None
 ) -> CompareWindow:
     """Build and show a compare window (kept alive by its parent, or by the caller)."""
+    from app.windows import dialogs
+
     window = CompareWindow(trace_a, trace_b, name_a, name_b, parent=parent)
-    if parent is not None:
-        window.setWindowFlag(Qt.WindowType.Window, True)
-        window.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose, True)
-    window.show()
+    dialogs.show_child_window(window, parent)
     return window
 
 
@@ -926,10 +883,7 @@ __all__ = [
     "DivergenceMark",
     "DivergenceOverlay",
     "divergence_colour",
-    "entry_score",
     "open_compare",
-    "score_text",
-    "step_scores",
 ]
 
 
@@ -982,21 +936,19 @@ class CompareLauncher(QObject):
             dialogs.show_error(self.window, "Cannot compare", str(e))
             return None
         name_a = self.window.trace_path.name if self.window.trace_path else "current trace"
+        return self.show_pair(trace, other, name_a, Path(path).name)
+
+    def show_pair(self, trace_a, trace_b, name_a: str, name_b: str) -> CompareWindow | None:
+        """A CompareWindow of two traces in memory, owned by the main window."""
+        from app.windows import dialogs
+
         try:
-            compare = CompareWindow(trace, other, name_a, Path(path).name, parent=self.window)
+            compare = CompareWindow(trace_a, trace_b, name_a, name_b, parent=self.window)
         except Exception as e:  # two traces the diff cannot align: say so, keep going
             dialogs.show_error(self.window, "Cannot compare", f"{type(e).__name__}: {e}")
             return None
-        compare.setWindowFlag(Qt.WindowType.Window, True)
-        compare.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose, True)
-        compare.destroyed.connect(lambda _obj=None, c=compare: self._forget(c))
-        self.windows.append(compare)
-        compare.show()
+        dialogs.show_child_window(compare, self.window, self.windows)
         return compare
-
-    def _forget(self, compare: CompareWindow) -> None:
-        if compare in self.windows:
-            self.windows.remove(compare)
 
 
 def attach(window) -> CompareLauncher:

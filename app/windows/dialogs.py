@@ -11,6 +11,7 @@ from collections.abc import Callable
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QButtonGroup,
+    QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
@@ -29,6 +30,23 @@ from PySide6.QtWidgets import (
 )
 
 from app.session import DEFAULT_CAPTURE, PRESETS, ModelSource, TraceRequest
+
+
+def show_child_window(window: QWidget, parent: QWidget | None, keep: list | None = None) -> None:
+    """Show ``window`` as a window of its own, owned by ``parent`` and deleted when closed;
+    ``keep`` (a list its launcher owns) holds it until then."""
+    if parent is not None:
+        window.setWindowFlag(Qt.WindowType.Window, True)
+        window.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose, True)
+    if keep is not None:
+        keep.append(window)
+
+        def forget(_obj=None) -> None:
+            if window in keep:
+                keep.remove(window)
+
+        window.destroyed.connect(forget)
+    window.show()
 
 
 def show_error(parent: QWidget | None, title: str, text: str, details: str = "") -> None:
@@ -90,7 +108,8 @@ def lay_out_form(dialog: QDialog, rows: list[tuple[str, QWidget]], ok_text: str)
 
 
 class NewTraceDialog(QDialog):
-    """Prompt, model (bundled demo, a preset with random weights, a checkpoint), capture."""
+    """Prompt, model (bundled demo, a preset with random weights, a checkpoint, or the
+    user's own ``FILE.py:NAME`` with an input shape), capture."""
 
     def __init__(self, parent: QWidget | None = None, prompt: str = ""):
         super().__init__(parent)
@@ -106,9 +125,10 @@ class NewTraceDialog(QDialog):
         self.demo_radio = QRadioButton("Bundled demo model", self)
         self.preset_radio = QRadioButton("Preset with random weights", self)
         self.checkpoint_radio = QRadioButton("Checkpoint file", self)
+        self.file_radio = QRadioButton("Your model (FILE.py:NAME)", self)
         self.demo_radio.setChecked(True)
         group = QButtonGroup(self)
-        for b in (self.demo_radio, self.preset_radio, self.checkpoint_radio):
+        for b in (self.demo_radio, self.preset_radio, self.checkpoint_radio, self.file_radio):
             group.addButton(b)
         self.preset_combo = QComboBox(self)
         self.preset_combo.addItems(PRESETS)
@@ -123,6 +143,21 @@ class NewTraceDialog(QDialog):
         source.addWidget(self.checkpoint_radio, 2, 0)
         source.addWidget(self.checkpoint_edit, 2, 1)
         source.addWidget(browse, 2, 2)
+        self.model_edit = QLineEdit(self)
+        self.model_edit.setPlaceholderText(
+            "path/to/model.py:MyModel  (a module, class or function)"
+        )
+        browse_model = QPushButton("Browse…", self)
+        browse_model.clicked.connect(self._browse_model)
+        self.shape_edit = QLineEdit(self)
+        self.shape_edit.setPlaceholderText("input shape, e.g. 2,10 (empty: the prompt's bytes)")
+        self.dtype_combo = QComboBox(self)
+        self.dtype_combo.addItems(("long", "float"))
+        source.addWidget(self.file_radio, 3, 0)
+        source.addWidget(self.model_edit, 3, 1)
+        source.addWidget(browse_model, 3, 2)
+        source.addWidget(self.shape_edit, 4, 1)
+        source.addWidget(self.dtype_combo, 4, 2)
 
         self.capture_combo = QComboBox(self)
         self.capture_combo.addItems(tracing.CAPTURE_LEVELS)
@@ -132,6 +167,13 @@ class NewTraceDialog(QDialog):
         )
         hint.setObjectName("hint")
         hint.setWordWrap(True)
+        self.training_check = QCheckBox(
+            "Training step: forward, next-token cross-entropy on the prompt, backward", self
+        )
+        self.training_check.setObjectName("trainingStep")
+        self.training_check.setToolTip(
+            "Also record the backward pass: a step per autograd node, every gradient"
+        )
 
         lay_out_form(
             self,
@@ -140,11 +182,21 @@ class NewTraceDialog(QDialog):
                 ("Model", _wrap(source)),
                 ("Capture", self.capture_combo),
                 ("", hint),
+                ("", self.training_check),
             ],
             ok_text="Trace",
         )
         self.preset_combo.currentIndexChanged.connect(lambda _i: self.preset_radio.setChecked(True))
         self.checkpoint_edit.textEdited.connect(lambda _t: self.checkpoint_radio.setChecked(True))
+        for edit in (self.model_edit, self.shape_edit):
+            edit.textEdited.connect(lambda _t: self.file_radio.setChecked(True))
+
+    def _browse_model(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Model file", "", "Python (*.py)")
+        if path:
+            name = self.model_edit.text().rpartition(":")[2] or "Model"
+            self.model_edit.setText(f"{path}:{name}")
+            self.file_radio.setChecked(True)
 
     def _browse(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
@@ -156,7 +208,14 @@ class NewTraceDialog(QDialog):
 
     def request(self) -> TraceRequest:
         """What the user asked for (validation happens in ``app.session``)."""
-        if self.checkpoint_radio.isChecked():
+        if self.file_radio.isChecked():
+            source = ModelSource(
+                "file",
+                model=self.model_edit.text().strip(),
+                input_shape=self.shape_edit.text().strip(),
+                input_dtype=self.dtype_combo.currentText(),
+            )
+        elif self.checkpoint_radio.isChecked():
             source = ModelSource("checkpoint", checkpoint=self.checkpoint_edit.text().strip())
         elif self.preset_radio.isChecked():
             source = ModelSource("preset", preset=self.preset_combo.currentText())
@@ -166,6 +225,7 @@ class NewTraceDialog(QDialog):
             prompt=self.prompt_edit.toPlainText(),
             source=source,
             capture=self.capture_combo.currentText(),
+            training=self.training_check.isChecked(),
         )
 
 

@@ -31,12 +31,13 @@ from PySide6.QtWidgets import (
 
 from app import session
 from app.diagram.view import DiagramView
-from app.panels import breakpoints, generation, lens
+from app.panels import breakpoints, generation, lens, retrace
 from app.panels.inspector import Inspector
 from app.panels.module_tree import ModuleTree
 from app.panels.source import SourceView
 from app.panels.step_bar import StepBar
-from app.windows import compare_window, dialogs
+from app.widgets.common import LayoutFirewall, titled
+from app.windows import compare_window, dialogs, rank_window
 from app.workers import TraceJob
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -84,6 +85,7 @@ class MainWindow(QMainWindow):
         self.job: TraceJob | None = None
         self.progress_dialog: QProgressDialog | None = None
         self._last_prompt = ""
+        self.last_request: session.TraceRequest | None = None
         self.trace_models: dict[int, object] = {}  # id(trace) -> the model that produced it
 
         # ---- panes
@@ -100,9 +102,9 @@ class MainWindow(QMainWindow):
         self.centre.setStretchFactor(1, 1)
         self.centre.setSizes([700, 170])
         self.splitter = QSplitter(Qt.Orientation.Horizontal, self)
-        self.splitter.addWidget(_titled("Modules", self.tree))
+        self.splitter.addWidget(titled("Modules", self.tree))
         self.splitter.addWidget(self.centre)
-        self.splitter.addWidget(_LayoutFirewall(self.inspector))
+        self.splitter.addWidget(LayoutFirewall(self.inspector, minimum=QSize(320, 240)))
         self.splitter.setStretchFactor(0, 0)
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setStretchFactor(2, 0)
@@ -137,6 +139,8 @@ class MainWindow(QMainWindow):
         self._build_toolbar()
         # ---- analysis: File ▸ Compare with… / Trace generation…, Breakpoints and Lens docks
         self.compare = compare_window.attach(self)
+        self.retrace = retrace.attach(self)
+        self.ranks_launcher = rank_window.attach(self)  # File ▸ Open ranks…
         self.breakpoints_dock = breakpoints.attach(self)
         self.lens_dock = lens.attach(self)
         self.generation = generation.attach(self)
@@ -181,7 +185,7 @@ class MainWindow(QMainWindow):
         self.report_action = self._action(
             "Export shape &report…",
             self.export_report_dialog,
-            ["Ctrl+R"],
+            ["Ctrl+Shift+E"],  # Ctrl+R is File ▸ Reload and re-trace (app.panels.retrace)
             "Markdown, CSV, JSON, HTML or GraphML",
         )
         self.diagram_export_action = self._action(
@@ -229,6 +233,13 @@ class MainWindow(QMainWindow):
             ["X"],
             "Open the collapsed box that holds the current step",
         )
+        self.grad_colour_action = self._action(
+            "Colour boxes by &gradient norm",
+            lambda: self.diagram.set_grad_colouring(self.grad_colour_action.isChecked()),
+            ["G"],
+            "Training-step traces: blue = smallest gradient norm, red = largest (log scale)",
+        )
+        self.grad_colour_action.setCheckable(True)
         self.shortcuts_action = self._action("&Keyboard shortcuts", self.show_shortcuts, ["F1"])
         self.about_action = self._action("&About Scratchformer", self.show_about)
 
@@ -272,6 +283,8 @@ class MainWindow(QMainWindow):
             self.expand_current_action,
             self.expand_all_action,
             self.collapse_all_action,
+            None,
+            self.grad_colour_action,
         ):
             view.addSeparator() if a is None else view.addAction(a)
         help_menu.addAction(self.shortcuts_action)
@@ -351,17 +364,30 @@ class MainWindow(QMainWindow):
 
     # --------------------------------------------------------------------- trace
 
-    def set_trace(self, trace: Trace | None, path: Path | None = None, start: int = 0) -> None:
-        """Show ``trace`` (None clears) at step ``start``."""
+    def set_trace(
+        self, trace: Trace | None, path: Path | None = None, start: int | None = None
+    ) -> None:
+        """Show ``trace`` (None clears) at step ``start``; by default the first step, or
+        the step that raised for a partial trace (``trace.failure``)."""
+        if start is None:
+            start = session.failing_step(trace) if trace is not None and not trace.complete else 0
         self.step_bar.stop()
+        self.source_view.set_sources(trace.sources if trace is not None else {})
         self.trace = trace
         self.trace_path = Path(path) if path is not None else None
+        self._value_error_shown = False
+        # a trace from a file may come from anyone: read the sources it names on request
+        self.source_view.set_ask_before_reading(path is not None)
+        if trace is not None and isinstance(trace.values, session.CheckedValues):
+            trace.values.on_error = self._value_unreadable
         has_steps = trace is not None and bool(trace.steps)
         self._first_steps = session.first_steps_by_module(trace) if trace is not None else {}
         self.tree.set_trace(trace)
         self.diagram.set_trace(trace)
         self.inspector.set_trace(trace)
         self.step_bar.set_count(len(trace.steps) if trace is not None else 0)
+        backward = trace.backward_start if trace is not None else None
+        self.step_bar.set_phases(backward, len(trace.steps) if trace is not None else 0)
         for a in (
             self.save_action,
             self.report_action,
@@ -432,7 +458,11 @@ class MainWindow(QMainWindow):
         )
         self.diagram.set_current(index)
         self.tree.select_module(step.module)
-        self.source_view.show_location(step.source)
+        failure = trace.failure
+        if failure is not None and failure.step == index and failure.location is not None:
+            self.source_view.show_location(failure.location, failed=True)  # the raising line
+        else:
+            self.source_view.show_location(step.source)
         self.inspector.set_step(index)
         self.stepChanged.emit(index)
 
@@ -509,6 +539,20 @@ class MainWindow(QMainWindow):
         self._remember(path)
         self.statusBar().showMessage(f"Opened {path}", 4000)
         return True
+
+    def _value_unreadable(self, message: str) -> None:
+        """A value of the open file could not be read (changed on disk, or corrupt): say
+        so in a dialog once per trace, after the current step is drawn; panes show that
+        value as not kept."""
+        self.statusBar().showMessage(message, 8000)
+        if self._value_error_shown:
+            return
+        self._value_error_shown = True
+        text = (
+            f"{message}\n\nValues that cannot be read are shown as not kept. If the file "
+            "was replaced or rewritten, open it again."
+        )
+        QTimer.singleShot(0, lambda: dialogs.show_error(self, "Cannot read a value", text))
 
     def save_to(self, path: str | Path) -> bool:
         if self.trace is None:
@@ -676,6 +720,7 @@ class MainWindow(QMainWindow):
             return None
         job = TraceJob(request)
         self.job = job
+        self.last_request = request  # what File ▸ Reload and re-trace runs again
         self.progress_dialog = dialogs.cancellable_progress(
             self, "Tracing the forward pass…", "New trace", 100, job.cancel
         )
@@ -727,8 +772,9 @@ class MainWindow(QMainWindow):
     def _on_trace_failed(self, title: str, text: str) -> None:
         self._close_progress()
         self.statusBar().clearMessage()
+        text, _, trace_back = text.partition("\n\nTraceback")  # the user's code failed
         try:
-            dialogs.show_error(self, title, text)
+            dialogs.show_error(self, title, text, "Traceback" + trace_back if trace_back else "")
         finally:
             self._end_job()
 
@@ -777,41 +823,6 @@ class MainWindow(QMainWindow):
             self.job.cancel()
             self.job.wait(10_000)
         super().closeEvent(event)
-
-
-class _LayoutFirewall(QWidget):
-    """Holds one pane without a layout, so the pane's relayouts stop here.
-
-    The inspector changes label texts and widget sizes on every step; a parent with a
-    layout would pass each change up and re-lay out the whole window (milliseconds a
-    step). Here the pane is simply kept at this widget's size.
-    """
-
-    def __init__(self, child: QWidget):
-        super().__init__()
-        self.child = child
-        child.setParent(self)
-
-    def resizeEvent(self, event) -> None:
-        self.child.setGeometry(self.rect())
-
-    def sizeHint(self) -> QSize:
-        return self.child.sizeHint()
-
-    def minimumSizeHint(self) -> QSize:
-        return QSize(320, 240)
-
-
-def _titled(title: str, widget: QWidget) -> QWidget:
-    box = QWidget()
-    layout = QVBoxLayout(box)
-    layout.setContentsMargins(6, 6, 0, 0)
-    layout.setSpacing(4)
-    label = QLabel(title.upper())
-    label.setObjectName("paneTitle")
-    layout.addWidget(label)
-    layout.addWidget(widget, 1)
-    return box
 
 
 # --------------------------------------------------------------------------- app-wide

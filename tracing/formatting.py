@@ -1,0 +1,51 @@
+"""How shapes and numbers read, the same in every report, diff, table and badge.
+
+>>> format_shape((1, 4, 12))
+'(1, 4, 12)'
+>>> format_shape((1, 4, 12), ("B", "H", "T"))
+'(B=1, H=4, T=12)'
+>>> dims_label((1, 12, 64), ("B", "T", "?"))
+'(B, T, 64)'
+>>> format_number(0.000123456), format_number(12345.0), format_number(7), format_number(None)
+('0.0001235', '1.234e+04', '7', '–')
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+MISSING = "–"
+
+
+def format_shape(shape: Sequence[int] | None, dims: Sequence[str] | None = None) -> str:
+    """``(1, 4, 12)``; with one dim name per axis ``(B=1, H=4, T=12)``; ``–`` for None."""
+    if shape is None:
+        return MISSING
+    if dims and len(dims) == len(shape):
+        return "(" + ", ".join(f"{d}={s}" for d, s in zip(dims, shape)) + ")"
+    return "(" + ", ".join(str(s) for s in shape) + ")"
+
+
+def dims_label(shape: Sequence[int], dims: Sequence[str] | None) -> str:
+    """``(B, T, C)``: the dim names where known, the size where an axis is unnamed (``?``)."""
+    if dims and len(dims) == len(shape):
+        return "(" + ", ".join(d if d and d != "?" else str(s) for d, s in zip(dims, shape)) + ")"
+    return format_shape(shape)
+
+
+def format_number(value: float | None, digits: int = 4, missing: str = MISSING) -> str:
+    """``digits`` significant digits (``0.0001235``, ``1.234e+04``); integers exactly;
+    ``nan``, ``inf``, ``-inf`` as such; ``missing`` for None."""
+    if value is None:
+        return missing
+    if isinstance(value, int):
+        return str(value)
+    if value == 0:
+        return "0"
+    if math.isnan(value):
+        return "nan"
+    return f"{value:.{digits}g}"
+
+
+__all__ = ["MISSING", "dims_label", "format_number", "format_shape"]
