@@ -482,3 +482,14 @@ def test_compare_two_training_steps_lines_up_backward_steps():
     backward = [e for e in d.entries if e.key[0] == "backward"]
     assert len(backward) == len(a.steps) - a.backward_start  # every backward step paired
     assert any(e.status == "changed" for e in backward)
+
+
+def test_reentrant_checkpoint_is_said_not_hidden():
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 4))
+    model = nn.Sequential(nn.Linear(4, 4), block)
+    model.forward = lambda x: checkpoint(block, model[0](x), use_reentrant=True)
+    trace = trace_step(model, torch.randn(2, 4), lambda out: out.square().sum())
+    assert any("reentrant" in n for n in trace.meta["notes"])
+    assert trace.param_grad("0.weight") is not None  # outside the block: recorded
+    assert block[0].weight.grad is not None  # inside: .grad as usual, no record
