@@ -254,3 +254,11 @@ def test_app_command_checks_the_model_argument_before_opening_a_window(capsys, t
     ]:
         rc, _, err = run_cli(capsys, *argv)
         assert rc == 2 and word in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_streamed_partial_trace_keeps_its_failure_and_sources(tmp_path):
+    loaded = load(TUTORIAL, "TutorialLM", shape=(1, 5))
+    with pytest.raises(tracing.TraceError):
+        tracing.trace(loaded.model, *loaded.args, capture="values", out=tmp_path / "s.sft")
+    trace = tracing.load(tmp_path / "s.sft")
+    assert trace.failure.type == "NameError" and str(TUTORIAL) in trace.sources
