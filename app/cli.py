@@ -1,8 +1,9 @@
 """``scratchformer`` command line: ``app``, ``trace``, ``report``, ``train``, ``generate``...
 
 Each subcommand lives in ``app/commands/<name>.py``. Errors the user can fix (a missing
-file, a bad prompt, a corrupt checkpoint) print one line ``error: ...`` and exit with
-status 2; they never end in a traceback.
+file, a bad prompt, a corrupt checkpoint, a bad option, a path the system refuses) print
+one line ``error: ...`` on stderr and exit with status 2; they never end in a traceback,
+and argparse's own errors take the same one-line form (:class:`OneLineParser`).
 """
 
 from __future__ import annotations
@@ -18,8 +19,26 @@ class UserError(Exception):
     """A problem with the user's input, reported as one line without a traceback."""
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one ``error: ...`` line (exit 2), not the usage
+    block; ``--help`` still shows the usage. Subcommand parsers are of this class too."""
+
+    def error(self, message: str):  # type: ignore[override]
+        command = self.prog.removeprefix("scratchformer").strip()
+        where = f"{command}: " if command else ""
+        self.exit(2, f"error: {where}{' '.join(message.split())} (see --help)\n")
+
+
+def _one_line(e: BaseException) -> str:
+    """The message of ``e`` on one line (a path that holds a newline stays one line)."""
+    text = str(e) or type(e).__name__
+    if isinstance(e, OSError) and e.strerror:
+        text = f"{e.filename}: {e.strerror}" if e.filename else e.strerror
+    return " ".join(text.split()) if "\n" in text or "\r" in text else text
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="scratchformer",
         description="A tensor-tracing debugger for a decoder-only Transformer.",
     )
@@ -44,25 +63,37 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     except Exception as e:
-        # Known, user-facing failures from the library carry a clear message already.
+        # Known, user-facing failures carry a clear message already; an OSError is a path
+        # or a disk the system refused; MemoryError a size this machine cannot hold.
+        from app.commands.checks import PathProblem
         from tracing.errors import TraceError, TraceFileError
 
-        if isinstance(e, (TraceFileError, TraceError, FileNotFoundError, ValueError)):
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+        known: tuple[type[BaseException], ...] = (
+            UserError,
+            PathProblem,
+            TraceFileError,
+            TraceError,
+            OSError,
+            ValueError,
+            MemoryError,
+        )
         try:
             from scratchformer.checkpoint import CheckpointError
+
+            known += (CheckpointError,)
         except ImportError:  # pragma: no cover
-            CheckpointError = ()  # type: ignore[assignment]
-        if CheckpointError and isinstance(e, CheckpointError):
-            print(f"error: {e}", file=sys.stderr)
+            pass
+        if isinstance(e, known):
+            prefix = "out of memory: " if isinstance(e, MemoryError) else ""
+            print(f"error: {prefix}{_one_line(e)}", file=sys.stderr)
             return 2
         raise
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    # ``python -m app.cli``: run the imported module's main, so that ``UserError`` raised by
+    # the commands (``app.cli.UserError``) is the class caught here, not ``__main__``'s copy
+    from app.cli import main as _main
+
+    sys.exit(_main())

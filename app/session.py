@@ -21,7 +21,7 @@ functions at the end; they only read ``Trace.steps``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -72,14 +72,20 @@ class TraceOutcome:
 
 @dataclass(frozen=True)
 class ModelSource:
-    """Which model to trace: the bundled demo, a preset with random weights, a checkpoint."""
+    """Which model to trace: the bundled demo, a preset with random weights, a checkpoint,
+    or the user's own file (``model = "FILE.py:NAME"``, see ``app.user_model``)."""
 
-    kind: Literal["demo", "preset", "checkpoint"] = "demo"
+    kind: Literal["demo", "preset", "checkpoint", "file"] = "demo"
     preset: str = "demo"
     checkpoint: str = ""
     seed: int = 0
+    model: str = ""  # kind "file": FILE.py:NAME
+    input_shape: str = ""  # kind "file": "2,10" traces random inputs instead of the prompt
+    input_dtype: str = "long"
 
     def describe(self) -> str:
+        if self.kind == "file":
+            return self.model
         if self.kind == "checkpoint":
             return Path(self.checkpoint).name
         if self.kind == "preset":
@@ -189,8 +195,17 @@ def run_trace(
             f"Unknown capture level {request.capture!r}; choose one of "
             + ", ".join(tracing.CAPTURE_LEVELS)
         )
-    model, tokenizer = build_model(request.source)
-    ids = encode_prompt(tokenizer, request.prompt, model)  # (B, T)
+    if request.source.kind == "file":
+        model, args, kwargs, meta = load_user_model(request)
+    else:
+        model, tokenizer = build_model(request.source)
+        ids = encode_prompt(tokenizer, request.prompt, model)  # (B, T)
+        args, kwargs = (ids,), {}
+        meta = {
+            "text": request.prompt,
+            "tokens": ids[0].tolist(),
+            "model_source": request.source.describe(),
+        }
     total = sum(1 for _ in model.modules())
     owned = {id(m) for m in model.modules()}
     calls = 0
@@ -205,14 +220,9 @@ def run_trace(
         if progress is not None:
             progress(min(calls, total), total)
 
-    meta = {
-        "text": request.prompt,
-        "tokens": ids[0].tolist(),
-        "model_source": request.source.describe(),
-    }
     handle = torch.nn.modules.module.register_module_forward_pre_hook(pre_hook)
     try:
-        trace = tracing.trace(model, ids, capture=request.capture, meta=meta)
+        trace = tracing.trace(model, *args, capture=request.capture, meta=meta, **kwargs)
     except tracing.TraceError as e:
         if caused_by(e, Cancelled):
             return TraceOutcome(e.trace, "cancelled", "Tracing was cancelled.")
@@ -226,6 +236,26 @@ def run_trace(
     return TraceOutcome(trace, "complete")
 
 
+def load_user_model(request: TraceRequest) -> tuple[Any, tuple, dict, dict]:
+    """Import and build the user's ``FILE.py:NAME`` afresh (every re-trace re-imports it),
+    with its inputs: ``input_shape`` if given, else the prompt, else ``example_inputs``.
+    A failure is a SessionError whose text ends with the traceback, for the dialog."""
+    from app import user_model
+
+    source = request.source
+    try:
+        spec = user_model.ModelSpec.parse(source.model)
+        shape = user_model.InputSpec.parse_shape(source.input_shape) if source.input_shape else None
+        prompt = None if shape is not None or not request.prompt else request.prompt
+        inputs = user_model.InputSpec(prompt=prompt, shape=shape, dtype=source.input_dtype)
+        loaded = user_model.load(spec, inputs)
+    except user_model.UserCodeError as e:
+        details = f"\n\n{e.details}" if e.details else ""
+        raise SessionError(f"{e}{details}") from e
+    loaded.meta["model_source"] = source.describe()
+    return loaded.model, loaded.args, loaded.kwargs, loaded.meta
+
+
 def demo_trace(capture: str = DEFAULT_CAPTURE) -> TraceOutcome:
     """Trace the bundled demo model on its default prompt (what ``scratchformer app`` shows)."""
     import scratchformer
@@ -235,20 +265,61 @@ def demo_trace(capture: str = DEFAULT_CAPTURE) -> TraceOutcome:
 
 
 def open_trace(path: str | Path) -> Trace:
-    """Read a trace file; any problem becomes one SessionError naming the file and the cause."""
+    """Read a trace file; any problem becomes one SessionError naming the file and the cause.
+
+    The trace's values come wrapped in :class:`CheckedValues`, so a value that cannot be
+    read later (the file changed on disk, a checksum failed) reads as missing and is
+    reported through ``trace.values.on_error`` instead of raising inside a pane.
+    """
     import tracing
 
     path = Path(path)
-    if not path.exists():
-        raise SessionError(f"No such file: {path}")
-    if path.is_dir():
-        raise SessionError(f"{path} is a folder, not a trace file.")
     try:
-        return tracing.load(path)
+        trace = tracing.load(path)
     except tracing.TraceFileError as e:
-        raise SessionError(f"{path.name} is not a readable trace file: {e}") from e
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise SessionError(f"{path.name} is not a readable trace file: {e}") from e
+        reason = str(e).removeprefix(f"{path}: ")
+        if reason == "no such file":
+            raise SessionError(f"No such file: {path}") from e
+        raise SessionError(f"{path.name} is not a readable trace file: {reason}") from e
+    trace.values = CheckedValues(trace.values)
+    return trace
+
+
+class CheckedValues(Mapping):
+    """A loaded trace's values as the app reads them: a read that fails with
+    ``TraceFileError`` is reported once per key to ``on_error(message)`` and then reads
+    as missing (``KeyError``, so ``Trace.value`` gives None and panes show "no value")."""
+
+    def __init__(self, inner: Mapping, on_error: Callable[[str], None] | None = None):
+        self.inner = inner
+        self.on_error = on_error
+        self.failed: dict[str, str] = {}
+
+    def __getitem__(self, key: str):
+        from tracing.errors import TraceFileError
+
+        try:
+            return self.inner[key]
+        except TraceFileError as e:
+            if key not in self.failed:
+                self.failed[key] = str(e)
+                if self.on_error is not None:
+                    self.on_error(str(e))
+            raise KeyError(key) from None
+
+    def __iter__(self):
+        return iter(self.inner)
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.inner
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if close is not None:
+            close()
 
 
 def caused_by(error: BaseException, kind: type[BaseException]) -> bool:
@@ -313,7 +384,10 @@ def next_nonfinite(trace: Trace, index: int) -> int | None:
 
 
 def failing_step(trace: Trace) -> int:
-    """The innermost step that raised (the last one marked with an error), else the last."""
+    """The step that raised (``trace.failure``; else the last one marked with an error),
+    else the last."""
+    if trace.failure is not None and 0 <= trace.failure.step < len(trace.steps):
+        return trace.failure.step
     for step in reversed(trace.steps):
         if step.error is not None:
             return step.index

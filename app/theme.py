@@ -34,6 +34,7 @@ TRACK = "#2f3440"  # a hovered menu-bar item or tool button, the slider's groove
 BUTTON_HOVER = "#323744"
 CURRENT_FILL = "#3a3424"  # the selected box or chip, warm like CURRENT
 CURRENT_LINE = "#3d3522"  # the source line of the current step
+FAILED_LINE = "#5c2326"  # the source line that raised (ERROR, darkened under text)
 
 # ---- lines
 DIVIDER = "#2c3039"  # between areas, separators
@@ -114,6 +115,7 @@ SIGNED_CMAP = "CET-D1"  # blue - white - red, perceptually uniform, for data cen
 SIGNED_CMAP_DARK = "CET-D4"  # blue - black - red: the same idea for a dark theme
 SEQUENTIAL_CMAP = "viridis"  # for non-negative data
 PROBABILITY_CMAP = "inferno"  # for attention probabilities (0..1)
+MASKED_COLOUR = "#8a93a6"  # heatmap cells that are mask fills (-1e9, -inf): a grey no map uses
 
 _STYLESHEET = Path(__file__).with_name("style.qss")
 

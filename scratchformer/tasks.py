@@ -142,7 +142,7 @@ class TextDataset:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"text file not found: {path}")
-        data = torch.tensor(list(path.read_bytes()), dtype=torch.long)
+        data = torch.frombuffer(bytearray(path.read_bytes()), dtype=torch.uint8).long()
         if len(data) < 2 * (block_size + 1):
             raise ValueError(
                 f"{path} has {len(data)} bytes; need at least {2 * (block_size + 1)} "

@@ -2,17 +2,48 @@
 
 Qt must run headless: the platform is chosen when the first QApplication is built, so the
 variable is set here, before pytest-qt or any test can create one.
+
+Markers are given here, not remembered in each module: a test that asks (directly or
+through its fixtures) for ``qtbot``, ``qapp`` or ``qtmodeltester`` needs a QApplication and
+is marked ``gui``, so ``-m "not gui"`` runs without Qt; that run then fails if a
+QApplication was started anyway. Traced demos are shared per session (``demo_values``...).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("PYQTGRAPH_QT_LIB", "PySide6")
 
 import pytest
 import torch
+from tiny_models import trace_demo
+
+import scratchformer
+
+QT_FIXTURES = {"qtbot", "qapp", "qtmodeltester"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test that needs a QApplication ``gui``."""
+    for item in items:
+        if QT_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.gui)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Under ``-m "not gui"`` no QApplication may exist: a test that starts one is a gui
+    test the hook above did not recognise."""
+    if "not gui" not in (session.config.getoption("markexpr") or ""):
+        return
+    widgets = sys.modules.get("PySide6.QtWidgets")
+    if widgets is not None and widgets.QApplication.instance() is not None:
+        session.config.get_terminal_writer().line(
+            'A QApplication was started under -m "not gui": mark that test gui.', red=True
+        )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(autouse=True)
@@ -29,3 +60,30 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(old)
+
+
+# --------------------------------------------------------------------------- shared traces
+
+
+@pytest.fixture(scope="session")
+def demo_model() -> torch.nn.Module:
+    """The trained demo model, built once (read-only: a test that edits weights builds its own)."""
+    return scratchformer.demo_model()
+
+
+@pytest.fixture(scope="session")
+def demo_shapes(demo_model):
+    """The demo traced on its prompt at ``capture="shapes"``, once per run."""
+    return trace_demo(demo_model, capture="shapes")
+
+
+@pytest.fixture(scope="session")
+def demo_stats(demo_model):
+    """The demo traced on its prompt at ``capture="stats"``, once per run."""
+    return trace_demo(demo_model, capture="stats")
+
+
+@pytest.fixture(scope="session")
+def demo_values(demo_model):
+    """The demo traced on its prompt at ``capture="values"``, once per run."""
+    return trace_demo(demo_model, capture="values")

@@ -17,8 +17,6 @@ from app import session
 from app.windows import dialogs
 from app.windows.main_window import MainWindow, install_excepthook
 
-pytestmark = pytest.mark.gui
-
 
 @pytest.fixture
 def errors(monkeypatch):
@@ -58,7 +56,11 @@ def _assert_panes_on(window, index):
     assert window.tree.selected_path() == step.module
     assert window.diagram.highlighted_key == window.diagram.key_for_step(index)
     assert window.diagram.items_by_key[window.diagram.highlighted_key].highlighted
-    assert window.source_view.current_line == step.source.line
+    # the root step has no user line when the app ran the model (never the app's own);
+    # the failing step shows the line that raised
+    failure = trace.failure
+    source = failure.location if failure and failure.step == index else step.source
+    assert window.source_view.current_line == (source.line if source else None)
     assert window.inspector.step_index == index
     # the inspector's header counts the same way as the status line (1-based)
     assert window.inspector._title.text().startswith(f"Step {index + 1} / {len(trace.steps)} · ")
@@ -150,7 +152,69 @@ def test_open_a_saved_trace_and_recent_files(tmp_path, window, errors):
     assert window.trace_path == path and "tiny.safetensors" in window.windowTitle()
     assert len(window.trace.steps) == len(tiny_trace().steps)
     assert window.recent_files()[0] == str(path.resolve())
+    # a trace from a file names source files; they are read only when the user asks
+    view = window.source_view
+    assert view.show_file_button.isVisibleTo(window)
+    assert "not read until you ask" in view.toPlainText()
+    view.show_file_button.click()
+    assert not view.show_file_button.isVisibleTo(window)
     _assert_panes_on(window, 0)
+
+
+def test_the_source_pane_never_reads_what_a_stranger_names(tmp_path, window):
+    """/etc/passwd, /dev/zero, a FIFO, a huge file: refused with a message, even when
+    the user asks; a real .py file is shown once asked for."""
+    import os
+
+    from tracing.record import SourceLocation
+    from tracing.source_files import MAX_SOURCE_BYTES
+
+    fifo = tmp_path / "pipe.py"
+    os.mkfifo(fifo)
+    huge = tmp_path / "huge.py"
+    huge.write_bytes(b"#" * (MAX_SOURCE_BYTES + 1))
+    link = tmp_path / "passwd.py"
+    link.symlink_to("/etc/passwd")
+    good = tmp_path / "model.py"
+    good.write_text("import torch\nx = torch.ones(2)\n")
+    view = window.source_view
+    view.set_ask_before_reading(True)
+    cases = [
+        ("/etc/passwd", "not a Python source file"),
+        ("/dev/zero", "not a Python source file"),
+        (str(link), "/etc/passwd is not a Python source file"),
+        (str(fifo), "not a regular file"),
+        (str(huge), "more than"),
+        (str(good), None),
+    ]
+    for file, why in cases:
+        view.show_location(SourceLocation(file=file, line=2, text="recorded text"))
+        assert "not read until you ask" in view.toPlainText()
+        view.confirm_pending()
+        if why is None:
+            assert view.highlighted_text() == "x = torch.ones(2)"
+        else:
+            assert why in view.toPlainText() and "recorded text" in view.toPlainText()
+
+
+def test_a_value_that_cannot_be_read_is_a_dialog_not_a_crash(qtbot, tmp_path, window, errors):
+    """The file is overwritten in place while open (``cp other open``): a memory map
+    would kill the app with SIGBUS; here it is one dialog and the value shows as absent."""
+    import shutil
+
+    path, other = tmp_path / "open.sft", tmp_path / "other.sft"
+    tiny_trace().save(path)
+    tiny_trace(n_layers=1).save(other)
+    assert window.open_path(path)
+    shutil.copyfile(other, path)
+    for index in range(len(window.trace.steps)):
+        window.go_to(index)
+    qtbot.waitUntil(lambda: len(errors) == 1)
+    title, text = errors[0]
+    assert title == "Cannot read a value" and "changed on disk" in text
+    window.go_to(0)
+    qtbot.wait(10)
+    assert len(errors) == 1  # once per trace, not once per value
 
 
 def test_a_corrupt_file_gives_a_dialog_and_the_window_survives(qtbot, tmp_path, window, errors):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from tiny_models import tiny_gpt2
 from torch import nn
 
 import tracing
@@ -45,19 +46,9 @@ def test_our_model_maps_equal_the_weights_the_module_returns():
             assert torch.all(weights.triu(1) == 0)
 
 
+@pytest.mark.slow
 def test_hf_gpt2_maps_equal_output_attentions():
-    transformers = pytest.importorskip("transformers")
-    config = transformers.GPT2Config(
-        n_layer=3,
-        n_embd=32,
-        n_head=4,
-        vocab_size=64,
-        n_positions=16,
-        bos_token_id=0,
-        eos_token_id=0,
-        attn_implementation="eager",
-    )
-    model = transformers.GPT2LMHeadModel(config).eval()
+    model = tiny_gpt2(seed=None, n_layer=3, vocab_size=64, n_positions=16)
     tokens = torch.randint(0, 64, (2, 7))
     with torch.no_grad():
         expected = model(tokens, output_attentions=True).attentions

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 import pytest
 import torch
 import torch.nn.functional as F
+from tiny_models import tiny_gpt2
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
@@ -39,12 +40,7 @@ def ours():
 
 
 def hf_gpt2():
-    transformers = pytest.importorskip("transformers")
-    config = transformers.GPT2Config(
-        n_layer=2, n_embd=48, n_head=4, vocab_size=101, n_positions=32,
-        bos_token_id=0, eos_token_id=0, attn_implementation="eager",
-    )  # fmt: skip
-    model = transformers.GPT2LMHeadModel(config).train()
+    model = tiny_gpt2(seed=None, train=True, n_embd=48, vocab_size=101)
     ids = torch.randint(0, 101, (2, 9))
     return model, {"input_ids": ids, "labels": ids}, None, None
 

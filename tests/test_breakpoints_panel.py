@@ -4,26 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny_models import trace_demo
 
 import scratchformer
 import tracing
 from app.panels.breakpoints import BreakpointsDock, BreakpointsPanel
 from tracing.breakpoints import MASK_OPS
 
-pytestmark = pytest.mark.gui
-
 INF_LAYER = "blocks.1.feed_forward.linear1"
-
-
-def _trace(model) -> tracing.Trace:
-    tok = scratchformer.ByteTokenizer()
-    ids = torch.tensor([tok.encode(scratchformer.DEMO_PROMPT)])  # (B=1, T)
-    return tracing.trace(model, ids, capture="values", meta={"tokens": ids[0].tolist()})
-
-
-@pytest.fixture(scope="module")
-def demo_trace() -> tracing.Trace:
-    return _trace(scratchformer.demo_model())
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +20,7 @@ def inf_trace() -> tracing.Trace:
     model = scratchformer.demo_model()
     with torch.no_grad():
         model.get_submodule(INF_LAYER).weight[3, :] = 1e38
-    return _trace(model)
+    return trace_demo(model)
 
 
 @pytest.fixture
@@ -74,22 +62,22 @@ def test_run_to_next_lands_on_the_op_that_made_the_inf(qtbot, panel, inf_trace):
     assert panel.breakpoints[0].hits >= 1
 
 
-def test_clean_trace_never_stops_on_the_causal_mask(panel, demo_trace):
-    masked = [s.index for s in demo_trace.steps if s.op == "masked_fill"]
+def test_clean_trace_never_stops_on_the_causal_mask(panel, demo_values):
+    masked = [s.index for s in demo_values.steps if s.op == "masked_fill"]
     assert masked and any(
-        demo_trace.tensors[demo_trace.steps[i].outputs[0]].stats.inf for i in masked
+        demo_values.tensors[demo_values.steps[i].outputs[0]].stats.inf for i in masked
     )
-    panel.set_trace(demo_trace)
+    panel.set_trace(demo_values)
     panel.add_nonfinite()
     assert panel.breakpoints[0].hits == 0
     assert panel.run_to_next() is None
     assert "No breakpoint holds" in panel.result.text()
 
 
-def test_module_breakpoints_follow_the_current_step_and_run_in_order(qtbot, panel, demo_trace):
-    panel.set_trace(demo_trace)
-    ff0 = demo_trace.module_steps("blocks.0.feed_forward")[0].index
-    attn1 = demo_trace.module_steps("blocks.1.self_attn")[0].index
+def test_module_breakpoints_follow_the_current_step_and_run_in_order(qtbot, panel, demo_values):
+    panel.set_trace(demo_values)
+    ff0 = demo_values.module_steps("blocks.0.feed_forward")[0].index
+    attn1 = demo_values.module_steps("blocks.1.self_attn")[0].index
     for index in (attn1, ff0):  # as if the user clicked these boxes
         panel.set_current_step(index)
         panel.add_current_module()
@@ -105,9 +93,9 @@ def test_module_breakpoints_follow_the_current_step_and_run_in_order(qtbot, pane
     assert panel.run_to_next() == ff0  # a second press searches from the start
 
 
-def test_disable_and_remove(panel, demo_trace):
-    panel.set_trace(demo_trace)
-    softmaxes = [s.index for s in demo_trace.steps if s.op == "softmax"]
+def test_disable_and_remove(panel, demo_values):
+    panel.set_trace(demo_values)
+    softmaxes = [s.index for s in demo_values.steps if s.op == "softmax"]
     panel.add_op("softmax")
     panel.add_abs_above(1e30)  # never holds in a healthy model
     assert panel.breakpoints[0].hits == len(softmaxes) == 2
@@ -126,13 +114,13 @@ def test_disable_and_remove(panel, demo_trace):
         panel.add_abs_above(-1)
 
 
-def test_entropy_breakpoint_stops_at_a_sharp_attention_map(panel, demo_trace):
-    panel.set_trace(demo_trace)
+def test_entropy_breakpoint_stops_at_a_sharp_attention_map(panel, demo_values):
+    panel.set_trace(demo_values)
     panel.add_entropy_below(10.0)  # any row is sharper than 10 nats: the first map made
     first_map = next(  # the op that makes it (its module returns it only later)
         s.index
-        for s in demo_trace.steps
-        if s.kind == "op" and any(demo_trace.tensors[t].role == "attention" for t in s.outputs)
+        for s in demo_values.steps
+        if s.kind == "op" and any(demo_values.tensors[t].role == "attention" for t in s.outputs)
     )
     assert panel.run_to_next() == first_map
     panel.clear()
@@ -141,8 +129,8 @@ def test_entropy_breakpoint_stops_at_a_sharp_attention_map(panel, demo_trace):
     assert panel.run_to_next() is None
 
 
-def test_model_passes_qt_model_tester(qtmodeltester, panel, demo_trace):
-    panel.set_trace(demo_trace)
+def test_model_passes_qt_model_tester(qtmodeltester, panel, demo_values):
+    panel.set_trace(demo_values)
     panel.add_nonfinite()
     panel.add_op("matmul")
     qtmodeltester.check(panel.model)

@@ -114,7 +114,7 @@ def test_trace_the_demo_model_by_default(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("args", "words"),
     [
-        (["--checkpoint", "{tmp}/missing.safetensors"], ["checkpoint not found"]),
+        (["--checkpoint", "{tmp}/missing.safetensors"], ["no such checkpoint"]),
         (["--preset", "gpt5"], ["unknown preset 'gpt5'", "demo"]),
         (["--preset", "demo", "--prompt", ""], ["prompt is empty"]),
         (["--preset", "demo", "--prompt", "x" * 65], ["65 tokens", "block_size is 64"]),

@@ -6,27 +6,13 @@ import math
 
 import pytest
 import torch
+from tiny_models import trace_demo
 
 import scratchformer
-import tracing
 from app.windows.compare_window import CompareWindow, divergence_colour
 from tracing.divergence import entry_score, score_text
 
-pytestmark = pytest.mark.gui
-
 CHANGED = "blocks.1.feed_forward.linear1"
-
-
-def _trace(model, prompt: str = scratchformer.DEMO_PROMPT, capture="values") -> tracing.Trace:
-    tok = scratchformer.ByteTokenizer()
-    ids = torch.tensor([tok.encode(prompt)])  # (B=1, T)
-    meta = {"tokens": ids[0].tolist(), "text": prompt}
-    return tracing.trace(model, ids, capture=capture, meta=meta)
-
-
-@pytest.fixture(scope="module")
-def demo_trace():
-    return _trace(scratchformer.demo_model())
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +21,7 @@ def changed_trace():
     model = scratchformer.demo_model()
     with torch.no_grad():
         model.get_submodule(CHANGED).weight[5, 7] += 0.5
-    return _trace(model)
+    return trace_demo(model)
 
 
 def _window(qtbot, a, b, **kwargs) -> CompareWindow:
@@ -46,8 +32,8 @@ def _window(qtbot, a, b, **kwargs) -> CompareWindow:
     return w
 
 
-def test_a_trace_against_itself_shows_zero_divergence_everywhere(qtbot, demo_trace):
-    w = _window(qtbot, demo_trace, demo_trace)
+def test_a_trace_against_itself_shows_zero_divergence_everywhere(qtbot, demo_values):
+    w = _window(qtbot, demo_values, demo_values)
     assert w.first is None and w.divergent == []
     assert "No divergence" in w.summary.text()
     assert not w.first_button.isEnabled()
@@ -68,11 +54,11 @@ def test_a_trace_against_itself_shows_zero_divergence_everywhere(qtbot, demo_tra
 
 
 def test_one_changed_weight_highlights_the_first_step_that_uses_it(
-    qtbot, demo_trace, changed_trace
+    qtbot, demo_values, changed_trace
 ):
-    w = _window(qtbot, demo_trace, changed_trace)
+    w = _window(qtbot, demo_values, changed_trace)
     # reference: the op inside the changed Linear is the first to use its weight
-    uses = next(s.index for s in demo_trace.steps if s.kind == "op" and s.module == CHANGED)
+    uses = next(s.index for s in demo_values.steps if s.kind == "op" and s.module == CHANGED)
     first = w.first
     assert first is not None and first.a_index == uses and first.b_index == uses
     assert CHANGED in w.summary.text()
@@ -81,19 +67,19 @@ def test_one_changed_weight_highlights_the_first_step_that_uses_it(
     for view in (w.diagram_a, w.diagram_b):
         assert view.highlighted_key == view.key_for_step(uses)
     # nothing before it diverges; its score is the entry's relative L2
-    for s in demo_trace.steps:
+    for s in demo_values.steps:
         score, _ = w.box_score("a", s.index)
         if s.kind == "op" and s.index < uses:
             assert score == 0, s.label
     assert w.box_score("a", uses)[0] == pytest.approx(first.rel_l2) and first.rel_l2 > 0
     # module boxes: block 0 identical, block 1 (which holds the change) divergent
-    block0 = demo_trace.module_steps("blocks.0")[0].index
-    block1 = demo_trace.module_steps("blocks.1")[0].index
+    block0 = demo_values.module_steps("blocks.0")[0].index
+    block1 = demo_values.module_steps("blocks.1")[0].index
     assert w.overlay_a.marks[block0].score == 0
     assert w.overlay_a.marks[block1].score > 0
     assert w.overlay_a.marks[block1].colour != divergence_colour(0.0)
     # A − B heatmap of that step equals the two kept outputs subtracted
-    out_a = demo_trace.value(demo_trace.steps[uses].outputs[0])[0]  # (T, F)
+    out_a = demo_values.value(demo_values.steps[uses].outputs[0])[0]  # (T, F)
     out_b = changed_trace.value(changed_trace.steps[uses].outputs[0])[0]
     shown = torch.as_tensor(w.difference_heatmap.matrix)
     assert torch.allclose(shown, (out_a - out_b).float())
@@ -101,8 +87,8 @@ def test_one_changed_weight_highlights_the_first_step_that_uses_it(
     assert (shown[:, 5] != 0).any() and (torch.cat([shown[:, :5], shown[:, 6:]], 1) == 0).all()
 
 
-def test_synchronised_stepping_and_clicks(qtbot, demo_trace, changed_trace):
-    w = _window(qtbot, demo_trace, changed_trace)
+def test_synchronised_stepping_and_clicks(qtbot, demo_values, changed_trace):
+    w = _window(qtbot, demo_values, changed_trace)
     w.go_to(0)
     for k in range(1, 6):
         w.next()
@@ -125,9 +111,9 @@ def test_synchronised_stepping_and_clicks(qtbot, demo_trace, changed_trace):
     assert w.overlay_b.marks  # marks come back after the rebuild
 
 
-def test_different_prompts_align_and_report_shape_changes(qtbot, demo_trace):
-    other = _trace(scratchformer.demo_model(), prompt="abc|cba.")
-    w = _window(qtbot, demo_trace, other)
+def test_different_prompts_align_and_report_shape_changes(qtbot, demo_values):
+    other = trace_demo(prompt="abc|cba.")
+    w = _window(qtbot, demo_values, other)
     assert w.first is not None and w.first.status == "shape"
     assert w.box_score("a", 0)[0] == math.inf  # root module: output shape changed
     assert w.overlay_a.marks[0].text == "shape"
@@ -135,17 +121,16 @@ def test_different_prompts_align_and_report_shape_changes(qtbot, demo_trace):
 
 
 def test_stats_traces_colour_by_statistics_and_explain_the_missing_heatmap(
-    qtbot, demo_trace, changed_trace
+    qtbot, demo_stats, changed_trace
 ):
-    a = _trace(scratchformer.demo_model(), capture="stats")
-    w = _window(qtbot, a, changed_trace)
+    w = _window(qtbot, demo_stats, changed_trace)
     assert w.first is not None
     assert "No A − B heatmap" in w.difference_heatmap.message
 
 
-def test_from_files_and_helpers(qtbot, tmp_path, demo_trace):
+def test_from_files_and_helpers(qtbot, tmp_path, demo_values):
     path = tmp_path / "a.trace"
-    demo_trace.save(path)
+    demo_values.save(path)
     w = CompareWindow.from_files(path, path)
     qtbot.addWidget(w)
     assert w.first is None and w.name_a == "a.trace"
@@ -158,7 +143,7 @@ def test_from_files_and_helpers(qtbot, tmp_path, demo_trace):
         CompareWindow.from_files(tmp_path / "missing.trace", path)
 
 
-def test_main_window_compare_with_a_file(qtbot, tmp_path, monkeypatch, demo_trace, changed_trace):
+def test_main_window_compare_with_a_file(qtbot, tmp_path, monkeypatch, demo_values, changed_trace):
     from PySide6.QtCore import QSettings
 
     from app.windows import dialogs
@@ -169,12 +154,12 @@ def test_main_window_compare_with_a_file(qtbot, tmp_path, monkeypatch, demo_trac
     window = MainWindow(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
     qtbot.addWidget(window)
     assert not window.compare.action.isEnabled()  # nothing to compare yet
-    window.set_trace(demo_trace)
+    window.set_trace(demo_values)
     assert window.compare.action.isEnabled()
     path = tmp_path / "edited.trace"
     changed_trace.save(path)
     compare = window.compare.open_with(path)
-    assert compare is not None and compare.trace_a is demo_trace
+    assert compare is not None and compare.trace_a is demo_values
     assert compare.first is not None and compare.first.module == CHANGED
     assert compare.name_b == "edited.trace"
     compare.close()
@@ -183,13 +168,13 @@ def test_main_window_compare_with_a_file(qtbot, tmp_path, monkeypatch, demo_trac
     assert shown == ["Cannot compare"]
 
 
-def test_command_line_compare(qtbot, qapp, tmp_path, monkeypatch, demo_trace, changed_trace):
+def test_command_line_compare(qtbot, qapp, tmp_path, monkeypatch, demo_values, changed_trace):
     from PySide6.QtWidgets import QApplication
 
     from app.cli import main
 
     a, b = tmp_path / "a.trace", tmp_path / "b.trace"
-    demo_trace.save(a)
+    demo_values.save(a)
     changed_trace.save(b)
     assert main(["app", "--compare", str(a), str(tmp_path / "missing.trace")]) == 2
     assert main(["app", str(a), "--compare", str(a), str(b)]) == 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny_models import tiny_gpt2
 
 transformers = pytest.importorskip("transformers")
 
@@ -12,22 +13,9 @@ from scratchformer.convert import config_from_hf_gpt2, from_hf_gpt2  # noqa: E40
 
 
 def small_hf_gpt2(**overrides):
-    cfg = transformers.GPT2Config(
-        vocab_size=97,
-        n_positions=32,
-        n_embd=48,
-        n_layer=3,
-        n_head=4,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-        bos_token_id=0,
-        eos_token_id=0,
-        **overrides,
+    model = tiny_gpt2(
+        n_layer=3, n_embd=48, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **overrides
     )
-    cfg._attn_implementation = "eager"
-    torch.manual_seed(0)
-    model = transformers.GPT2LMHeadModel(cfg).eval()
     # HF initialises LayerNorms to identity and biases to 0; randomise them so the test
     # would catch a swapped or missing bias / LayerNorm parameter.
     with torch.no_grad():

@@ -10,8 +10,6 @@ from app.diagram.items import BoxItem, FrameItem
 from app.diagram.layout import INPUT, OUTPUT, DiagramLayout
 from app.diagram.view import DiagramView
 
-pytestmark = pytest.mark.gui
-
 
 @pytest.fixture
 def trace():

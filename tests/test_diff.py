@@ -257,7 +257,7 @@ def test_cli_diff(value_traces, tmp_path, capsys):
 
 def test_cli_diff_errors(tmp_path, capsys):
     assert main(["diff", str(tmp_path / "none.trace"), str(tmp_path / "x.trace")]) == 2
-    assert "no trace file at" in capsys.readouterr().err
+    assert "no such file" in capsys.readouterr().err
     bad = tmp_path / "bad.trace"
     bad.write_bytes(b"not a trace")
     assert main(["diff", str(bad), str(bad)]) == 2

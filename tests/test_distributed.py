@@ -274,11 +274,26 @@ def test_file_open_ranks_and_the_command_line(qtbot, folder, tmp_path, monkeypat
     assert window.ranks_launcher.open_with([folder / "row.rank0.sft"] * 2) is None
     assert "rank 0 is also" in shown[0]
     assert is_rank_set([folder / "row.sft"]) and not is_rank_set([folder / "row.rank0.sft"])
+    assert window.open_path(folder / "row.rank1.sft")  # one rank alone: a hint
+    qtbot.waitUntil(lambda: window.statusBar().currentMessage().startswith("rank 1 of 2"))
+    assert "row.rank0.sft, row.rank1.sft" in window.statusBar().currentMessage()
     # steps without tensors (a barrier) and without inputs (a recv) show like any other
     p2p = window.ranks_launcher.open_with([folder / "p2p.sft"])
     for position in range(len(p2p.compare.entries)):
         p2p.compare.go_to(position)
         assert p2p.compare.position == position
+
+
+def test_cli_traces_your_own_tensor_parallel_model_on_every_rank(folder):
+    ranks = load_ranks(folder / "own.sft")
+    assert ranks.ranks == [0, 1] and ranks.first_divergence() is None
+    first = ranks.first
+    linear0 = next(s for s in first.steps if s.module == "0" and s.op == "linear")
+    hidden = workers.mlp()[0](workers.mlp_input()).detach()  # the same seeds as the file
+    torch.testing.assert_close(ranks.stitched(linear0.outputs[0]), hidden)
+    for rank in ranks:
+        out = ranks[rank].value(ranks[rank].steps[0].outputs[0])
+        torch.testing.assert_close(out, workers.mlp()(workers.mlp_input()).detach())
 
 
 # --------------------------------------------------------------------------- FSDP

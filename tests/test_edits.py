@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny_models import tiny_gpt2
 from torch import nn
 
 import scratchformer
@@ -89,13 +90,7 @@ def test_zero_head_equals_zeroing_its_w_o_columns(demo, layer, head):
 
 
 def _hf_gpt2():
-    transformers = pytest.importorskip("transformers")
-    config = transformers.GPT2Config(
-        n_layer=2, n_head=4, n_embd=32, vocab_size=97, n_positions=32,
-        attn_implementation="eager",
-    )  # fmt: skip
-    torch.manual_seed(1)
-    return transformers.GPT2LMHeadModel(config).eval()
+    return tiny_gpt2(seed=1)
 
 
 def test_zero_head_equals_zeroing_hf_gpt2_c_proj_rows():

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import pytest
 import torch
 import torchinfo
+from tiny_models import tiny_gpt2
 from torch import nn
 
 import tracing
@@ -47,18 +48,7 @@ def torch_decoder():
 
 
 def hf_gpt2():
-    transformers = pytest.importorskip("transformers")
-    config = transformers.GPT2Config(
-        n_layer=2,
-        n_embd=48,
-        n_head=4,
-        vocab_size=101,
-        n_positions=32,
-        bos_token_id=0,
-        eos_token_id=0,
-        attn_implementation="eager",
-    )
-    model = transformers.GPT2LMHeadModel(config)
+    model = tiny_gpt2(seed=None, train=True, n_embd=48, vocab_size=101)
     return model, (torch.randint(0, 101, (2, 9)),), {}
 
 

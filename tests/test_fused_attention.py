@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from tiny_models import tiny_gpt2
 
 from tracing.fused_attention import attention_weights, bind_arguments, weights_from_call
 
@@ -162,17 +163,11 @@ def test_tracer_rebuilds_fused_attention_maps(capture):
 
 @pytest.mark.slow
 def test_hf_gpt2_sdpa_maps_equal_eager_output_attentions():
-    transformers = pytest.importorskip("transformers")
     import tracing
 
     maps = {}
     for impl in ("sdpa", "eager"):
-        cfg = transformers.GPT2Config(
-            vocab_size=50, n_positions=16, n_embd=32, n_layer=2, n_head=4,
-            attn_implementation=impl,
-        )  # fmt: skip
-        torch.manual_seed(0)
-        maps[impl] = transformers.GPT2LMHeadModel(cfg).eval()
+        maps[impl] = tiny_gpt2(vocab_size=50, n_positions=16, attn_implementation=impl)
     x = torch.randint(0, 50, (2, 7))
     with torch.no_grad():
         eager = maps["eager"](x, output_attentions=True).attentions  # L x (B, H, T, T)

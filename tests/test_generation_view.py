@@ -14,8 +14,6 @@ from app.panels.generation import GenerationView, TraceGenerationDialog
 from app.session import ModelSource, SessionError
 from app.workers import GenerationJob
 
-pytestmark = pytest.mark.gui
-
 PROMPT = "word|"  # the demo model reverses it: "drow."
 
 

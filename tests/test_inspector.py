@@ -6,37 +6,20 @@ import pytest
 import torch
 from PySide6.QtCore import Qt
 
-import tracing
+import scratchformer
 from app.panels.inspector import Inspector
 from app.widgets.shape_table import ShapeTableModel
-from scratchformer import ByteTokenizer, DecoderOnlyTransformer, ModelConfig
 from tracing.record import Trace
-
-PROMPT = "abc|cba."
-
-
-def _trace(capture: str) -> Trace:
-    torch.manual_seed(0)
-    model = DecoderOnlyTransformer(ModelConfig.preset("demo")).eval()
-    ids = ByteTokenizer().encode(PROMPT)
-    return tracing.trace(
-        model, torch.tensor([ids]), capture=capture, meta={"tokens": ids, "text": PROMPT}
-    )
-
-
-@pytest.fixture(scope="module")
-def values_trace() -> Trace:
-    return _trace("values")
 
 
 @pytest.fixture
-def inspector(qtbot, values_trace) -> Inspector:
+def inspector(qtbot, demo_values) -> Inspector:
     widget = Inspector()
     qtbot.addWidget(widget)
     widget.resize(600, 800)
     widget.show()
     qtbot.waitExposed(widget)
-    widget.set_trace(values_trace)
+    widget.set_trace(demo_values)
     return widget
 
 
@@ -49,10 +32,10 @@ def _tick_labels(axis) -> list[str]:
     return [label for _pos, label in ticks]
 
 
-def test_step_shows_its_tensors_and_first_output(inspector, values_trace):
-    index = _softmax_steps(values_trace)[0]
+def test_step_shows_its_tensors_and_first_output(inspector, demo_values):
+    index = _softmax_steps(demo_values)[0]
     inspector.set_step(index)
-    step = values_trace.steps[index]
+    step = demo_values.steps[index]
     model = inspector.table_model
     assert model.rowCount() == len(step.inputs) + len(step.outputs)
     out_row = model.default_row()
@@ -61,21 +44,21 @@ def test_step_shows_its_tensors_and_first_output(inspector, values_trace):
     assert tensor_id == step.outputs[0]
 
     # the heatmap is that output's [B=0, H=0] slice, tokens on both axes
-    expected = values_trace.value(step.outputs[0])[0, 0]
+    expected = demo_values.value(step.outputs[0])[0, 0]
     torch.testing.assert_close(torch.from_numpy(inspector.heatmap.matrix), expected)
-    tokens = ["a", "b", "c", "|", "c", "b", "a", "."]
+    tokens = list(scratchformer.DEMO_PROMPT)
     assert _tick_labels(inspector.heatmap.row_axis) == tokens
     assert _tick_labels(inspector.heatmap.col_axis) == tokens
     assert inspector.heatmap.colormap_name == "inferno"  # probabilities
     # 1-based, as the status line says it
-    assert f"Step {index + 1} / {len(values_trace)} · softmax" == inspector._title.text()
+    assert f"Step {index + 1} / {len(demo_values)} · softmax" == inspector._title.text()
 
 
-def test_selecting_a_row_shows_that_tensor(inspector, values_trace, qtbot):
-    index = _softmax_steps(values_trace)[0]
+def test_selecting_a_row_shows_that_tensor(inspector, demo_values, qtbot):
+    index = _softmax_steps(demo_values)[0]
     inspector.set_step(index)
     inspector.select_row(0)  # the softmax input: scores with the causal mask's -inf
-    scores = values_trace.value(values_trace.steps[index].inputs[0])[0, 0]
+    scores = demo_values.value(demo_values.steps[index].inputs[0])[0, 0]
     shown = torch.from_numpy(inspector.heatmap.matrix)
     torch.testing.assert_close(shown, scores)
     heatmap = inspector.heatmap
@@ -83,21 +66,21 @@ def test_selecting_a_row_shows_that_tensor(inspector, values_trace, qtbot):
     assert heatmap.colorbar.levels()[0] == -heatmap.colorbar.levels()[1]
 
 
-def test_leading_index_is_kept_by_axis_name(inspector, values_trace):
-    first, second = _softmax_steps(values_trace)[:2]
+def test_leading_index_is_kept_by_axis_name(inspector, demo_values):
+    first, second = _softmax_steps(demo_values)[:2]
     inspector.set_step(first)
     inspector.tensor_view.set_leading_index((0, 2))  # head 2
-    expected = values_trace.value(values_trace.steps[first].outputs[0])[0, 2]
+    expected = demo_values.value(demo_values.steps[first].outputs[0])[0, 2]
     torch.testing.assert_close(torch.from_numpy(inspector.heatmap.matrix), expected)
     inspector.set_step(second)
     assert inspector.tensor_view.leading_index() == (0, 2)
-    expected = values_trace.value(values_trace.steps[second].outputs[0])[0, 2]
+    expected = demo_values.value(demo_values.steps[second].outputs[0])[0, 2]
     torch.testing.assert_close(torch.from_numpy(inspector.heatmap.matrix), expected)
     assert "H=2" in inspector.tensor_view.current_slice.describe()
 
 
-def test_attention_panel_shows_chosen_layer_and_head(inspector, values_trace, qtbot):
-    maps = values_trace.attention_maps()
+def test_attention_panel_shows_chosen_layer_and_head(inspector, demo_values, qtbot):
+    maps = demo_values.attention_maps()
     paths = list(maps)
     inspector.tabs.setCurrentIndex(Inspector.ATTENTION_TAB)
     panel = inspector.attention
@@ -106,21 +89,19 @@ def test_attention_panel_shows_chosen_layer_and_head(inspector, values_trace, qt
     panel.head_spin.setValue(3)
     assert (panel.layer, panel.head) == (1, 3)
     torch.testing.assert_close(torch.from_numpy(panel.heatmap.matrix), maps[paths[1]][0, 3])
-    assert _tick_labels(panel.heatmap.row_axis) == list("abc|cba.")
+    assert _tick_labels(panel.heatmap.row_axis) == list(scratchformer.DEMO_PROMPT)
     assert panel.grid.shape == (2, 4)
 
 
-def test_stepping_into_an_attention_module_selects_its_layer_and_keeps_head(
-    inspector, values_trace
-):
+def test_stepping_into_an_attention_module_selects_its_layer_and_keeps_head(inspector, demo_values):
     panel = inspector.attention
     panel.set_layer(0, head=2)
     paths = panel.paths
     # a step inside layer 1's attention (its softmax), then one in layer 1's block
-    inspector.set_step(_softmax_steps(values_trace)[1])
+    inspector.set_step(_softmax_steps(demo_values)[1])
     assert (panel.layer, panel.head) == (1, 2)
     block_step = next(
-        s.index for s in values_trace.steps if s.module == "blocks.0" and s.op == "add"
+        s.index for s in demo_values.steps if s.module == "blocks.0" and s.op == "add"
     )
     inspector.set_step(block_step)
     assert panel.layer == 0 and paths[0].startswith("blocks.0.")
@@ -129,7 +110,7 @@ def test_stepping_into_an_attention_module_selects_its_layer_and_keeps_head(
     assert panel.layer == 0
 
 
-def test_thumbnail_click_opens_map_and_requests_its_step(inspector, values_trace, qtbot):
+def test_thumbnail_click_opens_map_and_requests_its_step(inspector, demo_values, qtbot):
     inspector.tabs.setCurrentIndex(Inspector.ATTENTION_TAB)
     panel = inspector.attention
     grid = panel.grid
@@ -139,21 +120,21 @@ def test_thumbnail_click_opens_map_and_requests_its_step(inspector, values_trace
     step_index = blocker.args[0]
     assert (panel.layer, panel.head) == (1, 3)
     # the requested step computed layer 1's weights: its output is that attention map
-    step = values_trace.steps[step_index]
+    step = demo_values.steps[step_index]
     assert step.module.startswith(panel.paths[1].split("#")[0])
-    outputs = [values_trace.tensor(i) for i in step.outputs]
+    outputs = [demo_values.tensor(i) for i in step.outputs]
     assert any(r.role == "attention" for r in outputs)
-    maps = values_trace.attention_maps()
+    maps = demo_values.attention_maps()
     torch.testing.assert_close(torch.from_numpy(panel.heatmap.matrix), maps[panel.paths[1]][0, 3])
     # and following the request keeps what the user picked
     inspector.set_step(step_index)
     assert (panel.layer, panel.head) == (1, 3)
 
 
-def test_missing_values_are_explained(qtbot):
+def test_missing_values_are_explained(qtbot, demo_stats):
     widget = Inspector()
     qtbot.addWidget(widget)
-    trace = _trace("stats")
+    trace = demo_stats
     widget.set_trace(trace)
     widget.set_step(_softmax_steps(trace)[0] - 1)  # masked_fill: not an attention map
     assert widget.heatmap.matrix is None
@@ -161,16 +142,16 @@ def test_missing_values_are_explained(qtbot):
     assert widget.table_model.rowCount() > 0  # the table still shows shapes and stats
 
 
-def test_every_step_can_be_shown(inspector, values_trace):
-    for index in range(len(values_trace)):
+def test_every_step_can_be_shown(inspector, demo_values):
+    for index in range(len(demo_values)):
         inspector.set_step(index)
         assert inspector.step_index == index
     with pytest.raises(IndexError, match="out of range"):
-        inspector.set_step(len(values_trace))
+        inspector.set_step(len(demo_values))
 
 
-def test_export_heatmap_png_and_svg(inspector, values_trace, tmp_path):
-    inspector.set_step(_softmax_steps(values_trace)[0])
+def test_export_heatmap_png_and_svg(inspector, demo_values, tmp_path):
+    inspector.set_step(_softmax_steps(demo_values)[0])
     png = inspector.export_heatmap(tmp_path / "tensor.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 1000
     inspector.tabs.setCurrentIndex(Inspector.ATTENTION_TAB)
@@ -178,10 +159,10 @@ def test_export_heatmap_png_and_svg(inspector, values_trace, tmp_path):
     assert "<svg" in svg.read_text() and svg.stat().st_size > 1000
 
 
-def test_stats_strip_shows_all_its_lines_at_the_default_width(inspector, values_trace):
+def test_stats_strip_shows_all_its_lines_at_the_default_width(inspector, demo_values):
     """The strip's text (tensor · statistics · slice) fits the fixed box it sits in."""
     inspector.resize(420, 800)  # the inspector dock's width in a 1500-pixel window
-    index = _softmax_steps(values_trace)[0]
+    index = _softmax_steps(demo_values)[0]
     inspector.set_step(index)
     strip, box = inspector._strip, inspector._strip_box
     text = strip.text()
@@ -189,8 +170,8 @@ def test_stats_strip_shows_all_its_lines_at_the_default_width(inspector, values_
     assert strip.heightForWidth(box.width()) <= box.height()
 
 
-def test_stats_strip_follows_a_slice_chosen_in_code(inspector, values_trace):
-    inspector.set_step(_softmax_steps(values_trace)[0])
+def test_stats_strip_follows_a_slice_chosen_in_code(inspector, demo_values):
+    inspector.set_step(_softmax_steps(demo_values)[0])
     inspector.tensor_view.set_leading_index((0, 2))
     assert "H=2]" in inspector._strip.text()
     assert inspector.tensor_view.current_slice.describe() in inspector._strip.text()

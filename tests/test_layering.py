@@ -45,6 +45,7 @@ def test_package_imports_only_allowed_layers(package: str) -> None:
     assert not bad, f"{package} imports forbidden layers: {bad}"
 
 
+@pytest.mark.slow
 def test_importing_tracing_and_model_loads_no_qt() -> None:
     code = (
         "import sys, tracing, tracing.record, scratchformer\n"

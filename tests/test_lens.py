@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from tiny_models import tiny_gpt2
 
 import tracing
 from scratchformer import DecoderOnlyTransformer, ModelConfig
@@ -110,13 +111,7 @@ def test_head_contributions_layers_by_heads(model, values_trace):
 
 @pytest.fixture(scope="module")
 def gpt2():
-    transformers = pytest.importorskip("transformers")
-    cfg = transformers.GPT2Config(
-        vocab_size=97, n_positions=16, n_embd=32, n_layer=2, n_head=4,
-        attn_implementation="eager",
-    )  # fmt: skip
-    torch.manual_seed(0)
-    return transformers.GPT2LMHeadModel(cfg).eval()
+    return tiny_gpt2(n_positions=16)
 
 
 @pytest.mark.slow

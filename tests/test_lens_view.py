@@ -5,33 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from tiny_models import demo_ids, trace_demo
 
 import scratchformer
 import tracing
 from app.panels.lens import LensTableModel, LensView
 
-pytestmark = pytest.mark.gui
-
-
-def _ids() -> torch.Tensor:
-    tok = scratchformer.ByteTokenizer()
-    return torch.tensor([tok.encode(scratchformer.DEMO_PROMPT)])  # (B=1, T)
-
-
-def _trace(model, capture="values") -> tracing.Trace:
-    ids = _ids()
-    meta = {"tokens": ids[0].tolist(), "text": scratchformer.DEMO_PROMPT}
-    return tracing.trace(model, ids, capture=capture, meta=meta)
-
 
 @pytest.fixture(scope="module")
-def model():
-    return scratchformer.demo_model()
-
-
-@pytest.fixture(scope="module")
-def demo_trace(model):
-    return _trace(model)
+def model(demo_model):
+    return demo_model
 
 
 @pytest.fixture
@@ -44,15 +27,15 @@ def view(qtbot) -> LensView:
     return v
 
 
-def test_final_layer_of_the_grid_is_the_models_own_prediction(view, model, demo_trace):
-    view.set_trace(demo_trace, model)
+def test_final_layer_of_the_grid_is_the_models_own_prediction(view, model, demo_values):
+    view.set_trace(demo_values, model)
     assert view.has_data and view.message_text == ""
     grid = view.table_model
     T = len(scratchformer.DEMO_PROMPT)
     assert grid.rowCount() == T
     assert grid.columnCount() == 1 + model.config.n_layers  # embeddings + every block
     with torch.no_grad():
-        probs = torch.softmax(model(_ids())[0], -1)  # (T, V): the model's own output
+        probs = torch.softmax(model(demo_ids())[0], -1)  # (T, V): the model's own output
     expected = probs.argmax(-1)
     for t in range(T):
         assert view.top_token(t, -1) == int(expected[t])
@@ -63,12 +46,12 @@ def test_final_layer_of_the_grid_is_the_models_own_prediction(view, model, demo_
     # the trained reversal model writes the answer: after '|' every letter is predicted
     bar = scratchformer.DEMO_PROMPT.index("|")
     for t in range(bar, T - 1):
-        assert view.top_token(t, -1) == _ids()[0, t + 1]
+        assert view.top_token(t, -1) == demo_ids()[0, t + 1]
         assert "✓" in grid.data(grid.index(t, grid.columnCount() - 1))
 
 
-def test_heatmaps_show_final_token_probability_and_head_contributions(view, model, demo_trace):
-    view.set_trace(demo_trace, model)
+def test_heatmaps_show_final_token_probability_and_head_contributions(view, model, demo_values):
+    view.set_trace(demo_values, model)
     lens = view.lens
     shown = view.final_heatmap.matrix  # (T, L)
     np.testing.assert_allclose(shown, lens.final_token_probs.T, rtol=1e-6)
@@ -78,20 +61,20 @@ def test_heatmaps_show_final_token_probability_and_head_contributions(view, mode
     assert (heads > 0).all()
 
 
-def test_a_silenced_head_contributes_nothing(view, demo_trace):
+def test_a_silenced_head_contributes_nothing(view, demo_values):
     model = scratchformer.demo_model()
     D = model.config.d_model // model.config.n_heads
     with torch.no_grad():  # head 2 of block 1 writes through W_o columns 2D..3D: zero them
         model.blocks[1].self_attn.W_o.weight[:, 2 * D : 3 * D] = 0
-    view.set_trace(_trace(model), model)
+    view.set_trace(trace_demo(model), model)
     heads = view.heads_heatmap.matrix
     assert heads[1, 2] == 0
     assert (np.delete(heads[1], 2) > 0).all() and (heads[0] > 0).all()
 
 
-def test_without_a_model_the_view_says_why(view, demo_trace, tmp_path):
+def test_without_a_model_the_view_says_why(view, demo_values, tmp_path):
     path = tmp_path / "demo.trace"
-    demo_trace.save(path)
+    demo_values.save(path)
     view.set_trace(tracing.load(path), None)
     assert not view.has_data
     assert "needs the model" in view.message_text
@@ -99,26 +82,26 @@ def test_without_a_model_the_view_says_why(view, demo_trace, tmp_path):
 
 
 def test_stats_trace_asks_for_values(view, model):
-    view.set_trace(_trace(model, capture="stats"), model)
+    view.set_trace(trace_demo(model, capture="stats"), model)
     assert "needs tensor values" in view.message_text
 
 
-def test_hidden_view_computes_when_shown(qtbot, model, demo_trace):
+def test_hidden_view_computes_when_shown(qtbot, model, demo_values):
     v = LensView()
     qtbot.addWidget(v)
-    v.set_trace(demo_trace, model)
+    v.set_trace(demo_values, model)
     assert not v.has_data  # nothing computed while hidden
     v.show()
     qtbot.waitExposed(v)
     assert v.has_data
 
 
-def test_grid_model_passes_qt_model_tester(qtmodeltester, view, model, demo_trace):
-    view.set_trace(demo_trace, model)
+def test_grid_model_passes_qt_model_tester(qtmodeltester, view, model, demo_values):
+    view.set_trace(demo_values, model)
     qtmodeltester.check(view.table_model)
 
 
-def test_model_factory_runs_only_when_the_lens_is_shown(qtbot, model, demo_trace):
+def test_model_factory_runs_only_when_the_lens_is_shown(qtbot, model, demo_values):
     calls = []
 
     def factory():
@@ -127,16 +110,16 @@ def test_model_factory_runs_only_when_the_lens_is_shown(qtbot, model, demo_trace
 
     v = LensView()
     qtbot.addWidget(v)
-    v.set_trace(demo_trace, model_factory=factory)
+    v.set_trace(demo_values, model_factory=factory)
     assert calls == []  # hidden: nothing built
     v.show()
     qtbot.waitExposed(v)
     assert calls == [1] and v.has_data
-    v.set_trace(demo_trace, model_factory=lambda: (_ for _ in ()).throw(OSError("gone")))
+    v.set_trace(demo_values, model_factory=lambda: (_ for _ in ()).throw(OSError("gone")))
     assert "Cannot load the model" in v.message_text and "gone" in v.message_text
 
 
-def test_main_window_lens_dock_has_the_model_only_for_its_own_traces(qtbot, tmp_path, demo_trace):
+def test_main_window_lens_dock_has_the_model_only_for_its_own_traces(qtbot, tmp_path, demo_values):
     from PySide6.QtCore import QSettings
 
     from app.windows.main_window import MainWindow
@@ -151,6 +134,6 @@ def test_main_window_lens_dock_has_the_model_only_for_its_own_traces(qtbot, tmp_
     assert dock.view.has_data
     assert dock.view.lens.shape == (3, len(scratchformer.DEMO_PROMPT))
     path = tmp_path / "demo.trace"
-    demo_trace.save(path)
+    demo_values.save(path)
     assert window.open_path(path)
     assert "needs the model" in dock.view.message_text

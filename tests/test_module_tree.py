@@ -14,8 +14,6 @@ from app.panels.module_tree import (
     format_count,
 )
 
-pytestmark = pytest.mark.gui
-
 
 @pytest.fixture
 def trace():

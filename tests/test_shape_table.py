@@ -7,25 +7,10 @@ import torch
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 
-import tracing
+import scratchformer
 from app import theme
 from app.widgets.shape_table import ShapeTableModel
-from scratchformer import ByteTokenizer, DecoderOnlyTransformer, ModelConfig
 from tracing.record import Step, TensorRecord, TensorStats, Trace
-
-PROMPT = "hello|olleh."
-
-
-def _trace(capture: str) -> Trace:
-    torch.manual_seed(0)
-    model = DecoderOnlyTransformer(ModelConfig.preset("demo")).eval()
-    ids = ByteTokenizer().encode(PROMPT)
-    return tracing.trace(model, torch.tensor([ids]), capture=capture, meta={"tokens": ids})
-
-
-@pytest.fixture(scope="module")
-def values_trace() -> Trace:
-    return _trace("values")
 
 
 def _text(model: ShapeTableModel, row: int, column: int) -> str:
@@ -36,25 +21,25 @@ def _softmax_step(trace: Trace) -> Step:
     return next(s for s in trace.steps if s.op == "softmax")
 
 
-def test_model_passes_qtmodeltester(qtmodeltester, values_trace):
+def test_model_passes_qtmodeltester(qtmodeltester, demo_values):
     model = ShapeTableModel()
-    model.set_trace(values_trace)
-    for index in (0, 12, _softmax_step(values_trace).index, len(values_trace) - 1):
+    model.set_trace(demo_values)
+    for index in (0, 12, _softmax_step(demo_values).index, len(demo_values) - 1):
         model.set_step(index)
         qtmodeltester.check(model)
 
 
-def test_rows_show_the_steps_tensors_with_their_records(values_trace):
-    step = _softmax_step(values_trace)
+def test_rows_show_the_steps_tensors_with_their_records(demo_values):
+    step = _softmax_step(demo_values)
     model = ShapeTableModel()
-    model.set_trace(values_trace)
+    model.set_trace(demo_values)
     model.set_step(step)
 
     ids = list(step.inputs) + list(step.outputs)
     assert model.rowCount() == len(ids)
     assert model.columnCount() == 9
     for row, tensor_id in enumerate(ids):
-        record = values_trace.tensor(tensor_id)
+        record = demo_values.tensor(tensor_id)
         direction = "in" if row < len(step.inputs) else "out"
         assert model.data(model.index(row, 0), ShapeTableModel.TensorIdRole) == tensor_id
         assert _text(model, row, ShapeTableModel.NAME).startswith(direction + " · ")
@@ -63,7 +48,7 @@ def test_rows_show_the_steps_tensors_with_their_records(values_trace):
         assert _text(model, row, ShapeTableModel.DIMS) == "(" + ", ".join(record.dims) + ")"
 
         # stats against the tensor itself (an independent computation, finite elements)
-        value = values_trace.value(tensor_id).double()
+        value = demo_values.value(tensor_id).double()
         finite = value[torch.isfinite(value)]
         for column, expected in (
             (ShapeTableModel.MIN, finite.min()),
@@ -79,7 +64,7 @@ def test_rows_show_the_steps_tensors_with_their_records(values_trace):
         assert _text(model, row, ShapeTableModel.NONFINITE) == expected_text
 
     # the softmax input holds the causal mask's -inf: counted, and painted red
-    T = len(PROMPT)
+    T = len(scratchformer.DEMO_PROMPT)
     assert _text(model, 0, ShapeTableModel.NONFINITE) == f"{4 * T * (T - 1) // 2} Inf"
     brush = model.data(model.index(0, ShapeTableModel.NONFINITE), Qt.ItemDataRole.BackgroundRole)
     assert brush.color() == QColor(theme.NONFINITE)
@@ -93,8 +78,8 @@ def test_rows_show_the_steps_tensors_with_their_records(values_trace):
     assert float(_text(model, out_row, ShapeTableModel.MAX)) <= 1
 
 
-def test_shapes_capture_shows_dashes_for_stats():
-    trace = _trace("shapes")
+def test_shapes_capture_shows_dashes_for_stats(demo_shapes):
+    trace = demo_shapes
     model = ShapeTableModel()
     model.set_trace(trace)
     model.set_step(_softmax_step(trace))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+import zlib
 from pathlib import Path
 
 import pytest
@@ -210,7 +211,15 @@ def test_writer_output_is_read_back_exactly_by_safetensors_itself(tmp_path, monk
     for key, t in tensors.items():
         assert same_tensor(back[key], t.contiguous()), key
     with safe_open(str(path), framework="pt") as f:
-        assert f.metadata() == {"k": "v"}
+        metadata = f.metadata()
+    checksums = json.loads(metadata.pop("checksums"))
+    assert metadata == {"k": "v"}
+    # each entry's CRC-32, against zlib over the bytes safetensors itself reads back
+    assert checksums["algorithm"] == "crc32"
+    assert checksums["entries"] == {
+        key: f"{zlib.crc32(back[key].contiguous().view(-1).view(torch.uint8).numpy()):08x}"
+        for key in tensors
+    }
     (header_len,) = struct.unpack("<Q", path.read_bytes()[:8])
     assert header_len % 8 == 0
 
@@ -263,7 +272,9 @@ def test_opening_does_not_read_tensor_data(saved):
     path.write_bytes(bytes(raw))
     loaded = tracing.load(path)
     assert loaded.steps == trace.steps
-    assert not same_tensor(loaded.values["t1"], trace.values["t1"])
+    # ...and reading a scribbled value is caught by its checksum, not returned as data
+    with pytest.raises(TraceFileError, match="'t1' fails its checksum"):
+        loaded.values["t1"]
 
 
 # --------------------------------------------------------------------------- writing

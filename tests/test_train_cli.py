@@ -49,7 +49,7 @@ def test_train_on_text_file(tmp_path, capsys):
 def test_train_errors_are_one_line(tmp_path, capsys):
     rc = main(["train", "--text", str(tmp_path / "missing.txt"), "-o", str(tmp_path / "x")])
     assert rc == 2
-    assert "error: text file not found" in capsys.readouterr().err
+    assert "error: no such text file" in capsys.readouterr().err
     rc = main(["train", "--task", "reverse", "--block-size", "16", "-o", str(tmp_path / "x")])
     assert rc == 2
     assert "needs block_size >= 34" in capsys.readouterr().err

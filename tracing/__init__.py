@@ -17,6 +17,7 @@ from tracing.errors import TraceError, TraceFileError
 from tracing.record import (
     CAPTURE_LEVELS,
     SCHEMA_VERSION,
+    Failure,
     ModuleInfo,
     SourceLocation,
     Step,
@@ -42,6 +43,7 @@ _LAZY = {
     "first_nonfinite_gradient": "tracing.breakpoints",
     "trace_generate": "tracing.generation",
     "load_generation": "tracing.generation",
+    "show": "tracing.show_app",
     "load_ranks": "tracing.ranks",
     "RankSet": "tracing.ranks",
     "rank_path": "tracing.distributed",
@@ -53,6 +55,7 @@ _LAZY = {
 __all__ = [
     "CAPTURE_LEVELS",
     "SCHEMA_VERSION",
+    "Failure",
     "ModuleInfo",
     "SourceLocation",
     "Step",

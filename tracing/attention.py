@@ -32,35 +32,36 @@ def _owner(trace: Trace, step_index: int | None) -> int | None:
 
 
 def attention_map_records(trace: Trace) -> dict[str, int]:
-    """``{module path (#n for repeated calls): tensor id}`` of every attention map."""
-    by_owner: dict[int, list[int]] = {}
-    for record in trace.tensors:
-        if record.role != "attention":
-            continue
-        owner = _owner(trace, record.producer)
-        if owner is None:
-            continue
-        by_owner.setdefault(owner, []).append(record.id)
+    """``{module path (#n for repeated calls): tensor id}`` of every attention map.
+
+    Linear in the size of the trace. Only rank-4 ``(B, H, T, T)`` records count, whatever
+    a file's ``role`` field says.
+    """
+    tensors = trace.tensors
+    attention = {r.id for r in tensors if r.role == "attention" and len(r.shape) == 4}
     # a module call that returned an attention tensor (e.g. SDPA's weights) owns it, even
     # when it was produced by an op deeper inside (softmax -> dropout -> returned)
+    # (the last call to return it, in step order, wins: the innermost of nested returns)
+    returned_by: dict[int, int] = {}
     for step in trace.steps:
-        if step.kind != "module":
-            continue
-        returned = [i for i in step.outputs if trace.tensors[i].role == "attention"]
-        if returned:
-            for ids in by_owner.values():
-                for i in returned:
-                    if i in ids:
-                        ids.remove(i)
-            by_owner.setdefault(step.index, []).extend(returned)
+        if step.kind == "module":
+            for i in step.outputs:
+                if i in attention:
+                    returned_by[i] = step.index
+    by_owner: dict[int, list[int]] = {}
+    for tensor_id in sorted(attention - returned_by.keys()):
+        owner = _owner(trace, tensors[tensor_id].producer)
+        if owner is not None:
+            by_owner.setdefault(owner, []).append(tensor_id)
+    for tensor_id, owner in returned_by.items():
+        by_owner.setdefault(owner, []).append(tensor_id)
     maps: dict[str, int] = {}
     seen: dict[str, int] = {}
     for owner in sorted(by_owner):
         ids = by_owner[owner]
-        if not ids:
-            continue
         step = trace.steps[owner]
-        returned = [i for i in ids if i in step.outputs]
+        outputs = set(step.outputs)
+        returned = [i for i in ids if i in outputs]
         chosen = returned[0] if returned else ids[-1]
         n = seen.get(step.module, 0)
         seen[step.module] = n + 1

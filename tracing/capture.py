@@ -65,6 +65,7 @@ import gc
 import inspect
 import json
 import os
+import threading
 import time
 import weakref
 from collections.abc import Mapping
@@ -76,9 +77,12 @@ from torch.overrides import TorchFunctionMode
 
 from tracing import dims as dims_mod
 from tracing import distributed as distributed_mod
+from tracing.dim_flow import refine_dims
 from tracing.errors import TraceError
+from tracing.postmortem import embed_sources, failure_of
 from tracing.record import (
     CAPTURE_LEVELS,
+    Failure,
     ModuleInfo,
     SourceLocation,
     Step,
@@ -125,6 +129,33 @@ _DEVICE_NAMES: dict[torch.device, str] = {}
 def _dtype_name(dtype: torch.dtype) -> str:
     """``float32`` for ``torch.float32`` (the record's dtype, without the prefix)."""
     return _DTYPE_NAMES.get(dtype) or str(dtype).removeprefix("torch.")
+
+
+_UNSUPPORTED = (RuntimeError, NotImplementedError, TypeError, ValueError)
+"""What computing stats or a copy raises for a tensor kind that has no data or no dense
+form here (meta, sparse, masked, some subclasses): those are recorded by shape."""
+
+
+def _tensor_kind(t: torch.Tensor) -> str:
+    """A short name for a tensor's kind, for notes: ``meta``, ``sparse_coo``, a subclass."""
+    if type(t) not in (torch.Tensor, nn.Parameter):
+        return type(t).__name__
+    if t.is_meta:
+        return "meta"
+    if t.layout != torch.strided:
+        return str(t.layout).removeprefix("torch.")
+    return f"{_dtype_name(t.dtype)} on {t.device.type}"
+
+
+def _force_eager(named: list) -> Any:
+    """For a model with ``torch.compile``d parts (``OptimizedModule``), an entered context
+    that runs them eagerly until exited (compiled code runs ops the function mode cannot
+    follow, and fails inside it); None for any other model."""
+    if not any(type(m).__name__ == "OptimizedModule" for _, m in named):
+        return None
+    stance = torch.compiler.set_stance("force_eager")
+    stance.__enter__()
+    return stance
 
 
 def _device_name(device: torch.device) -> str:
@@ -654,8 +685,11 @@ def _module_recorder(tracer: Tracer):
     breaker = tracer._breaker
     edits = tracer._edits
     edit_paths = edits.module_paths if edits is not None else frozenset()
+    owner, get_ident = tracer._thread, threading.get_ident
 
     def enter(spec, module, args, kwargs):
+        if get_ident() != owner:  # another thread calling the model: not this trace's
+            return None
         path, type_name, torch_module, _ = spec
         index = len(steps)
         call = calls.get(path, 0)
@@ -679,6 +713,8 @@ def _module_recorder(tracer: Tracer):
 
     def leave(frame, output):
         """Close the call's step; returns its output (an edit's replacement, if any)."""
+        if frame is None:  # a call from another thread (see enter)
+            return output
         if stack and stack[-1] is frame:
             stack.pop()
         elif any(f is frame for f in stack):  # calls above it raised; the model caught it
@@ -720,7 +756,17 @@ class Tracer:
     exit, whatever happened, every hook handle is removed, the function mode is exited and
     each module's ``training`` flag is restored. If the forward raised, the exception is
     re-raised as :class:`tracing.TraceError` (``from`` the original) whose ``.trace`` holds
-    everything recorded up to the failing step.
+    everything recorded up to the failing step. A ``KeyboardInterrupt`` goes on up as it
+    is, with the partial trace (``complete`` False) as its ``.trace``.
+
+    What is recorded, and what is not:
+
+    - only the thread that entered the tracer: another thread calling the same model
+      meanwhile runs normally and is not mixed into the trace;
+    - never the tracer's own work (its statistics and copies), also when tracers nest;
+    - tensors with no data or no dense form here (``meta``, sparse, ``MaskedTensor``...)
+      are recorded by shape only, and ``trace.meta["notes"]`` says so;
+    - a ``torch.compile``d model (or part) runs eagerly while traced, with a note.
 
     Args:
         model: any ``nn.Module``.
@@ -793,6 +839,7 @@ class Tracer:
         if self._active:
             raise RuntimeError("this Tracer is already active")
         self._reset()
+        self._thread = threading.get_ident()  # only this thread's calls are recorded
         self._enter_module, self._exit_module = _module_recorder(self)
         model = self.model
         want = self.train
@@ -808,6 +855,12 @@ class Tracer:
             self._ranks = distributed_mod.capture_for(self)
             if self._ranks is not None:
                 self._ranks.install()
+            self._eager = _force_eager(self._named)
+            if self._eager is not None:
+                self._notes.setdefault(
+                    "the model is torch.compile'd: it ran eagerly while traced (compiled "
+                    "code cannot be followed op by op)"
+                )
             if self.ops:
                 self._mode = _OpMode(self)
                 self._mode.__enter__()
@@ -849,6 +902,13 @@ class Tracer:
         failed_inside = exc is not None and (self._stack or self._failed_step is not None)
         if failed_inside and isinstance(exc, Exception):
             error = self._mark_failure(exc, tb)
+        elif failed_inside and isinstance(exc, KeyboardInterrupt):
+            # interrupted: the trace so far is partial, and says so; Ctrl-C goes on up
+            # with it attached (``exc.trace``), so a caller may still save it
+            self._mark_failure(exc, tb)
+            self.trace = self._finish("KeyboardInterrupt: interrupted before the forward ended")
+            exc.trace = self.trace  # type: ignore[union-attr]
+            return False
         self.trace = self._finish(error)
         if error is not None:
             raise TraceError(error, self.trace) from exc
@@ -882,6 +942,9 @@ class Tracer:
         for module, flag in getattr(self, "_training", ()):
             module.training = flag
         self._training = []
+        eager, self._eager = getattr(self, "_eager", None), None
+        if eager is not None:
+            eager.__exit__(None, None, None)
 
     def _reset(self) -> None:
         # Mutable drafts while recording; frozen records are built once, in _finish().
@@ -901,10 +964,12 @@ class Tracer:
         self._keep_values = self.capture == "values"
         self._calls: dict[str, int] = {}
         self._failed_step: int | None = None
+        self._failure: Failure | None = None
         self._first_input_shape: tuple[int, ...] | None = None
         self._input_shapes: list[tuple[str, list[int]]] = []
         self._mode = None
         self._skipped_values = 0
+        self._notes: dict[str, None] = {}  # what could not be recorded fully, in order
         self._ranks: distributed_mod.RankCapture | None = None
         if self._edits is not None:
             self._edits.reset()
@@ -1043,14 +1108,27 @@ class Tracer:
             return rid
         if self._shapes_only or version != t._version:
             return rid
-        view = _view_of(t, source[0]) if source is not None and source[0] is not t else None
-        if view is not None:
-            self._derive_from_view(record, rid, t, view, *source)
-        if record.stats is None:
-            record.stats = tensor_stats(t)
-        if self._keep_values and record.value_key is None:
-            self._keep_value(rid, t)
+        # our own tensor calls: no function mode (an outer tracer's included) may see them
+        with _Disable():
+            try:
+                view = _view_of(t, source[0]) if source is not None and source[0] is not t else None
+                if view is not None:
+                    self._derive_from_view(record, rid, t, view, *source)
+                if record.stats is None:
+                    record.stats = tensor_stats(t)
+                if self._keep_values and record.value_key is None:
+                    self._keep_value(rid, t)
+            except _UNSUPPORTED as e:  # meta, sparse, masked... tensors: shapes only
+                record.stats = None
+                self._note_unsupported(t, e)
         return rid
+
+    def _note_unsupported(self, t: torch.Tensor, e: BaseException) -> None:
+        """Remember (once per kind) that tensors of this kind were recorded by shape only."""
+        kind = _tensor_kind(t)
+        reason = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+        note = f"{kind} tensors: recorded by shape only, no stats or values ({reason})"
+        self._notes.setdefault(note)
 
     def _derive_from_view(self, record, rid: int, t, view: str, src_t, src_rid: int) -> None:
         """Stats and kept value of ``t``, a view of ``src_t``, taken from ``src_t``'s record:
@@ -1281,6 +1359,7 @@ class Tracer:
         source: SourceLocation | None = step.source
         if step.kind == "module":
             source = location_from_traceback(tb) or source
+        self._failure = failure_of(failed, exc, tb, source)
         where = f"{step.module or '<root>'} · {step.op}"
         at = ""
         if source is not None:
@@ -1304,7 +1383,7 @@ class Tracer:
         config = getattr(model, "config", None)
         if config is None:  # DistributedDataParallel / DataParallel wrap the model
             config = getattr(getattr(model, "module", None), "config", None)
-        sizes = dims_mod.resolve_sizes(self.dims, config, self._first_input_shape)
+        sizes = dims_mod.resolve_sizes(self.dims, config, self._first_input_shape, model)
         steps = self._steps
         for index in self._param_steps:
             steps[index].input_names = self._input_names(steps[index])
@@ -1327,14 +1406,20 @@ class Tracer:
             meta.update(self._ranks.meta())
         if self._edits is not None:
             meta["edits"] = self._edits.to_meta()
+        if self._notes:
+            meta["notes"] = list(self._notes)
         meta.update(self.extra_meta)
+        records = [step.freeze(index) for index, step in enumerate(steps)]
+        tensors = self._tensor_records(dims_mod.namer_for(sizes))
         return Trace(
-            steps=[step.freeze(index) for index, step in enumerate(steps)],
+            steps=records,
             modules=self._structure.module_infos(model),
-            tensors=self._tensor_records(dims_mod.namer_for(sizes)),
+            tensors=refine_dims(records, tensors, sizes),  # names that follow the ops
             meta=meta,
             values=self._values,
             error=error,
+            failure=self._failure,
+            sources=embed_sources(records, self._failure),
         )
 
     def _tensor_records(self, namer) -> list[TensorRecord]:

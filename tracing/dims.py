@@ -15,6 +15,8 @@ Simple multiples that models use all the time are named too: ``3C`` (fused q, k,
 
 from __future__ import annotations
 
+import contextlib
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -153,17 +155,88 @@ def infer_dims(shape: tuple[int, ...], sizes: Mapping[str, int]) -> tuple[str, .
     return None if all(n == "?" for n in named) else named
 
 
+# Attribute spellings people give a model's sizes, per letter (first found wins).
+ATTRIBUTE_NAMES: dict[str, tuple[str, ...]] = {
+    "H": ("num_heads", "n_head", "n_heads", "nhead", "num_attention_heads"),
+    "D": ("d_head", "head_dim", "d_k", "head_size"),
+    "C": ("d_model", "n_embd", "hidden_size", "embed_dim"),
+    "F": ("d_ff", "dim_feedforward", "intermediate_size"),
+    "V": ("vocab_size",),
+}
+
+
+def sizes_from_model(model: Any) -> dict[str, int]:
+    """Read C, H, D, V, F from the modules themselves, for a model with no config.
+
+    First the attributes modules carry (``self.num_heads = num_heads``; the spellings in
+    :data:`ATTRIBUTE_NAMES`), outermost module first; then layer shapes: the token
+    embedding ``Embedding(V, C)`` (the first embedding not named for positions), and the
+    feed-forward's inner width (a ``Linear`` from ``C`` under a path that reads as a
+    feed-forward: ``mlp``, ``ffn``, ``feed_forward``...). ``D`` is ``C // H`` when only
+    those two are known. Cached per model object.
+    """
+    modules = getattr(model, "named_modules", None)
+    if modules is None:
+        return {}
+    cached = _MODEL_SIZES.get(model)
+    if cached is not None:
+        return dict(cached)
+    sizes: dict[str, int] = {}
+    named = list(modules())
+    for _, module in named:
+        attrs = vars(module)
+        for letter, names in ATTRIBUTE_NAMES.items():
+            if letter in sizes:
+                continue
+            for name in names:
+                value = attrs.get(name)
+                if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                    sizes[letter] = value
+                    break
+    for path, module in named:
+        kind = type(module).__name__
+        if kind == "Embedding" and "pos" not in path.lower():
+            sizes.setdefault("V", module.num_embeddings)
+            sizes.setdefault("C", module.embedding_dim)
+            break
+    c = sizes.get("C")
+    for path, module in named:
+        if "F" in sizes or c is None:
+            break
+        if type(module).__name__ == "Linear" and _context(path) == "ffn":
+            if module.in_features == c and module.out_features != c:
+                sizes["F"] = module.out_features
+            elif module.out_features == c and module.in_features != c:
+                sizes["F"] = module.in_features
+    h = sizes.get("H")
+    if h and c and "D" not in sizes and c % h == 0:
+        sizes["D"] = c // h
+    if h and "C" not in sizes and "D" in sizes:
+        sizes["C"] = h * sizes["D"]
+    with contextlib.suppress(TypeError):  # an object that cannot be weakly referenced
+        _MODEL_SIZES[model] = dict(sizes)
+    return sizes
+
+
+_MODEL_SIZES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def resolve_sizes(
     given: Mapping[str, int] | None,
     config: Any,
     first_input_shape: tuple[int, ...] | None,
+    model: Any = None,
 ) -> dict[str, int]:
-    """Sizes per letter: the caller's ``dims`` win, then the config, then the first input.
+    """Sizes per letter: the caller's ``dims`` win, then the config, then the model's own
+    attributes and layer shapes (:func:`sizes_from_model`), then the first input.
 
     ``B`` and ``T`` come from the first input's shape (``(B, T)`` token ids or
     ``(B, T, C)`` embeddings) unless given.
     """
     sizes = sizes_from_config(config)
+    if model is not None and not all(k in sizes for k in ("C", "H", "D", "V", "F")):
+        for letter, value in sizes_from_model(model).items():
+            sizes.setdefault(letter, value)
     if first_input_shape is not None and len(first_input_shape) >= 2:
         sizes.setdefault("B", int(first_input_shape[0]))
         sizes.setdefault("T", int(first_input_shape[1]))

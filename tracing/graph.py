@@ -78,16 +78,23 @@ def build_graph(trace: Trace) -> nx.DiGraph:
 
 
 def group_of(trace: Trace, depth: int) -> list[int]:
-    """For each step, the step it folds into at ``depth`` (itself if not deeper)."""
-    groups = []
-    for step in trace.steps:
-        if step.depth <= depth:
-            groups.append(step.index)
+    """For each step, the step it folds into at ``depth`` (itself if not deeper).
+
+    One pass in step order: a parent comes before its steps (``tracing.load`` checks it,
+    the tracer makes it so), so its group is known when its children are reached. A step
+    whose parent does not come first (a hand-made trace) is its own group.
+    """
+    steps = trace.steps
+    groups: list[int] = []
+    for step in steps:
+        index, parent = step.index, step.parent
+        if step.depth <= depth or parent is None or not 0 <= parent < index:
+            groups.append(index)
+        elif steps[parent].depth <= depth:
+            groups.append(parent)
         else:
-            index = step.parent
-            while index is not None and trace.steps[index].depth > depth:
-                index = trace.steps[index].parent
-            groups.append(step.index if index is None else index)
+            above = groups[parent]  # the parent's own group, or itself if it has none
+            groups.append(index if above == parent else above)
     return groups
 
 

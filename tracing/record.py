@@ -150,6 +150,24 @@ class ModuleInfo:
         return 0 if not self.path else self.path.count(".") + 1
 
 
+@dataclass(frozen=True)
+class Failure:
+    """Why and where a forward pass stopped: a trace's post-mortem, as data.
+
+    ``step`` is the innermost step that raised (an op such as a ``matmul`` whose operands
+    do not fit, or the module whose own Python raised, e.g. a ``NameError``); ``location``
+    is the user's line that raised, which need not be an op's line.
+    """
+
+    step: int  # index into Trace.steps
+    location: SourceLocation | None  # the raising line (innermost frame of user code)
+    type: str  # exception class name, e.g. "NameError"
+    message: str  # str(exception), e.g. "name 'F' is not defined"
+
+    def __str__(self) -> str:
+        return f"{self.type}: {self.message}" if self.message else self.type
+
+
 # --------------------------------------------------------------------------- the trace
 
 
@@ -168,6 +186,8 @@ class Trace:
     meta: dict[str, Any] = field(default_factory=dict)
     values: Mapping[str, torch.Tensor] = field(default_factory=dict)
     error: str | None = None  # "ValueError: ..." when the forward raised; None if complete
+    failure: Failure | None = None  # the same, as data: failing step, raising line, exception
+    sources: dict[str, str] = field(default_factory=dict)  # file -> text the steps point at
 
     # ---- basic access
 

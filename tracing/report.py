@@ -239,7 +239,7 @@ def _count_tokens(tokens: Any) -> int | None:
     if tokens is None:
         return None
     if isinstance(tokens, (list, tuple)):
-        if tokens and isinstance(tokens[0], (list, tuple)):
+        if tokens and all(isinstance(t, (list, tuple)) for t in tokens):  # a batch
             return sum(len(t) for t in tokens)
         return len(tokens)
     return None
@@ -292,11 +292,20 @@ def render(trace: Trace | Report, fmt: str) -> str:
     if fmt == "graphml":
         if isinstance(trace, Report):
             raise ValueError("a GraphML report needs the trace itself, not a computed Report")
-        return _render_graphml(trace)
+        return _encodable(_render_graphml(trace))
     report = trace if isinstance(trace, Report) else compute(trace)
-    return {"md": _render_md, "csv": _render_csv, "json": _render_json, "html": _render_html}[fmt](
-        report
-    )
+    render_format = {"md": _render_md, "csv": _render_csv, "json": _render_json}.get(fmt)
+    return _encodable((render_format or _render_html)(report))
+
+
+def _encodable(text: str) -> str:
+    """``text`` with anything UTF-8 cannot encode (lone surrogates from a file's JSON
+    escapes) replaced by ``?``, so every report can be written and printed."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text
 
 
 def format_for(path: str | os.PathLike) -> str:
@@ -315,7 +324,22 @@ def write(trace: Trace | Report, path: str | os.PathLike, fmt: str | None = None
     """Write the report to ``path``; the format comes from the suffix unless given."""
     path = Path(path)
     text = render(trace, fmt or format_for(path))
-    path.write_text(text, encoding="utf-8", newline="")
+    write_text(path, text)
+    return path
+
+
+def write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` as UTF-8 under a temporary name beside ``path``, then rename it
+    over ``path``: a failed write leaves no empty or half-written report behind."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:100]}.", suffix=".partial")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(_encodable(text))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return path
 
 

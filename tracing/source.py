@@ -17,6 +17,7 @@ from types import CodeType, FrameType
 
 import torch
 
+from tracing import tool_frames
 from tracing.record import SourceLocation
 
 # --------------------------------------------------------------------------- which frames
@@ -31,23 +32,29 @@ _CALL_WRAPPERS = frozenset({"__call__", "_call_impl", "_wrapped_call_impl"})
 # Keyed by id(code): hashing a code object hashes its bytecode and constants on every
 # call, which made this lookup the most expensive part of recording a step. The code
 # objects themselves are kept alive in _codes, so an id is never reused.
-_skip_code: dict[int, bool] = {}
+_skip_code: dict[int, int] = {}
 _codes: list[CodeType] = []
 _locations: dict[tuple[int, int], SourceLocation] = {}
 
 
-def _is_library_code(code: CodeType) -> bool:
-    """True for code in torch/ or tracing/, and for ``__call__`` forwarding wrappers."""
+_TOOL = 2  # a _skip_code value: the tool's own code (tracing.tool_frames), the walk ends
+
+
+def _is_library_code(code: CodeType) -> int:
+    """1 for code in torch/ or tracing/ and for ``__call__`` forwarding wrappers, 2 (also
+    true) for the tool's own code, 0 for user code."""
     skip = _skip_code.get(id(code))
     if skip is None:
         filename = code.co_filename
         if not filename.startswith("<"):
             filename = os.path.abspath(filename)
-        skip = (
+        skip = int(
             filename.startswith(_TORCH_DIR)
             or filename.startswith(_TRACING_DIR)
             or code.co_name in _CALL_WRAPPERS
         )
+        if not skip and any(filename.startswith(d) for d in tool_frames.DIRS):
+            skip = _TOOL
         _codes.append(code)
         _skip_code[id(code)] = skip
     return skip
@@ -97,6 +104,8 @@ def caller_location(start: int = 1) -> SourceLocation | None:
             if loc is None:
                 loc = _by_instruction[key] = location_of(frame)
             return loc
+        if flag == _TOOL:  # the tool called the model: no user line
+            return None
         frame = frame.f_back
     return None
 

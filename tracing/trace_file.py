@@ -54,6 +54,7 @@ import json
 import os
 import struct
 import threading
+import zlib
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import MISSING as MISSING_FIELD
@@ -63,9 +64,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError, safe_open
 
+from tracing.container import (
+    CHECKSUM_ALGORITHM,
+    CHECKSUM_KEY,
+    DTYPES,
+    Container,
+    ContainerError,
+)
 from tracing.errors import TraceFileError
+from tracing.postmortem import failure_from_json, failure_to_json, sources_from_json
 from tracing.record import (
     SCHEMA_VERSION,
     ModuleInfo,
@@ -97,25 +105,24 @@ VALUE_CACHE_SIZE = 16
 VALUE_CACHE_BYTES = 256 * 2**20
 """...and at most this many bytes of them (the last one read is always kept)."""
 
+MAX_MANIFEST_BYTES = 64 * 2**20
+"""Largest manifest ``load`` decodes; decoding costs ~40x its size in memory, and a trace
+of 50,000 steps needs ~15 MB."""
+
+MAX_RECORDS = 2_000_000
+"""Most rows a manifest table (steps, tensors, modules, sources) may hold."""
+
+MAX_DEPTH = 256
+"""Deepest module nesting a step may have (real models nest a dozen levels)."""
+
+MAX_META_NESTING = 64
+"""Deepest nesting of lists and objects accepted in ``meta``."""
+
+MAX_INT = 2**63 - 1
+"""Whole numbers in the manifest (ids, sizes, counts) must fit in 64 bits."""
+
 # safetensors dtype codes -> torch dtype names (as TensorRecord.dtype spells them)
-_ST_DTYPES = {
-    "F64": "float64",
-    "F32": "float32",
-    "F16": "float16",
-    "BF16": "bfloat16",
-    "F8_E4M3": "float8_e4m3fn",
-    "F8_E5M2": "float8_e5m2",
-    "I64": "int64",
-    "I32": "int32",
-    "I16": "int16",
-    "I8": "int8",
-    "U64": "uint64",
-    "U32": "uint32",
-    "U16": "uint16",
-    "U8": "uint8",
-    "BOOL": "bool",
-    "C64": "complex64",
-}
+_ST_DTYPES = {code: name for code, (name, _) in DTYPES.items()}
 
 _TORCH_DTYPES = {name: code for code, name in _ST_DTYPES.items()}
 
@@ -142,6 +149,7 @@ def save(trace: Trace, path: str | os.PathLike) -> Path:
         check_trace(trace)
     except _Invalid as e:
         raise TraceFileError(f"cannot save trace to {path}: {e}") from None
+    trace = _without_unstorable_values(trace)
     manifest = encode_manifest(trace)
     text = json.dumps(manifest, separators=(",", ":"), ensure_ascii=False, default=_json_default)
     graph = _graph_data(trace)
@@ -175,6 +183,35 @@ def save(trace: Trace, path: str | os.PathLike) -> Path:
             raise TraceFileError(f"cannot write {path}: {e.strerror or e}") from None
         raise
     return path
+
+
+def _without_unstorable_values(trace: Trace) -> Trace:
+    """``trace``, or a shallow copy of it without the values safetensors has no dtype for
+    (complex128, quantized...): their records keep shape and stats, lose ``value_key``,
+    and ``meta["notes"]`` says what was left out. A trace is never refused for them."""
+    if not isinstance(trace.values, dict):  # read from a file: it stored them already
+        return trace
+    unstorable = {}
+    for key in trace.values.keys():  # noqa: SIM118 - a lazy mapping: keys without values
+        value = trace.values[key]
+        if isinstance(value, torch.Tensor) and _dtype_name(value) not in _TORCH_DTYPES:
+            unstorable[key] = _dtype_name(value)
+    if not unstorable:
+        return trace
+    from dataclasses import replace
+
+    tensors = [
+        replace(r, value_key=None) if r.value_key in unstorable else r for r in trace.tensors
+    ]
+    kinds = ", ".join(sorted(set(unstorable.values())))
+    note = (
+        f"values of {len(unstorable)} tensor(s) of dtype {kinds} were not saved (the file "
+        "format has no such dtype); their shapes and stats are kept"
+    )
+    notes = trace.meta.get("notes")
+    meta = {**trace.meta, "notes": [*(notes if isinstance(notes, list) else []), note]}
+    values = {k: trace.values[k] for k in trace.values.keys() if k not in unstorable}  # noqa: SIM118
+    return replace(trace, tensors=tensors, meta=meta, values=values)
 
 
 def _values_to_write(trace: Trace, path: Path) -> dict[str, torch.Tensor]:
@@ -252,48 +289,72 @@ def write_safetensors(
     non-contiguous tensors: a contiguous tensor's bytes are written where they lie, and a
     non-contiguous one is copied block by block through one reusable buffer, never as a
     whole. So saving a trace allocates almost nothing.
+
+    Every entry's CRC-32 goes into the metadata (``checksums``, see
+    ``tracing.container``), computed from the bytes as they are written: the header is
+    first written with placeholders of the same width, then rewritten in place.
     """
     entries = sorted(tensors.items(), key=lambda kv: (-kv[1].element_size(), kv[0]))
-    header: dict[str, Any] = {"__metadata__": metadata}
     offset = 0
+    layout: dict[str, Any] = {}
     for name, t in entries:
         n = t.numel() * t.element_size()
-        header[name] = {
+        layout[name] = {
             "dtype": _TORCH_DTYPES[_dtype_name(t)],
             "shape": list(t.shape),
             "data_offsets": [offset, offset + n],
         }
         offset += n
-    head = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    head += b" " * (-len(head) % 8)
+
+    def header(sums: dict[str, str]) -> bytes:
+        checksums = {"algorithm": CHECKSUM_ALGORITHM, "entries": sums}
+        meta = {**metadata, CHECKSUM_KEY: json.dumps(checksums, separators=(",", ":"))}
+        head = {"__metadata__": meta, **layout}
+        head_bytes = json.dumps(head, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        return head_bytes + b" " * (-len(head_bytes) % 8)
+
+    placeholder = header({name: "0" * 8 for name, _ in entries})
     scratch: list[torch.Tensor] = []  # the reusable buffer, made on first need
+    sums: dict[str, str] = {}
     with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(head)))
-        f.write(head)
-        for _, t in entries:
-            _write_tensor(f, t, scratch)
+        f.write(struct.pack("<Q", len(placeholder)))
+        f.write(placeholder)
+        for name, t in entries:
+            crc = [0]
+
+            def sink(data: Any, crc: list[int] = crc) -> None:
+                crc[0] = zlib.crc32(data, crc[0])
+                f.write(data)
+
+            _write_tensor(sink, t, scratch)
+            sums[name] = f"{crc[0]:08x}"
+        final = header(sums)
+        assert len(final) == len(placeholder)  # same width: hex digits need no escaping
+        f.seek(8)
+        f.write(final)
 
 
-def _write_tensor(f: Any, t: torch.Tensor, scratch: list[torch.Tensor]) -> None:
+def _write_tensor(sink: Any, t: torch.Tensor, scratch: list[torch.Tensor]) -> None:
+    """Hand ``t``'s bytes, in order, to ``sink`` (contiguous ones without a copy)."""
     nbytes = t.numel() * t.element_size()
     if nbytes == 0:
         return
     if t.is_contiguous():
-        f.write(_raw_bytes(t))
+        sink(_raw_bytes(t))
         return
     if nbytes <= WRITE_CHUNK_BYTES:
         if not scratch:
             scratch.append(torch.empty(WRITE_CHUNK_BYTES, dtype=torch.uint8))
         block = scratch[0][:nbytes].view(t.dtype).view(t.shape)
         block.copy_(t)
-        f.write(_raw_bytes(block))
+        sink(_raw_bytes(block))
         return
     # too big for the buffer: write it as blocks of whole rows along the first axis
     row_bytes = nbytes // t.shape[0]
     rows = max(1, WRITE_CHUNK_BYTES // max(row_bytes, 1))
     for start in range(0, t.shape[0], rows):
         part = t[start : start + rows]
-        _write_tensor(f, part if rows > 1 else part[0], scratch)
+        _write_tensor(sink, part if rows > 1 else part[0], scratch)
 
 
 def _raw_bytes(t: torch.Tensor) -> Any:
@@ -357,6 +418,8 @@ def encode_manifest(trace: Trace) -> dict[str, Any]:
         "tensors": {"fields": tensor_fields, "rows": tensor_rows},
         "modules": {"fields": module_fields, "rows": module_rows},
         "stats_fields": list(_STATS_FIELDS),
+        "failure": failure_to_json(trace.failure),
+        "source_files": trace.sources,
     }
 
 
@@ -392,6 +455,7 @@ def check_trace(trace: Trace) -> None:
                 raise _Invalid(
                     f"step {i}: {name} step {ref} is out of range (the trace has {n_steps} steps)"
                 )
+        _check_nesting(trace.steps, s)
         if s.module not in modules:
             raise _Invalid(f"step {i}: module path {s.module!r} is not a module of the trace")
         if s.kind not in _STEP_KINDS:
@@ -402,6 +466,35 @@ def check_trace(trace: Trace) -> None:
         for c in m.children:
             if c not in modules:
                 raise _Invalid(f"module {m.path!r} names an unknown child {c!r}")
+
+
+def _check_nesting(steps: list[Step], s: Step) -> None:
+    """A step's place in the call tree: its parent is an earlier module step whose call
+    contains it, one level up; a module call ends at or after itself. (These make the
+    tree a tree: no cycles, no unbounded chains, so every walk up it ends.) A backward
+    step borrows its forward step's parent and depth, after that call has ended."""
+    i = s.index
+    if s.depth < 0 or s.depth > MAX_DEPTH:
+        raise _Invalid(f"step {i} has depth {s.depth}, not between 0 and {MAX_DEPTH}")
+    if s.end is not None and s.end < i:
+        raise _Invalid(f"step {i} ends at step {s.end}, before it starts")
+    if s.parent is None:
+        if s.depth != 0:
+            raise _Invalid(f"step {i} has depth {s.depth} but no parent (expected 0)")
+        return
+    if s.parent >= i:
+        raise _Invalid(f"step {i}: parent step {s.parent} does not come before it")
+    parent = steps[s.parent]
+    if parent.kind != "module":
+        raise _Invalid(f"step {i}: parent step {s.parent} is not a module call")
+    if s.kind == "backward":
+        return
+    if s.depth != parent.depth + 1:
+        raise _Invalid(
+            f"step {i} has depth {s.depth} but its parent step {s.parent} has depth {parent.depth}"
+        )
+    if parent.end is not None and i > parent.end:
+        raise _Invalid(f"step {i} lies after the end ({parent.end}) of its parent step {s.parent}")
 
 
 def _json_default(v: Any) -> Any:
@@ -449,20 +542,34 @@ def _encode_value(v: Any) -> Any:
     return str(v)
 
 
-def _decode_value(v: Any) -> Any:
+def _decode_value(v: Any, depth: int = 0) -> Any:
+    """The inverse of ``_encode_value``; raises ``_Invalid`` on what it never writes
+    (nesting deeper than ``MAX_META_NESTING``, an ``__items__`` entry that is not a
+    ``[key, value]`` pair or whose key cannot be a dict key)."""
+    if depth > MAX_META_NESTING:
+        raise _Invalid(f"the manifest's meta is nested deeper than {MAX_META_NESTING} levels")
     if isinstance(v, list):
-        return [_decode_value(x) for x in v]
+        return [_decode_value(x, depth + 1) for x in v]
     if isinstance(v, dict):
         if len(v) == 1 and "__tuple__" in v and isinstance(v["__tuple__"], list):
-            return tuple(_decode_value(x) for x in v["__tuple__"])
+            return tuple(_decode_value(x, depth + 1) for x in v["__tuple__"])
         if len(v) == 1 and "__items__" in v and isinstance(v["__items__"], list):
-            return {_hashable(_decode_value(k)): _decode_value(x) for k, x in v["__items__"]}
-        return {k: _decode_value(x) for k, x in v.items()}
+            out = {}
+            for pair in v["__items__"]:
+                if type(pair) is not list or len(pair) != 2:
+                    raise _Invalid("the manifest's meta has an __items__ entry that is not a pair")
+                key = _hashable(_decode_value(pair[0], depth + 1))
+                try:
+                    out[key] = _decode_value(pair[1], depth + 1)
+                except TypeError:
+                    raise _Invalid("the manifest's meta has a key that cannot be one") from None
+            return out
+        return {k: _decode_value(x, depth + 1) for k, x in v.items()}
     return v
 
 
 def _hashable(v: Any) -> Any:
-    return tuple(_hashable(x) for x in v) if isinstance(v, list) else v
+    return tuple(_hashable(x) for x in v) if isinstance(v, (list, tuple)) else v
 
 
 def _graph_data(trace: Trace) -> dict[str, Any] | None:
@@ -482,42 +589,63 @@ def _graph_data(trace: Trace) -> dict[str, Any] | None:
 def load(path: str | os.PathLike) -> Trace:
     """Open a trace file written by ``save``.
 
-    Reads and checks the header only: the manifest, every cross-reference in it, and the
-    shape and dtype of every stored tensor against its record. Tensor data stays on disk
-    until ``trace.values[key]`` is asked for. Raises ``TraceFileError`` naming the file and
-    the problem for anything wrong.
+    Reads and checks the header only: the container's layout (``tracing.container``), the
+    manifest, its structure (parents before their steps, depths and ends that agree, sizes
+    within bounds), every cross-reference, and the shape and dtype of every stored tensor
+    against its record. Tensor data stays on disk until ``trace.values[key]`` is asked
+    for, and is checked against its checksum then. Raises ``TraceFileError`` naming the
+    file and the problem for anything wrong, and never anything else.
     """
     path = Path(path)
-    if not path.exists():
-        raise TraceFileError(f"{path}: no such file")
-    if path.is_dir():
-        raise TraceFileError(f"{path}: is a folder, not a trace file")
-    try:
-        handle = safe_open(str(path), framework="pt")
-    except SafetensorError as e:
-        raise TraceFileError(f"{path}: {_describe_container_error(e)}") from None
-    except OSError as e:
-        raise TraceFileError(f"{path}: cannot read: {e.strerror or e}") from None
-
     # Decoding builds many small lists and records at once; the cyclic garbage collector
     # would otherwise walk the growing heap again and again (several times the parse).
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        header, stored = _read_header(path)
-        manifest = _read_manifest(header, handle, stored)
-        trace = _validate(manifest, stored)
-    except _Invalid as e:
+        container = Container(path)
+    except ContainerError as e:
         raise TraceFileError(f"{path}: {e}") from None
-    except (SafetensorError, OSError, ValueError, KeyError, struct.error) as e:
-        raise TraceFileError(f"{path}: {_describe_container_error(e)}") from None
+    except (OSError, ValueError, MemoryError) as e:  # a path the OS cannot take, no memory
+        raise TraceFileError(f"{path}: cannot read: {_reason(e)}") from None
     finally:
         if gc_was_enabled:
             gc.enable()
 
-    value_keys = [k for k in stored if not k.startswith(RESERVED_PREFIX)]
-    trace.values = LazyValues(path, handle, value_keys)
+    gc.disable()
+    try:
+        container.attach_checksums()
+        manifest = _read_manifest(container)
+        stored = {k: (e.shape, e.dtype) for k, e in container.entries.items()}
+        trace = _validate(manifest, stored)
+    except (_Invalid, ContainerError) as e:
+        container.close()
+        raise TraceFileError(f"{path}: {e}") from None
+    except RecursionError:
+        container.close()
+        raise TraceFileError(f"{path}: the manifest is nested too deeply") from None
+    except MemoryError:
+        container.close()
+        raise TraceFileError(f"{path}: the manifest is too big to open in memory") from None
+    except (TypeError, ValueError, KeyError, OverflowError) as e:  # a case no rule names
+        container.close()
+        raise TraceFileError(f"{path}: the manifest is malformed ({_reason(e)})") from None
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+    value_keys = [k for k in container.entries if not k.startswith(RESERVED_PREFIX)]
+    trace.values = LazyValues(path, container, value_keys)
     return trace
+
+
+def _short(v: Any) -> str:
+    """``repr(v)``, cut short: a hostile file's value may be megabytes long."""
+    text = repr(v)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _reason(e: BaseException) -> str:
+    return str(getattr(e, "strerror", None) or e or type(e).__name__)[:300]
 
 
 def read_graph_data(path: str | os.PathLike) -> dict[str, Any] | None:
@@ -527,52 +655,41 @@ def read_graph_data(path: str | os.PathLike) -> dict[str, Any] | None:
     """
     trace_path = Path(path)
     try:
-        handle = safe_open(str(trace_path), framework="pt")
-        header = handle.metadata() or {}
-        if header.get("format") != FORMAT_NAME:
-            raise TraceFileError(f"{trace_path}: not a Scratchformer trace")
-        if "graph" in header:
-            text = header["graph"]
-        elif GRAPH_TENSOR in handle.keys():  # noqa: SIM118
-            text = bytes(handle.get_tensor(GRAPH_TENSOR).numpy()).decode("utf-8")
-        else:
-            return None
-        return json.loads(text)
-    except (SafetensorError, OSError, ValueError) as e:
+        with Container(trace_path) as container:
+            container.attach_checksums()
+            if container.metadata.get("format") != FORMAT_NAME:
+                raise TraceFileError(f"{trace_path}: not a Scratchformer trace")
+            if "graph" in container.metadata:
+                text = container.metadata["graph"]
+            elif GRAPH_TENSOR in container.entries:
+                text = _stored_text(container, GRAPH_TENSOR)
+            else:
+                return None
+            return json.loads(text)
+    except (ContainerError, _Invalid, ValueError, RecursionError, MemoryError) as e:
         if isinstance(e, TraceFileError):
             raise
-        raise TraceFileError(f"{trace_path}: cannot read the graph: {e}") from None
+        raise TraceFileError(f"{trace_path}: cannot read the graph: {_reason(e)}") from None
 
 
-def _describe_container_error(e: Exception) -> str:
-    reason = str(e)
-    if "too small" in reason or "not fully covered" in reason:
-        return f"the file is truncated or not a safetensors file ({reason})"
-    if "invalid header length" in reason:
-        return f"the file is truncated or not a safetensors file ({reason})"
-    return f"not a safetensors file ({reason})"
+def _stored_text(container: Container, name: str) -> str:
+    """A manifest or graph kept as a uint8 entry, as text (bounded, checked)."""
+    entry = container.entries[name]
+    if entry.dtype != "uint8" or len(entry.shape) != 1:
+        raise _Invalid(f"entry {name!r} is not a 1-D uint8 tensor of JSON text")
+    if entry.end - entry.start > MAX_MANIFEST_BYTES:
+        raise _Invalid(
+            f"entry {name!r} is {entry.end - entry.start:,} bytes, more than the "
+            f"{MAX_MANIFEST_BYTES:,} this reads"
+        )
+    try:
+        return bytes(container.read_bytes(name).numpy()).decode("utf-8")
+    except UnicodeDecodeError:
+        raise _Invalid(f"entry {name!r} is not UTF-8 text") from None
 
 
-def _read_header(path: Path) -> tuple[dict[str, str], dict[str, tuple[tuple[int, ...], str]]]:
-    """The header's metadata and every entry's shape and dtype (torch name).
-
-    Read directly (8-byte length, then JSON) because asking the safetensors handle entry by
-    entry costs tens of microseconds each; ``safe_open`` has already checked the layout.
-    """
-    with open(path, "rb") as f:
-        (length,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(length))
-    metadata = header.pop("__metadata__", None) or {}
-    specs = {}
-    for key, entry in header.items():
-        code = entry["dtype"]
-        specs[key] = (tuple(entry["shape"]), _ST_DTYPES.get(code, code.lower()))
-    return metadata, specs
-
-
-def _read_manifest(
-    header: dict[str, str], handle: Any, stored: dict[str, tuple[tuple[int, ...], str]]
-) -> dict[str, Any]:
+def _read_manifest(container: Container) -> dict[str, Any]:
+    header = container.metadata
     if header.get("format") != FORMAT_NAME:
         raise _Invalid(
             "a safetensors file but not a Scratchformer trace (its metadata has no trace manifest)"
@@ -580,7 +697,7 @@ def _read_manifest(
     try:
         schema = int(header.get("schema", ""))
     except ValueError:
-        raise _Invalid(f"schema version {header.get('schema')!r} is not a number") from None
+        raise _Invalid(f"schema version {header.get('schema')!r:.40} is not a number") from None
     if schema > SCHEMA_VERSION:
         raise _Invalid(
             f"written with trace schema version {schema}, but this Scratchformer reads "
@@ -591,19 +708,23 @@ def _read_manifest(
 
     if "manifest" in header:
         text = header["manifest"]
-    elif MANIFEST_TENSOR in stored:
-        text = bytes(handle.get_tensor(MANIFEST_TENSOR).numpy()).decode("utf-8", "replace")
+        if len(text) > MAX_MANIFEST_BYTES:
+            raise _Invalid(f"the manifest is longer than the {MAX_MANIFEST_BYTES:,} this reads")
+    elif MANIFEST_TENSOR in container.entries:
+        text = _stored_text(container, MANIFEST_TENSOR)
     else:
         raise _Invalid("the trace manifest is missing from the file")
     try:
         manifest = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise _Invalid(f"the trace manifest is not valid JSON ({e})") from None
+    except RecursionError:
+        raise _Invalid("the trace manifest is nested too deeply") from None
+    except ValueError as e:
+        raise _Invalid(f"the trace manifest is not valid JSON ({str(e)[:200]})") from None
     if not isinstance(manifest, dict):
         raise _Invalid("the trace manifest is not a JSON object")
     inner = manifest.get("schema", schema)
-    if not isinstance(inner, int) or inner > SCHEMA_VERSION or inner < 1:
-        raise _Invalid(f"the manifest's schema version {inner!r} is not one this reads")
+    if type(inner) is not int or inner > SCHEMA_VERSION or inner < 1:
+        raise _Invalid(f"the manifest's schema version {inner!r:.40} is not one this reads")
     return manifest
 
 
@@ -615,13 +736,13 @@ class _Bad(Exception):
 
 
 def _as_int(v: Any) -> int:
-    if type(v) is not int:
+    if type(v) is not int or not -MAX_INT <= v <= MAX_INT:
         raise _Bad("a whole number")
     return v
 
 
 def _as_opt_int(v: Any) -> int | None:
-    if v is not None and type(v) is not int:
+    if v is not None and (type(v) is not int or not -MAX_INT <= v <= MAX_INT):
         raise _Bad("a whole number or null")
     return v
 
@@ -641,11 +762,15 @@ def _as_opt_str(v: Any) -> str | None:
 def _as_int_tuple(v: Any) -> tuple[int, ...]:
     if type(v) is not list or not set(map(type, v)) <= {int}:
         raise _Bad("a list of whole numbers")
+    if v and not -MAX_INT <= min(v) <= max(v) <= MAX_INT:
+        raise _Bad("a list of whole numbers")
     return tuple(v)
 
 
 def _as_size_tuple(v: Any) -> tuple[int, ...]:
-    if type(v) is not list or not set(map(type, v)) <= {int} or (v and min(v) < 0):
+    if type(v) is not list or len(v) > 64 or not set(map(type, v)) <= {int}:
+        raise _Bad("a list of at most 64 sizes")
+    if v and not 0 <= min(v) <= max(v) <= MAX_INT:
         raise _Bad("a list of sizes")
     return tuple(v)
 
@@ -721,6 +846,8 @@ def _decode_rows(
         raise _Invalid(f"the {table} table has no list of field names")
     if not isinstance(rows, list):
         raise _Invalid(f"the {table} table has no rows")
+    if len(rows) > MAX_RECORDS:
+        raise _Invalid(f"the {table} table has more than {MAX_RECORDS:,} rows")
     special = special or {}
     plan = []  # (field name, column or None, converter, default)
     for f in fields(cls):
@@ -745,7 +872,7 @@ def _decode_rows(
                 try:
                     conv(row[col])
                 except _Bad as e:
-                    raise _Invalid(f"{what} {i}: {name} {row[col]!r} is not {e}") from None
+                    raise _Invalid(f"{what} {i}: {name} {_short(row[col])} is not {e}") from None
             raise  # pragma: no cover - the loop above always finds the field
         out.append(cls(*values))
     return out
@@ -761,6 +888,8 @@ def _validate(
     raw_sources = manifest.get("sources", [])
     if not isinstance(raw_sources, list):
         raise _Invalid("the manifest's sources is not a list")
+    if len(raw_sources) > MAX_RECORDS:
+        raise _Invalid(f"the manifest has more than {MAX_RECORDS:,} sources")
     sources = [_source(row, i) for i, row in enumerate(raw_sources)]
     meta = manifest.get("meta", {})
     if not isinstance(meta, dict):
@@ -776,6 +905,12 @@ def _validate(
         raise _Invalid("a module path is listed twice in the modules table")
 
     stats_names = manifest.get("stats_fields", list(_STATS_FIELDS))
+    if (
+        not isinstance(stats_names, list)
+        or not all(type(n) is str for n in stats_names)
+        or len(set(stats_names)) != len(stats_names)
+    ):
+        raise _Invalid("the manifest's stats_fields is not a list of distinct names")
 
     def as_stats(v: Any) -> TensorStats | None:
         return None if v is None else _stats(v, stats_names)
@@ -792,7 +927,15 @@ def _validate(
         return sources[v]
 
     steps = _decode_rows(manifest, "steps", Step, _STEP_RULES, "step", {"source": as_source})
-    trace = Trace(steps=steps, modules=modules, tensors=tensors, meta=meta, error=error)
+    try:
+        failure = failure_from_json(manifest.get("failure"), len(steps))
+        embedded = sources_from_json(manifest.get("source_files"))
+    except ValueError as e:
+        raise _Invalid(str(e)) from None
+    trace = Trace(
+        steps=steps, modules=modules, tensors=tensors, meta=meta, error=error,
+        failure=failure, sources=embedded,
+    )  # fmt: skip
     check_trace(trace)
     if stored is not None:
         for rec in tensors:
@@ -819,7 +962,7 @@ def _check_stored(
         )
     if dtype != rec.dtype:
         value_dtype = meta.get("value_dtype")
-        downcast = isinstance(value_dtype, str) and _is_floating(rec.dtype)
+        downcast = isinstance(value_dtype, str) and _is_floating(rec.dtype) and _is_floating(dtype)
         if not downcast or dtype != value_dtype.removeprefix("torch."):
             raise _Invalid(
                 f"tensor {key!r} is stored as {dtype} but its record ({where}) says {rec.dtype}"
@@ -852,10 +995,11 @@ def _stats(v: Any, names: Any) -> TensorStats:
     except KeyError:
         raise _Bad("a complete set of stats") from None
     for x in (mn, mx, mean, std):
-        if type(x) is not float and type(x) is not int:
+        if type(x) is not float and (type(x) is not int or not -MAX_INT <= x <= MAX_INT):
             raise _Bad("a list of numbers")
-    if type(nan) is not int or type(inf) is not int or nan < 0 or inf < 0:
-        raise _Bad("stats with whole-number NaN and Inf counts")
+    for n in (nan, inf):
+        if type(n) is not int or not 0 <= n <= MAX_INT:
+            raise _Bad("stats with whole-number NaN and Inf counts")
     return TensorStats(float(mn), float(mx), float(mean), float(std), nan, inf)
 
 
@@ -865,10 +1009,12 @@ def _stats(v: Any, names: Any) -> TensorStats:
 class LazyValues(Mapping):
     """Read-only ``value_key -> tensor`` mapping backed by an open safetensors file.
 
-    A tensor is read from disk the first time it is asked for; the last
-    ``VALUE_CACHE_SIZE`` tensors read stay in memory. The mapping holds the file open
-    (memory-mapped) until ``close()`` or until it is garbage-collected. Safe to use from
-    several threads.
+    A tensor is read from disk the first time it is asked for (and checked against its
+    checksum, and against the file having changed since it was opened: both raise
+    ``TraceFileError``); the last ``VALUE_CACHE_SIZE`` tensors read stay in memory. The
+    mapping holds the file open (a plain descriptor, never memory-mapped, so a file
+    replaced underneath cannot crash the process) until ``close()`` or until it is
+    garbage-collected. Safe to use from several threads.
     """
 
     def __init__(self, path: Path, handle: Any, keys: list[str], cache_size: int | None = None):
@@ -893,7 +1039,7 @@ class LazyValues(Mapping):
                 raise TraceFileError(f"{self.path}: the trace file was closed")
             try:
                 t = self._handle.get_tensor(key)
-            except (SafetensorError, OSError) as e:
+            except (ContainerError, OSError) as e:
                 raise TraceFileError(f"{self.path}: cannot read tensor {key!r}: {e}") from None
             self._cache[key] = t
             self._cached_bytes += _nbytes(t)
@@ -918,7 +1064,9 @@ class LazyValues(Mapping):
         with self._lock:
             self._cache.clear()
             self._cached_bytes = 0
-            self._handle = None
+            handle, self._handle = self._handle, None
+        if handle is not None and hasattr(handle, "close"):
+            handle.close()
 
     def __repr__(self) -> str:
         return f"LazyValues({str(self.path)!r}, {len(self)} tensors, {len(self._cache)} cached)"

@@ -33,26 +33,51 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar=("A", "B"),
         help="open two trace files side by side, stepped together and coloured by divergence",
     )
+    parser.add_argument(
+        "--model",
+        metavar="FILE.py:NAME",
+        help="trace your own model (a module, a class built with no arguments, or a function "
+        "returning one) and open it; Ctrl+R re-imports the file and traces again",
+    )
+    parser.add_argument("--prompt", help="with --model: text fed as byte tokens")
+    parser.add_argument(
+        "--capture", choices=("shapes", "stats", "values"), default="values",
+        help="with --model: what to keep per tensor (default values)",
+    )  # fmt: skip
+    from app.commands.trace import add_input_arguments
+
+    add_input_arguments(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from app.cli import UserError
+    from app.commands.checks import input_file
     from app.windows.rank_window import is_rank_set
 
     paths = list(args.trace or [])
     ranks = is_rank_set(paths)
-    for path in paths:
-        if not path.is_file() and not ranks:
-            raise UserError(f"no such trace file: {path}")
+    if not ranks:
+        for path in paths:
+            input_file(path, "trace file")
     args.trace = paths[0] if len(paths) == 1 and not ranks else None
+    if getattr(args, "model", None):
+        from app.user_model import ModelSpec, UserCodeError
+
+        if paths:
+            raise UserError("give either trace files or --model FILE.py:NAME, not both")
+        try:
+            spec = ModelSpec.parse(args.model)
+        except UserCodeError as e:
+            raise UserError(str(e)) from e
+        if not spec.file.is_file():
+            raise UserError(f"no such model file: {spec.file}")
     compare = getattr(args, "compare", None)
     if compare is not None:
         if paths:
             raise UserError("give either trace files or --compare A B, not both")
         for path in compare:
-            if not path.is_file():
-                raise UserError(f"no such trace file: {path}")
+            input_file(path, "trace file")
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
@@ -71,11 +96,48 @@ def run(args: argparse.Namespace) -> int:
     window = MainWindow()
     install_excepthook(window)
     window.show()
-    if args.trace is not None:
+    _quit_after(qt_app, window)
+    if getattr(args, "model", None):
+        QTimer.singleShot(0, lambda: window.start_trace(model_request(args)))
+    elif args.trace is not None:
         QTimer.singleShot(0, lambda: window.open_path(args.trace))
     else:
         QTimer.singleShot(0, window.load_demo)
     return qt_app.exec()
+
+
+def _quit_after(qt_app, window) -> None:
+    """``SCRATCHFORMER_QUIT_AFTER_MS``: close the window after that long and print where it
+    was (for tests of ``tracing.show`` and scripted screenshots; unset in normal use)."""
+    import os
+
+    from PySide6.QtCore import QTimer
+
+    ms = os.environ.get("SCRATCHFORMER_QUIT_AFTER_MS", "")
+    if not ms.isdigit():
+        return
+
+    def report_and_quit() -> None:
+        trace = window.trace
+        where = window.status_text() if trace is not None else "no trace"
+        print(f"shown: {where}", flush=True)
+        window.close()
+        qt_app.quit()
+
+    QTimer.singleShot(int(ms), report_and_quit)
+
+
+def model_request(args: argparse.Namespace):
+    """The trace request ``--model FILE.py:NAME`` and its input options stand for."""
+    from app.session import ModelSource, TraceRequest
+
+    source = ModelSource(
+        "file",
+        model=args.model,
+        input_shape=args.input_shape or "",
+        input_dtype=args.input_dtype,
+    )
+    return TraceRequest(prompt=args.prompt or "", source=source, capture=args.capture)
 
 
 def _run_ranks(qt_app, paths: list[Path]) -> int:

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.commands.checks import THREADS, int_between
+
 LEVELS = ("shapes", "stats", "values")
 
 # targets: (figure, comparison, bound)
@@ -53,9 +55,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--quick", action="store_true", help="tiny sizes and few repeats")
-    p.add_argument("--repeat", type=int, help="rounds per figure (default 7, quick 3)")
-    p.add_argument("--tokens", type=int, default=256, help="tokens for the large model")
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument(
+        "--repeat", type=int_between(1, 10_000), help="rounds per figure (default 7, quick 3)"
+    )
+    p.add_argument(
+        "--tokens", type=int_between(1, 1 << 20), default=256, help="tokens for the large model"
+    )
+    p.add_argument("--threads", type=THREADS, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--tmp", metavar="DIR", help="folder for the trace files (default: system)")
     p.add_argument(
         "--clock",
@@ -344,10 +350,8 @@ def run(args: argparse.Namespace) -> int:
 
     repeat = args.repeat or (3 if args.quick else 7)
     warmup = 1 if args.quick else 2
-    if repeat <= 0:
-        raise UserError("--repeat must be positive")
-    if args.tokens <= 0:
-        raise UserError("--tokens must be positive")
+    if args.tmp is not None and not os.path.isdir(args.tmp):
+        raise UserError(f"--tmp {args.tmp}: no such folder")
     if args.threads:
         torch.set_num_threads(args.threads)
     out = sys.stdout

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
+
+from app.commands.checks import float_between, output_file
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", metavar="OUT", help="write here instead of stdout")
     p.add_argument(
         "--atol",
-        type=float,
+        type=float_between(0, 1e300),
         default=0.0,
         help="differences up to this are not divergence (default 0: any difference)",
     )
@@ -42,24 +43,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from app.cli import UserError
+    from tracing.report import write_text
     from tracing.trace_diff import diff
     from tracing.trace_file import load
 
-    if args.atol < 0:
-        raise UserError(f"--atol must be >= 0, got {args.atol}")
-    traces = []
-    for name in (args.a, args.b):
-        path = Path(name)
-        if not path.is_file():
-            raise UserError(f"no trace file at {name}")
-        traces.append(load(path))
+    out = output_file(args.output) if args.output else None  # checked before the work
+    traces = [load(name) for name in (args.a, args.b)]
     result = diff(*traces)
     text = result.render(args.format, atol=args.atol, all_steps=args.all)
-    if args.output:
-        out = Path(args.output)
-        if out.parent and not out.parent.exists():
-            raise UserError(f"output folder {out.parent} does not exist")
-        out.write_text(text)
+    if out is not None:
+        try:
+            write_text(out, text)
+        except OSError as e:
+            raise UserError(f"cannot write {out}: {e.strerror or e}") from None
         first = result.first_divergence(args.atol)
         where = "no divergence" if first is None else f"first divergence: {first.label}"
         print(f"wrote {out} ({len(result)} aligned steps, {where})", file=sys.stderr)

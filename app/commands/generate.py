@@ -11,6 +11,11 @@ from __future__ import annotations
 
 import argparse
 
+from app.commands.checks import SEED, float_between, input_file, int_between
+
+GREEDY_BELOW = 1e-4
+"""A temperature below this samples as greedy (argmax): dividing logits by it overflows."""
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -23,10 +28,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     which.add_argument("--checkpoint", metavar="PATH", help="a .safetensors checkpoint")
     which.add_argument("--demo", action="store_true", help="the bundled demo model")
     p.add_argument("--prompt", required=True, help="text to continue")
-    p.add_argument("--max-new-tokens", type=int, default=32)
-    p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy (argmax)")
-    p.add_argument("--top-k", type=int, help="sample among the k most likely tokens only")
-    p.add_argument("--seed", type=int, default=0, help="random seed for sampling")
+    p.add_argument("--max-new-tokens", type=int_between(0, 100_000), default=32)
+    p.add_argument(
+        "--temperature",
+        type=float_between(0, 1e6),
+        default=1.0,
+        help=f"0 = greedy (argmax); below {GREEDY_BELOW:g} acts as 0",
+    )
+    p.add_argument(
+        "--top-k", type=int_between(1, 2**31), help="sample among the k most likely tokens only"
+    )
+    p.add_argument("--seed", type=SEED, default=0, help="random seed for sampling")
     p.add_argument(
         "--stop",
         help="stop after this character (default: the task's end marker '.' for a model "
@@ -42,12 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from scratchformer import ByteTokenizer, demo_checkpoint_path, load_checkpoint, read_metadata
     from scratchformer.tasks import get_task
 
-    if args.max_new_tokens < 0:
-        raise UserError("--max-new-tokens must be >= 0")
-    if args.temperature < 0:
-        raise UserError("--temperature must be >= 0")
-    if args.top_k is not None and args.top_k <= 0:
-        raise UserError("--top-k must be positive")
+    temperature = 0.0 if args.temperature < GREEDY_BELOW else args.temperature
     if not args.prompt:
         raise UserError("--prompt is empty; the model needs at least one token to continue")
 
@@ -58,8 +65,9 @@ def run(args: argparse.Namespace) -> int:
             meta = read_metadata(path)
             model = load_checkpoint(path)
     else:
-        meta = read_metadata(args.checkpoint)
-        model = load_checkpoint(args.checkpoint)
+        path = input_file(args.checkpoint, "checkpoint")
+        meta = read_metadata(path)
+        model = load_checkpoint(path)
     if meta["tokenizer"] != "byte":
         raise UserError(
             f"this checkpoint uses the {meta['tokenizer']!r} tokenizer; "
@@ -82,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     out = model.generate(
         idx,
         args.max_new_tokens,
-        temperature=args.temperature,
+        temperature=temperature,
         top_k=args.top_k,
         generator=generator,
         stop_token=stop_token,

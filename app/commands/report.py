@@ -20,6 +20,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from app.commands.checks import output_file
+
 FORMATS = ("md", "csv", "json", "html", "graphml")
 
 
@@ -46,12 +48,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     import tracing
     from app.cli import UserError
     from tracing import report
 
+    out = output_file(args.output) if args.output else None  # checked before the work
     fmt = args.format
     if fmt is None:
         if args.output:
@@ -76,14 +77,11 @@ def run(args: argparse.Namespace) -> int:
         trace = tracing.load(args.trace[0])
         text = report.render(trace, fmt)
         count = f"{len(trace.steps)} steps"
-    if not args.output:
+    if out is None:
         sys.stdout.write(text)
         return 0
-    out = Path(args.output)
-    if out.is_dir():
-        raise UserError(f"cannot write {out}: it is a folder")
     try:
-        out.write_text(text, encoding="utf-8", newline="")
+        report.write_text(out, text)
     except OSError as e:
         raise UserError(f"cannot write {out}: {e.strerror or e}") from None
     print(f"wrote {out} ({fmt}, {count})", file=sys.stderr)

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
 import sys
 from pathlib import Path
 
 from app.commands import ranks
+from app.commands.checks import SEED, float_between, input_file, output_file
 
 VALUE_DTYPES = ("float32", "float16", "bfloat16")
 
@@ -36,6 +36,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--checkpoint", metavar="PATH", help="a model checkpoint (.safetensors)")
     source.add_argument("--preset", metavar="NAME", help="a preset (demo, nano, gpt2-small)")
     source.add_argument("--demo", action="store_true", help="the bundled demo model (the default)")
+    source.add_argument(
+        "--model",
+        metavar="FILE.py:NAME",
+        help="your own model: NAME is an nn.Module, a class built with no arguments, or a "
+        "function returning one (inputs: --prompt, --input-shape, or example_inputs in FILE)",
+    )
+    add_input_arguments(p)
     p.add_argument("--prompt", help="text to feed the model (default: the demo prompt)")
     p.add_argument(
         "--capture",
@@ -50,27 +57,44 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--value-cap-mb",
-        type=float,
+        type=float_between(0, 2**40, low_open=True),
         help="with --capture values: keep no copy of a tensor larger than this (MiB)",
     )
-    p.add_argument("--seed", type=int, default=0, help="weights seed for --preset (default 0)")
+    p.add_argument("--seed", type=SEED, default=0, help="weights seed for --preset (default 0)")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="trace file to write")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     ranks.add_arguments(p)
     p.set_defaults(func=run)
 
 
-def _check_output(path: Path) -> None:
-    """Fail before any work when the trace could not be written."""
-    from app.cli import UserError
+def add_input_arguments(p: argparse.ArgumentParser) -> None:
+    """``--input-shape`` and ``--input-dtype``: the inputs of a ``--model`` (after --prompt)."""
+    p.add_argument(
+        "--input-shape",
+        metavar="2,10",
+        help="with --model: trace on random inputs of this shape (after --prompt)",
+    )
+    p.add_argument(
+        "--input-dtype",
+        choices=("long", "float"),
+        default="long",
+        help="with --input-shape: long = random token ids below the first embedding's "
+        "size, float = randn (default long)",
+    )
 
-    if path.is_dir():
-        raise UserError(f"cannot write {path}: it is a folder")
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise UserError(f"cannot write {path}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise UserError(f"cannot write {path}: permission denied")
+
+def load_user_model(args: argparse.Namespace):
+    """``--model FILE.py:NAME`` with its inputs, or one ``error:`` line naming the file."""
+    from app.cli import UserError
+    from app.user_model import InputSpec, ModelSpec, UserCodeError, load
+
+    try:
+        spec = ModelSpec.parse(args.model)
+        shape = InputSpec.parse_shape(args.input_shape) if args.input_shape else None
+        inputs = InputSpec(prompt=args.prompt, shape=shape, dtype=args.input_dtype)
+        return load(spec, inputs)
+    except UserCodeError as e:
+        raise UserError(str(e)) from e
 
 
 def _load_model(args: argparse.Namespace, say) -> tuple[object, dict]:
@@ -81,9 +105,7 @@ def _load_model(args: argparse.Namespace, say) -> tuple[object, dict]:
     from scratchformer import DecoderOnlyTransformer, ModelConfig, demo_model, load_checkpoint
 
     if args.checkpoint:
-        path = Path(args.checkpoint)
-        if not path.is_file():
-            raise UserError(f"checkpoint not found: {path}")
+        path = input_file(args.checkpoint, "checkpoint")
         return load_checkpoint(path), {"source": "checkpoint", "checkpoint": str(path)}
     if args.preset:
         if args.preset not in ModelConfig.PRESETS:
@@ -111,9 +133,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, output: Path) -> int:
     import torch
 
-    import tracing
     from app.cli import UserError
-    from app.progress import ProgressBar
     from scratchformer import DEMO_PROMPT, ByteTokenizer
 
     quiet = args.quiet
@@ -123,14 +143,24 @@ def _run(args: argparse.Namespace, output: Path) -> int:
             print(message, file=sys.stderr)
 
     # --- arguments, checked before any slow work
-    _check_output(output)
+    output_file(output)
     prompt = DEMO_PROMPT if args.prompt is None else args.prompt
     if not prompt:
         raise UserError("the prompt is empty; give some text with --prompt")
     if args.capture != "values" and (args.value_dtype or args.value_cap_mb is not None):
         raise UserError("--value-dtype and --value-cap-mb need --capture values")
-    if args.value_cap_mb is not None and args.value_cap_mb <= 0:
-        raise UserError("--value-cap-mb must be positive")
+    options = {}
+    if args.capture == "values":
+        if args.value_dtype:
+            options["value_dtype"] = getattr(torch, args.value_dtype)
+        if args.value_cap_mb is not None:
+            options["value_cap"] = int(args.value_cap_mb * 2**20)
+
+    if args.model:
+        loaded = load_user_model(args)
+        return _trace_and_save(
+            loaded.model, loaded.args, loaded.kwargs, loaded.meta, args, options, output
+        )
 
     # --- model and tokens (any problem here is reported before tracing starts)
     model, origin = _load_model(args, say)
@@ -142,12 +172,6 @@ def _run(args: argparse.Namespace, output: Path) -> int:
             f"the prompt is {len(ids)} tokens (bytes) long but the model's block_size is "
             f"{block_size}; shorten it"
         )
-    options = {}
-    if args.capture == "values":
-        if args.value_dtype:
-            options["value_dtype"] = getattr(torch, args.value_dtype)
-        if args.value_cap_mb is not None:
-            options["value_cap"] = int(args.value_cap_mb * 2**20)
     meta = {
         "tokens": ids,
         "text": prompt,
@@ -155,15 +179,31 @@ def _run(args: argparse.Namespace, output: Path) -> int:
         **origin,
     }
     x = torch.tensor([ids], dtype=torch.long)  # (B, T)
+    return _trace_and_save(model, (x,), {}, meta, args, options, output)
 
-    # --- trace, then save (also a partial trace: that is when the debugger is needed)
-    stages = ProgressBar(2, f"trace {len(ids)} tokens", stream=io.StringIO() if quiet else None)
+
+def _trace_and_save(model, inputs, kwargs, meta, args, options, output: Path) -> int:
+    """Trace, then save (a partial trace too: that is when the debugger is needed)."""
+    import tracing
+    from app.progress import ProgressBar
+
+    quiet = args.quiet
+    tokens = meta.get("tokens")
+    what = f"{len(tokens)} tokens" if tokens else meta.get("inputs", "the model")
+    stages = ProgressBar(2, f"trace {what}", stream=io.StringIO() if quiet else None)
     failure = None
     try:
-        trace = tracing.trace(ranks.wrap(model, args), x, capture=args.capture, meta=meta,
-                              **options)  # fmt: skip
+        trace = tracing.trace(
+            ranks.wrap(model, args), *inputs, capture=args.capture, meta=meta, **options, **kwargs
+        )
     except tracing.TraceError as e:
         trace, failure = e.trace, e
+    except KeyboardInterrupt as e:  # Ctrl-C: keep what was recorded, then stop
+        partial = getattr(e, "trace", None)
+        if partial is not None:
+            tracing.save(partial, output)
+            print(f"interrupted: the partial trace was saved to {output}", file=sys.stderr)
+        raise
     stages.update(1, stage="saving")
     tracing.save(trace, output)
     stages.update(1, stage="done")

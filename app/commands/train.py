@@ -17,8 +17,23 @@ the end. For a task it finally reports exact-match accuracy on held-out strings.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
+
+from app.commands.checks import (
+    SEED,
+    THREADS,
+    float_between,
+    input_file,
+    int_between,
+    output_file,
+)
+
+SIZE = int_between(1, 1 << 20)
+COUNT = int_between(1, 10**9)
+MAX_TEXT_BYTES = 1 << 30
+"""Largest --text file (it is held in memory as int64 token ids: 8 bytes a byte)."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,24 +50,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--preset", default="demo", help="model preset (demo, nano, gpt2-small)")
     model = p.add_argument_group("model overrides")
     for flag in ("block-size", "d-model", "n-heads", "n-layers", "d-ff"):
-        model.add_argument(f"--{flag}", type=int)
-    model.add_argument("--dropout", type=float)
+        model.add_argument(f"--{flag}", type=SIZE)
+    model.add_argument("--dropout", type=float_between(0, 0.99))
     model.add_argument("--activation", choices=("gelu", "relu"))
     model.add_argument("--norm-position", choices=("pre", "post"))
     model.add_argument("--positional", choices=("learned", "sinusoidal"))
     opt = p.add_argument_group("optimisation")
-    opt.add_argument("--steps", type=int, default=3000)
-    opt.add_argument("--batch-size", type=int, default=64)
-    opt.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
-    opt.add_argument("--warmup", type=int, default=100, help="warm-up steps")
-    opt.add_argument("--eval-interval", type=int, default=250)
-    opt.add_argument("--checkpoint-interval", type=int, default=1000)
-    opt.add_argument("--seed", type=int, default=0)
-    opt.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    opt.add_argument("--steps", type=COUNT, default=3000)
+    opt.add_argument("--batch-size", type=SIZE, default=64)
+    lr = float_between(0, 1e300, low_open=True)
+    opt.add_argument("--lr", type=lr, default=3e-3, help="peak learning rate")
+    opt.add_argument("--warmup", type=int_between(0, 10**9), default=100, help="warm-up steps")
+    opt.add_argument("--eval-interval", type=COUNT, default=250)
+    opt.add_argument("--checkpoint-interval", type=COUNT, default=1000)
+    opt.add_argument("--seed", type=SEED, default=0)
+    opt.add_argument("--threads", type=THREADS, help="torch CPU threads (default: torch's choice)")
     opt.add_argument("--quiet", action="store_true", help="no progress bar")
     tr = p.add_argument_group("training-step traces")
     tr.add_argument(
-        "--trace-step", type=int, metavar="N", help="save a trace of step N (1 = first)"
+        "--trace-step", type=COUNT, metavar="N", help="save a trace of step N (1 = first)"
     )
     tr.add_argument(
         "--trace-on-nonfinite",
@@ -78,12 +94,12 @@ def _trace_requests(args: argparse.Namespace) -> list[tuple[object, Path]]:
         if not 1 <= args.trace_step <= args.steps:
             raise UserError(f"--trace-step must be between 1 and --steps ({args.steps})")
         default = out.with_name(f"{out.stem}.step{args.trace_step}.trace")
-        requests.append((args.trace_step, Path(args.trace_out or default)))
+        requests.append((args.trace_step, output_file(args.trace_out or default)))
     if args.trace_on_nonfinite:
         path = Path(args.trace_out or out.with_name(f"{out.stem}.nonfinite.trace"))
         if args.trace_step is not None and args.trace_out:
             path = path.with_name(f"{path.stem}.nonfinite{path.suffix}")
-        requests.append(("nonfinite", path))
+        requests.append(("nonfinite", output_file(path)))
     return requests
 
 
@@ -99,11 +115,15 @@ def run(args: argparse.Namespace) -> int:
     from scratchformer.training import TrainConfig, train
 
     wall_start = time.perf_counter()
+    # --- paths and sizes, checked before any work (nothing is created but the checkpoint)
+    output_file(args.output)
+    _trace_requests(args)  # their paths too
+    if args.text:
+        size = input_file(args.text, "text file").stat().st_size
+        if size > MAX_TEXT_BYTES:
+            raise UserError(f"{args.text} is {size:,} bytes; --text takes up to {MAX_TEXT_BYTES:,}")
     if args.threads:
         torch.set_num_threads(args.threads)
-    for name in ("steps", "batch_size", "eval_interval", "checkpoint_interval"):
-        if getattr(args, name) <= 0:
-            raise UserError(f"--{name.replace('_', '-')} must be positive")
     torch.manual_seed(args.seed)
 
     # --- the model
@@ -122,7 +142,12 @@ def run(args: argparse.Namespace) -> int:
         )
         if getattr(args, field) is not None
     }
+    if args.preset not in ModelConfig.PRESETS:
+        raise UserError(
+            f"unknown preset {args.preset!r}; choose one of {', '.join(ModelConfig.PRESETS)}"
+        )
     config = ModelConfig.preset(args.preset, **overrides)
+    _check_memory(config, args.batch_size)
     if config.vocab_size != ByteTokenizer.vocab_size:
         raise UserError(
             f"training uses the byte tokenizer (vocab 256); preset {args.preset!r} has "
@@ -238,3 +263,35 @@ def run(args: argparse.Namespace) -> int:
         )
     print(f"wrote {args.output} (wall time {time.perf_counter() - wall_start:.1f}s)")
     return 0
+
+
+def training_bytes(config, batch_size: int) -> int:
+    """A rough count of the bytes one training step needs: weights, gradients and two
+    Adam moments (4 copies), plus the activations autograd keeps for the backward pass.
+    Rough on purpose: it tells a run that fits from one that cannot."""
+    C, F, L, V, T = (
+        config.d_model,
+        config.d_ff,
+        config.n_layers,
+        config.vocab_size,
+        config.block_size,
+    )
+    H = config.n_heads
+    params = V * C + T * C + L * (4 * C * C + 2 * C * F + 4 * C) + 2 * C
+    per_token = L * (16 * C + 2 * F + 3 * H * T) + 3 * V
+    return 4 * (4 * params + batch_size * T * per_token)
+
+
+def _check_memory(config, batch_size: int) -> None:
+    from app.cli import UserError
+
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return
+    need = training_bytes(config, batch_size)
+    if need > total:
+        raise UserError(
+            f"this model at --batch-size {batch_size} needs about {need / 2**30:,.0f} GiB to "
+            f"train; this machine has {total / 2**30:,.0f} GiB (lower --batch-size or the sizes)"
+        )

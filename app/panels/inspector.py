@@ -44,11 +44,13 @@ from PySide6.QtWidgets import (
 
 from app import theme
 from app.panels.attention import AttentionPanel
+from app.theme import ERROR_TEXT
 from app.widgets.common import ElidedLabel, LayoutFirewall
 from app.widgets.heatmap import HeatmapView
 from app.widgets.shape_table import ShapeTableModel
 from app.widgets.tensor_view import TensorView, token_labels
 from tracing.formatting import format_number
+from tracing.postmortem import failure_lines
 from tracing.record import TensorRecord, Trace
 
 _ROW = QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows
@@ -98,6 +100,15 @@ class Inspector(QWidget):
         self._where = ElidedLabel()
         self._where.setObjectName("inspectorWhere")
         self._where.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+        # ---- the post-mortem of a partial trace, on its failing step
+        self.failure_label = QLabel()
+        self.failure_label.setObjectName("inspectorFailure")
+        self.failure_label.setWordWrap(True)
+        self.failure_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.failure_label.setStyleSheet(
+            f"QLabel {{ color: {ERROR_TEXT}; font-family: monospace; padding: 4px; }}"
+        )
+        self.failure_label.hide()
 
         # ---- Tensors tab: shape table over the tensor heatmap
         self.table_model = ShapeTableModel(self)
@@ -177,6 +188,7 @@ class Inspector(QWidget):
         layout.setSpacing(4)
         layout.addWidget(self._title)
         layout.addWidget(self._where)
+        layout.addWidget(self.failure_label)
         layout.addWidget(self.tabs, 1)
         layout.addWidget(self._strip_box)
         self.tensor_view.show_message("Open a trace to inspect its tensors.")
@@ -292,6 +304,9 @@ class Inspector(QWidget):
             where += f" · raised: {step.error}"
         self._where.setText(where)
         self._where.setToolTip(where)
+        lines = failure_lines(self._trace, index)
+        self.failure_label.setText("\n".join(lines))
+        self.failure_label.setVisible(bool(lines))
 
     def _on_tab_changed(self, tab: int) -> None:
         if tab == self.TENSORS_TAB and self._tensor_dirty:

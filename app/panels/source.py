@@ -3,19 +3,38 @@
 Documents are cached per file, so moving between steps swaps a document and moves a
 highlight instead of re-reading text (this runs on every step). When the file cannot be
 read (a trace from another machine) the pane shows the recorded line text alone.
+
+A trace carries the text of its source files (``Trace.sources``): the pane shows that
+embedded copy, the code that actually ran, and says so in a note when the file on disk
+differs (edited since) or is not there. The line that raised (``Trace.failure``) is
+marked in red, also when it is no op's line (a ``NameError``).
+
+A trace names its source files by path, and a trace opened from disk may come from
+anyone, so files on disk are read only through ``tracing.source_files`` (a regular
+``.py`` file of bounded size, nothing else: no devices, FIFOs or ``/etc/passwd``), and
+for a trace opened from a file (:meth:`SourceView.set_ask_before_reading`) a file it does
+not carry is shown only once the user has pressed "Show file from disk" for it: until
+then the pane shows the recorded line.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QRect, QSize, Qt
 from PySide6.QtGui import QColor, QFontDatabase, QPainter, QTextCursor, QTextDocument, QTextFormat
-from PySide6.QtWidgets import QPlainTextDocumentLayout, QPlainTextEdit, QTextEdit, QWidget
+from PySide6.QtWidgets import (
+    QLabel,
+    QPlainTextDocumentLayout,
+    QPlainTextEdit,
+    QTextEdit,
+    QToolButton,
+    QWidget,
+)
 
 from app import theme
 from app.widgets.common import make_scroll_area_opaque
+from tracing.source_files import SourceRefused, read_source_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracing import SourceLocation
@@ -44,6 +63,32 @@ class SourceView(QPlainTextEdit):
         self.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self._documents: dict[str, QTextDocument] = {}
+        self._embedded: dict[str, str] = {}  # file -> text carried by the trace
+        self._disk_state: dict[str, str] = {}  # file -> "same", "differs", "missing"
+        self.failed_line = False  # the highlighted line is where the forward raised
+        self.note = QLabel(self)
+        self.note.setObjectName("sourceNote")
+        self.note.setStyleSheet(
+            f"QLabel {{ background: {theme.TOOLTIP}; color: {theme.CURRENT};"
+            " padding: 2px 6px; border-radius: 3px; }"
+        )
+        self.note.hide()
+        self._refused: dict[str, str] = {}  # file -> why it is not read from disk
+        self.ask_before_reading = False
+        self._confirmed: set[str] = set()
+        self._pending: SourceLocation | None = None  # waiting for "Show file from disk"
+        self.show_file_button = QToolButton(self)
+        self.show_file_button.setText("Show file from disk")
+        self.show_file_button.setToolTip(
+            "This trace was opened from a file and names this source file; read it from "
+            "this computer's disk"
+        )
+        self.show_file_button.setStyleSheet(
+            f"QToolButton {{ background: {theme.TOOLTIP}; color: {theme.CURRENT};"
+            " padding: 3px 8px; border-radius: 3px; }"
+        )
+        self.show_file_button.clicked.connect(self.confirm_pending)
+        self.show_file_button.hide()
         self._placeholder = self._make_document("")
         self.setDocument(self._placeholder)
         self.current_file: str | None = None
@@ -65,25 +110,121 @@ class SourceView(QPlainTextEdit):
         doc.setPlainText(text)
         return doc
 
+    def set_sources(self, sources: dict[str, str]) -> None:
+        """The source text a trace carries (``Trace.sources``); shown instead of the disk."""
+        self._embedded = dict(sources or {})
+        self._documents.clear()
+        self._disk_state.clear()
+        self.current_file = self.current_line = None
+
+    def disk_state(self, file: str) -> str:
+        """For an embedded file: ``"same"``, ``"differs"`` (edited since the trace) or
+        ``"missing"`` on this disk; ``""`` for a file the trace does not carry."""
+        if file not in self._embedded:
+            return ""
+        state = self._disk_state.get(file)
+        if state is None:
+            try:
+                disk = read_source_file(file)
+            except SourceRefused:
+                state = "missing"
+            else:
+                state = "same" if disk == self._embedded[file] else "differs"
+            self._disk_state[file] = state
+        return state
+
+    def set_ask_before_reading(self, ask: bool) -> None:
+        """``True`` for a trace opened from a file: read a source file it names (and does
+        not carry) only after the user confirms it, one press per file. Forgets what was
+        read before."""
+        self.ask_before_reading = ask
+        self._confirmed.clear()
+        self._documents.clear()
+        self._refused.clear()
+        self._pending = None
+        self.show_file_button.hide()
+
+    def confirm_pending(self) -> None:
+        """The user pressed "Show file from disk": read the pending file and show it."""
+        source = self._pending
+        if source is None:
+            return
+        self._confirmed.add(source.file)
+        self._pending = None
+        self.show_file_button.hide()
+        self.current_file = self.current_line = None
+        self.show_location(source, self.failed_line)
+
+    def _set_pending(self, source: SourceLocation | None) -> None:
+        self._pending = source
+        if source is None or source.file in self._refused:
+            self.show_file_button.hide()
+            return
+        self._place_button()
+        self.show_file_button.show()
+        self.show_file_button.raise_()
+
+    def _place_button(self) -> None:
+        hint = self.show_file_button.sizeHint()
+        area = self.viewport().geometry()  # bottom right: the recorded line stays readable
+        self.show_file_button.setGeometry(
+            area.right() - hint.width() - 8,
+            area.bottom() - hint.height() - 6,
+            hint.width(),
+            hint.height(),
+        )
+
+    def _update_note(self, file: str | None) -> None:
+        state = self.disk_state(file) if file else ""
+        text = {
+            "differs": "the file on disk differs from this trace's copy (edited since?)",
+            "missing": "this trace's copy of the file (not on this disk)",
+        }.get(state, "")
+        self.note.setText(text)
+        self.note.setVisible(bool(text))
+        if text:
+            self.note.adjustSize()
+            area = self.viewport().geometry()
+            self.note.move(area.right() - self.note.width() - 8, area.top() + 4)
+            self.note.raise_()
+
     def _document_for(self, file: str) -> QTextDocument | None:
         doc = self._documents.get(file)
-        if doc is None:
-            try:
-                text = Path(file).read_text(encoding="utf-8", errors="replace")
-            except (OSError, ValueError):
-                return None
+        if doc is None and file not in self._refused:
+            text = self._embedded.get(file)
+            if text is None:
+                try:
+                    text = read_source_file(file)
+                except SourceRefused as e:
+                    self._refused[file] = str(e)
+                    return None
             doc = self._make_document(text)
             self._documents[file] = doc
         return doc
 
-    def show_location(self, source: SourceLocation | None) -> None:
-        """Show the file around ``source.line`` with the line highlighted."""
+    def show_location(self, source: SourceLocation | None, failed: bool = False) -> None:
+        """Show the file around ``source.line`` with the line highlighted (in red when
+        ``failed``: the line that raised)."""
+        if failed != self.failed_line:
+            self.failed_line = failed
+            self.current_line = None  # same line, other colour: highlight again
+        self._update_note(source.file if source is not None else None)
         if source is None:
+            self._set_pending(None)
             self._show_text("# no source line recorded for this step", None)
             return
-        doc = self._document_for(source.file) if source.file else None
+        file = source.file
+        asking = self.ask_before_reading and file not in self._embedded
+        if asking and file and file not in self._confirmed and file not in self._refused:
+            self._set_pending(source)
+            where = f"# {file}:{source.line} (not read until you ask)\n"
+            self._show_text(where + (source.text or ""), 2 if source.text else None)
+            return
+        self._set_pending(None)
+        doc = self._document_for(file) if file else None
         if doc is None or source.line < 1 or source.line > doc.blockCount():
-            where = f"# {source.file}:{source.line} (file not available here)\n"
+            why = self._refused.get(file) or "file not available here"
+            where = f"# {file}:{source.line} ({why})\n"
             self._show_text(where + (source.text or ""), 2 if source.text else None)
             return
         if self.document() is not doc:
@@ -109,7 +250,8 @@ class SourceView(QPlainTextEdit):
         block = self.document().findBlockByNumber(line - 1)
         cursor = QTextCursor(block)
         selection = QTextEdit.ExtraSelection()
-        selection.format.setBackground(QColor(theme.CURRENT_LINE))
+        fill = theme.FAILED_LINE if self.failed_line else theme.CURRENT_LINE
+        selection.format.setBackground(QColor(fill))
         selection.format.setProperty(QTextFormat.Property.FullWidthSelection, True)
         selection.cursor = cursor
         self.setExtraSelections([selection])
@@ -154,6 +296,7 @@ class SourceView(QPlainTextEdit):
         super().resizeEvent(event)
         cr = self.contentsRect()
         self._gutter.setGeometry(QRect(cr.left(), cr.top(), self.gutter_width(), cr.height()))
+        self._place_button()
 
     def paint_gutter(self, event) -> None:
         painter = QPainter(self._gutter)

@@ -43,13 +43,23 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.theme import PROBABILITY_CMAP, SEQUENTIAL_CMAP, SIGNED_CMAP, SIGNED_CMAP_DARK
+from app.theme import (
+    MASKED_COLOUR,
+    PROBABILITY_CMAP,
+    SEQUENTIAL_CMAP,
+    SIGNED_CMAP,
+    SIGNED_CMAP_DARK,
+)
 from app.widgets.common import ElidedLabel
+from app.widgets.masked_cells import masked_cells
 
 Scale = Literal["auto", "signed", "sequential", "probability"]
 
 MAX_DISPLAY = 768
 """Largest number of pixels per axis handed to the image; bigger matrices are strided."""
+
+MASKED_ARGB = 0xFF000000 | int(MASKED_COLOUR[1:], 16)
+"""The mask-fill colour as the premultiplied ARGB word ``ColouredImageItem`` writes."""
 
 
 def display_stride(n: int, limit: int = MAX_DISPLAY) -> int:
@@ -218,6 +228,7 @@ class ColouredImageItem(pg.ImageItem):
         self.setAutoDownsample(True)  # pyqtgraph re-renders when zooming changes the factors
         self._lut32: tuple = (None, None)  # (pyqtgraph's lut, the same as uint32 ARGB)
         self._pixels: np.ndarray | None = None  # the QImage's buffer, kept alive with it
+        self.masked: np.ndarray | None = None  # cells drawn in MASKED_ARGB (the image's shape)
 
     def render(self) -> None:
         image, lut, levels = self.image, self.lut, self.levels
@@ -254,6 +265,9 @@ class ColouredImageItem(pg.ImageItem):
         pixels = np.ascontiguousarray(self._argb_table(lut)[codes.astype(np.uint8)])
         if nan is not None:
             pixels[nan] = 0  # transparent
+        masked = self.masked
+        if masked is not None and masked.shape == image.shape:
+            pixels[masked[::y_step, ::x_step]] = MASKED_ARGB
         rows, cols = pixels.shape
         self._pixels = pixels
         self.qimage = QImage(
@@ -380,6 +394,13 @@ class HeatmapView(QWidget):
         self._pages.addWidget(self._canvas)
         self._pages.addWidget(self._message)
 
+        # ---- legend line for mask fills (hidden when there are none)
+        self._legend = QLabel()
+        self._legend.setObjectName("heatmapMaskedLegend")
+        self._legend.setTextFormat(Qt.TextFormat.RichText)
+        self._legend.hide()
+        self._masked: np.ndarray | None = None
+
         # ---- hover line under the plot
         self._hover = ElidedLabel()
         self._hover.setObjectName("heatmapHover")
@@ -392,6 +413,7 @@ class HeatmapView(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
         layout.addLayout(self._pages, 1)
+        layout.addWidget(self._legend)
         layout.addWidget(self._hover)
 
     # ---- parts, for callers and tests
@@ -456,6 +478,7 @@ class HeatmapView(QWidget):
         scale: Scale = "auto",
         levels: tuple[float, float] | None = None,
         square: bool = False,
+        masked: np.ndarray | None = None,
     ) -> None:
         """Show a 2-D matrix. Rows run down, columns across; row 0 is the top row.
 
@@ -463,6 +486,10 @@ class HeatmapView(QWidget):
         ``row_name``/``col_name`` name the axes (``"query"``, ``"C"``...). ``levels``
         overrides the automatic colour range; ``square`` draws every cell square (for
         attention maps, where rows and columns are the same tokens).
+
+        Mask fills (``-1e9``, ``±inf``: see ``masked_cells``) are drawn in their own colour,
+        with a legend line, and the colour scale comes from the other cells; ``masked``
+        adds cells to treat so (the compare view passes the fills of A and of B).
         """
         full = _as_numpy(matrix)
         if full.ndim != 2:
@@ -476,6 +503,9 @@ class HeatmapView(QWidget):
         # ---- pixels: stride big matrices down to about MAX_DISPLAY per axis
         sr, sc = display_stride(rows, self._max_display), display_stride(cols, self._max_display)
         shown = full[::sr, ::sc] if (sr > 1 or sc > 1) else full
+        self._set_masked(shown, None if masked is None else masked[::sr, ::sc])
+        if self._masked is not None:  # off the scale: NaN for the levels, their colour on top
+            shown = np.where(self._masked, np.nan, shown)
         if not np.isfinite(shown).all():  # Inf breaks level scaling: draw it like NaN (blank)
             shown = np.where(np.isfinite(shown), shown, np.nan)
 
@@ -516,9 +546,40 @@ class HeatmapView(QWidget):
         self._update_ticks()
         self._pages.setCurrentIndex(0)
 
+    def _set_masked(self, shown: np.ndarray, extra: np.ndarray | None) -> None:
+        cells = masked_cells(shown)
+        where = None if cells is None else cells.where
+        if extra is not None and extra.shape == shown.shape and extra.any():
+            where = extra if where is None else (where | extra)
+        self._masked = where
+        self._image.masked = where
+        if where is None:
+            self._legend.hide()
+            return
+        text = cells.legend() if cells is not None else f"masked ({int(where.sum())} cells)"
+        if cells is not None and where is not cells.where:
+            text = f"masked ({int(where.sum())} cells in A or B)"
+        self._legend.setText(f"<span style='color:{MASKED_COLOUR}'>■</span> {text}")
+        self._legend.show()
+
+    @property
+    def masked_legend(self) -> str:
+        """The legend line of the mask fills ("" when the matrix has none)."""
+        return self._legend.text() if self._legend.isVisibleTo(self) else ""
+
+    def is_masked(self, row: int, col: int) -> bool:
+        """Whether the cell is drawn as a mask fill (full-resolution indices)."""
+        if self._masked is None or self._full is None:
+            return False
+        sr = display_stride(self._full.shape[0], self._max_display)
+        sc = display_stride(self._full.shape[1], self._max_display)
+        r, c = row // sr, col // sc
+        return bool(self._masked[r, c]) if r < self._masked.shape[0] else False
+
     def show_message(self, text: str) -> None:
         """Replace the plot with a short explanation (rich text allowed)."""
         self._full = None
+        self._legend.hide()
         self._message.setText(text)
         self._pages.setCurrentIndex(1)
         self._hover.setText(" ")
@@ -567,9 +628,10 @@ class HeatmapView(QWidget):
             return f"{name} {index}{label}"
 
         value = self.value_at(row, col)
+        masked = " (masked)" if self.is_masked(row, col) else ""
         return (
             f"{part(self._row_name, row, self._row_labels)} · "
-            f"{part(self._col_name, col, self._col_labels)} = {value:.6g}"
+            f"{part(self._col_name, col, self._col_labels)} = {value:.6g}{masked}"
         )
 
     def cell_at_scene_pos(self, pos: QPointF) -> tuple[int, int] | None:

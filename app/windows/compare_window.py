@@ -39,6 +39,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 from PySide6.QtCore import QObject, QPointF, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import (
     QAction,
@@ -78,6 +79,7 @@ from app.diagram.items import FrameItem
 from app.diagram.view import DiagramView
 from app.panels.step_bar import StepBar
 from app.widgets.heatmap import HeatmapView
+from app.widgets.masked_cells import masked_cells
 from app.widgets.tensor_view import as_matrix, axis_names, leading_axes, token_labels
 from tracing.divergence import (
     STATUS_TEXT,
@@ -696,6 +698,10 @@ class CompareWindow(QMainWindow):
             self._no_difference(f"<b>No A − B heatmap.</b><br>{why}{delta}")
             return
         self._difference = value
+        self._difference_sides = (
+            self.trace_a.value(self.trace_a.steps[e.a_index].outputs[0]),
+            self.trace_b.value(self.trace_b.steps[e.b_index].outputs[0]),
+        )
         record = self.trace_a.tensors[self.trace_a.steps[e.a_index].outputs[0]]
         self._difference_record = replace(record, role=None)
         if value.dim() == 0:
@@ -707,6 +713,17 @@ class CompareWindow(QMainWindow):
             return
         self.slice_bar.set_axes(leading_axes(self._difference_record))
         self._render_difference()
+
+    def _fills_of_a_or_b(self) -> np.ndarray | None:
+        """Cells that are mask fills (-1e9, -inf) in A or in B: A − B there is no data."""
+        found = None
+        for side in getattr(self, "_difference_sides", ()):
+            if side is None or side.shape != self._difference.shape:
+                continue
+            cells = masked_cells(as_matrix(side, self.slice_bar.index()).float().numpy())
+            if cells is not None:
+                found = cells.where if found is None else (found | cells.where)
+        return found
 
     def _render_difference(self) -> None:
         value, record = self._difference, self._difference_record
@@ -724,6 +741,7 @@ class CompareWindow(QMainWindow):
             row_name=row_name or " ",
             col_name=col_name,
             scale="signed",
+            masked=self._fills_of_a_or_b(),
         )
         cut = ", ".join(
             f"{n}={i}" for (n, _), i in zip(leading_axes(record), self.slice_bar.index())
@@ -918,8 +936,14 @@ class CompareLauncher(QObject):
             dialogs.show_error(self.window, "Cannot compare", str(e))
             return None
         name_a = self.window.trace_path.name if self.window.trace_path else "current trace"
+        return self.show_pair(trace, other, name_a, Path(path).name)
+
+    def show_pair(self, trace_a, trace_b, name_a: str, name_b: str) -> CompareWindow | None:
+        """A CompareWindow of two traces in memory, owned by the main window."""
+        from app.windows import dialogs
+
         try:
-            compare = CompareWindow(trace, other, name_a, Path(path).name, parent=self.window)
+            compare = CompareWindow(trace_a, trace_b, name_a, name_b, parent=self.window)
         except Exception as e:  # two traces the diff cannot align: say so, keep going
             dialogs.show_error(self.window, "Cannot compare", f"{type(e).__name__}: {e}")
             return None

@@ -107,7 +107,8 @@ def lay_out_form(dialog: QDialog, rows: list[tuple[str, QWidget]], ok_text: str)
 
 
 class NewTraceDialog(QDialog):
-    """Prompt, model (bundled demo, a preset with random weights, a checkpoint), capture."""
+    """Prompt, model (bundled demo, a preset with random weights, a checkpoint, or the
+    user's own ``FILE.py:NAME`` with an input shape), capture."""
 
     def __init__(self, parent: QWidget | None = None, prompt: str = ""):
         super().__init__(parent)
@@ -123,9 +124,10 @@ class NewTraceDialog(QDialog):
         self.demo_radio = QRadioButton("Bundled demo model", self)
         self.preset_radio = QRadioButton("Preset with random weights", self)
         self.checkpoint_radio = QRadioButton("Checkpoint file", self)
+        self.file_radio = QRadioButton("Your model (FILE.py:NAME)", self)
         self.demo_radio.setChecked(True)
         group = QButtonGroup(self)
-        for b in (self.demo_radio, self.preset_radio, self.checkpoint_radio):
+        for b in (self.demo_radio, self.preset_radio, self.checkpoint_radio, self.file_radio):
             group.addButton(b)
         self.preset_combo = QComboBox(self)
         self.preset_combo.addItems(PRESETS)
@@ -140,6 +142,21 @@ class NewTraceDialog(QDialog):
         source.addWidget(self.checkpoint_radio, 2, 0)
         source.addWidget(self.checkpoint_edit, 2, 1)
         source.addWidget(browse, 2, 2)
+        self.model_edit = QLineEdit(self)
+        self.model_edit.setPlaceholderText(
+            "path/to/model.py:MyModel  (a module, class or function)"
+        )
+        browse_model = QPushButton("Browse…", self)
+        browse_model.clicked.connect(self._browse_model)
+        self.shape_edit = QLineEdit(self)
+        self.shape_edit.setPlaceholderText("input shape, e.g. 2,10 (empty: the prompt's bytes)")
+        self.dtype_combo = QComboBox(self)
+        self.dtype_combo.addItems(("long", "float"))
+        source.addWidget(self.file_radio, 3, 0)
+        source.addWidget(self.model_edit, 3, 1)
+        source.addWidget(browse_model, 3, 2)
+        source.addWidget(self.shape_edit, 4, 1)
+        source.addWidget(self.dtype_combo, 4, 2)
 
         self.capture_combo = QComboBox(self)
         self.capture_combo.addItems(tracing.CAPTURE_LEVELS)
@@ -162,6 +179,15 @@ class NewTraceDialog(QDialog):
         )
         self.preset_combo.currentIndexChanged.connect(lambda _i: self.preset_radio.setChecked(True))
         self.checkpoint_edit.textEdited.connect(lambda _t: self.checkpoint_radio.setChecked(True))
+        for edit in (self.model_edit, self.shape_edit):
+            edit.textEdited.connect(lambda _t: self.file_radio.setChecked(True))
+
+    def _browse_model(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Model file", "", "Python (*.py)")
+        if path:
+            name = self.model_edit.text().rpartition(":")[2] or "Model"
+            self.model_edit.setText(f"{path}:{name}")
+            self.file_radio.setChecked(True)
 
     def _browse(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
@@ -173,7 +199,14 @@ class NewTraceDialog(QDialog):
 
     def request(self) -> TraceRequest:
         """What the user asked for (validation happens in ``app.session``)."""
-        if self.checkpoint_radio.isChecked():
+        if self.file_radio.isChecked():
+            source = ModelSource(
+                "file",
+                model=self.model_edit.text().strip(),
+                input_shape=self.shape_edit.text().strip(),
+                input_dtype=self.dtype_combo.currentText(),
+            )
+        elif self.checkpoint_radio.isChecked():
             source = ModelSource("checkpoint", checkpoint=self.checkpoint_edit.text().strip())
         elif self.preset_radio.isChecked():
             source = ModelSource("preset", preset=self.preset_combo.currentText())

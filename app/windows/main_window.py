@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 
 from app import session
 from app.diagram.view import DiagramView
-from app.panels import breakpoints, generation, lens
+from app.panels import breakpoints, generation, lens, retrace
 from app.panels.inspector import Inspector
 from app.panels.module_tree import ModuleTree
 from app.panels.source import SourceView
@@ -85,6 +85,7 @@ class MainWindow(QMainWindow):
         self.job: TraceJob | None = None
         self.progress_dialog: QProgressDialog | None = None
         self._last_prompt = ""
+        self.last_request: session.TraceRequest | None = None
         self.trace_models: dict[int, object] = {}  # id(trace) -> the model that produced it
 
         # ---- panes
@@ -138,6 +139,7 @@ class MainWindow(QMainWindow):
         self._build_toolbar()
         # ---- analysis: File ▸ Compare with… / Trace generation…, Breakpoints and Lens docks
         self.compare = compare_window.attach(self)
+        self.retrace = retrace.attach(self)
         self.ranks_launcher = rank_window.attach(self)  # File ▸ Open ranks…
         self.breakpoints_dock = breakpoints.attach(self)
         self.lens_dock = lens.attach(self)
@@ -183,7 +185,7 @@ class MainWindow(QMainWindow):
         self.report_action = self._action(
             "Export shape &report…",
             self.export_report_dialog,
-            ["Ctrl+R"],
+            ["Ctrl+Shift+E"],  # Ctrl+R is File ▸ Reload and re-trace (app.panels.retrace)
             "Markdown, CSV, JSON, HTML or GraphML",
         )
         self.diagram_export_action = self._action(
@@ -362,11 +364,22 @@ class MainWindow(QMainWindow):
 
     # --------------------------------------------------------------------- trace
 
-    def set_trace(self, trace: Trace | None, path: Path | None = None, start: int = 0) -> None:
-        """Show ``trace`` (None clears) at step ``start``."""
+    def set_trace(
+        self, trace: Trace | None, path: Path | None = None, start: int | None = None
+    ) -> None:
+        """Show ``trace`` (None clears) at step ``start``; by default the first step, or
+        the step that raised for a partial trace (``trace.failure``)."""
+        if start is None:
+            start = session.failing_step(trace) if trace is not None and not trace.complete else 0
         self.step_bar.stop()
+        self.source_view.set_sources(trace.sources if trace is not None else {})
         self.trace = trace
         self.trace_path = Path(path) if path is not None else None
+        self._value_error_shown = False
+        # a trace from a file may come from anyone: read the sources it names on request
+        self.source_view.set_ask_before_reading(path is not None)
+        if trace is not None and isinstance(trace.values, session.CheckedValues):
+            trace.values.on_error = self._value_unreadable
         has_steps = trace is not None and bool(trace.steps)
         self._first_steps = session.first_steps_by_module(trace) if trace is not None else {}
         self.tree.set_trace(trace)
@@ -443,7 +456,11 @@ class MainWindow(QMainWindow):
         )
         self.diagram.set_current(index)
         self.tree.select_module(step.module)
-        self.source_view.show_location(step.source)
+        failure = trace.failure
+        if failure is not None and failure.step == index and failure.location is not None:
+            self.source_view.show_location(failure.location, failed=True)  # the raising line
+        else:
+            self.source_view.show_location(step.source)
         self.inspector.set_step(index)
         self.stepChanged.emit(index)
 
@@ -520,6 +537,20 @@ class MainWindow(QMainWindow):
         self._remember(path)
         self.statusBar().showMessage(f"Opened {path}", 4000)
         return True
+
+    def _value_unreadable(self, message: str) -> None:
+        """A value of the open file could not be read (changed on disk, or corrupt): say
+        so in a dialog once per trace, after the current step is drawn; panes show that
+        value as not kept."""
+        self.statusBar().showMessage(message, 8000)
+        if self._value_error_shown:
+            return
+        self._value_error_shown = True
+        text = (
+            f"{message}\n\nValues that cannot be read are shown as not kept. If the file "
+            "was replaced or rewritten, open it again."
+        )
+        QTimer.singleShot(0, lambda: dialogs.show_error(self, "Cannot read a value", text))
 
     def save_to(self, path: str | Path) -> bool:
         if self.trace is None:
@@ -687,6 +718,7 @@ class MainWindow(QMainWindow):
             return None
         job = TraceJob(request)
         self.job = job
+        self.last_request = request  # what File ▸ Reload and re-trace runs again
         self.progress_dialog = dialogs.cancellable_progress(
             self, "Tracing the forward pass…", "New trace", 100, job.cancel
         )
@@ -738,8 +770,9 @@ class MainWindow(QMainWindow):
     def _on_trace_failed(self, title: str, text: str) -> None:
         self._close_progress()
         self.statusBar().clearMessage()
+        text, _, trace_back = text.partition("\n\nTraceback")  # the user's code failed
         try:
-            dialogs.show_error(self, title, text)
+            dialogs.show_error(self, title, text, "Traceback" + trace_back if trace_back else "")
         finally:
             self._end_job()
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -359,6 +359,24 @@ class RanksLauncher(QObject):
         )
         self.action.triggered.connect(lambda _checked=False: self.open_dialog())
         window.add_menu_action("File", self.action, after=window.compare.action)
+        window.traceChanged.connect(self._hint_siblings)
+
+    def _hint_siblings(self) -> None:
+        """One rank's file opened alone: say that its ranks can open together."""
+        from tracing.distributed import rank_siblings
+
+        trace, path = self.window.trace, self.window.trace_path
+        world = trace.meta.get("world_size") if trace is not None else None
+        if path is None or not isinstance(world, int) or world < 2:
+            return
+        siblings = rank_siblings(path)
+        if len(siblings) > 1:
+            text = (
+                f"rank {trace.meta.get('rank')} of {world}: File ▸ Open ranks… opens "
+                f"{', '.join(p.name for p in siblings)} together"
+            )
+            # after the window's own "Opened ..." message
+            QTimer.singleShot(0, lambda: self.window.statusBar().showMessage(text, 15000))
 
     def open_dialog(self) -> None:
         from PySide6.QtWidgets import QFileDialog

@@ -1,0 +1,131 @@
+"""What every command checks before it works: paths, and numbers from the command line.
+
+A command calls these first, so a bad argument is one ``error:`` line in a second rather
+than a traceback after an hour of training:
+
+- :func:`input_file` accepts a regular file only (a FIFO would block the read forever,
+  ``/dev/zero`` would never end);
+- :func:`output_file` checks the folder exists and may be written, and that the target
+  is not a folder, a FIFO or a device. It never creates folders: only what the user named
+  is written.
+- the ``*_int`` / ``*_float`` factories are argparse ``type=`` functions: ``nan``, ``inf``,
+  negatives and absurd sizes are refused while parsing, with the option's name.
+
+Paths the operating system cannot take (a name over 255 bytes, a folder it may not
+enter) are reported the same way, never as an ``OSError`` traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import stat
+from pathlib import Path
+
+
+class PathProblem(Exception):
+    """A path the command cannot use; the message names it and says why."""
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    """``os.stat``, with None for a missing file and a PathProblem for anything odd."""
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise PathProblem(f"cannot use {_shown(path)}: {e.strerror or e}") from None
+    except ValueError as e:  # an embedded NUL byte
+        raise PathProblem(f"cannot use {_shown(path)}: {e}") from None
+
+
+def _shown(path: Path) -> str:
+    text = str(path)
+    return text if len(text) <= 120 else text[:60] + "..." + text[-40:]
+
+
+def input_file(path: str | os.PathLike, what: str = "file") -> Path:
+    """``path`` as a Path if it is an existing, readable regular file."""
+    path = Path(path)
+    info = _stat(path)
+    if info is None:
+        raise PathProblem(f"no such {what}: {_shown(path)}")
+    if stat.S_ISDIR(info.st_mode):
+        raise PathProblem(f"{_shown(path)} is a folder, not a {what}")
+    if not stat.S_ISREG(info.st_mode):
+        raise PathProblem(f"{_shown(path)} is not a regular file (a FIFO or device); refused")
+    if not os.access(path, os.R_OK):
+        raise PathProblem(f"cannot read {_shown(path)}: permission denied")
+    return path
+
+
+def output_file(path: str | os.PathLike) -> Path:
+    """``path`` as a Path if a file can be written there; creates nothing."""
+    path = Path(path)
+    info = _stat(path)
+    if info is not None:
+        if stat.S_ISDIR(info.st_mode):
+            raise PathProblem(f"cannot write {_shown(path)}: it is a folder")
+        if not stat.S_ISREG(info.st_mode):
+            raise PathProblem(
+                f"cannot write {_shown(path)}: not a regular file (a FIFO or device); refused"
+            )
+    folder = path.parent if str(path.parent) else Path(".")
+    folder_info = _stat(folder)
+    if folder_info is None or not stat.S_ISDIR(folder_info.st_mode):
+        raise PathProblem(
+            f"cannot write {_shown(path)}: the folder {_shown(folder)} does not exist"
+        )
+    if len(os.fsencode(path.name)) > 255:
+        raise PathProblem(f"cannot write {_shown(path)}: the file name is too long")
+    writable = os.access(folder, os.W_OK | os.X_OK)
+    if not writable or (info is not None and not os.access(path, os.W_OK)):
+        raise PathProblem(f"cannot write {_shown(path)}: permission denied")
+    return path
+
+
+# --------------------------------------------------------------------------- numbers
+
+
+def int_between(low: int, high: int):
+    """An argparse type: a whole number in ``[low, high]``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r:.40} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is not between {low:,} and {high:,}")
+        return value
+
+    parse.__name__ = "whole number"
+    return parse
+
+
+def float_between(low: float, high: float, *, low_open: bool = False):
+    """An argparse type: a finite number in ``[low, high]`` (``(low, high]`` if
+    ``low_open``); ``nan`` and ``inf`` are refused."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r:.40} is not a number") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r:.40} is not a finite number")
+        if value < low or (low_open and value == low) or value > high:
+            bracket = "(" if low_open else "["
+            raise argparse.ArgumentTypeError(f"{value:g} is not in {bracket}{low:g}, {high:g}]")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+SEED = int_between(0, 2**63 - 1)
+"""A random seed torch accepts."""
+
+THREADS = int_between(1, 1024)
+"""A count of CPU threads."""

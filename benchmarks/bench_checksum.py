@@ -1,0 +1,117 @@
+"""What the per-entry CRC-32 of a trace file costs, on a big ``values`` trace.
+
+    PYTHONPATH=$PWD python benchmarks/bench_checksum.py --tokens 256 --rounds 3
+
+Traces the gpt2-small preset (random weights) at ``--tokens`` tokens at ``values``, saves
+it once, then times, interleaved round by round:
+
+- reading every value with checksums verified, against the same reads with verification
+  switched off (the checksums dropped from the open file's entries);
+- saving (the writer computes the CRC as it writes), against a plain
+  ``safetensors.torch.save_file`` of the same tensors;
+- opening lazily (header only), which must stay fast whatever the file's size.
+
+Prints medians and ratios; it never fails. ``--keep FILE`` keeps the trace file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import tempfile
+import time
+import zlib
+from pathlib import Path
+
+import torch
+
+import tracing
+from tracing.trace_file import tensors_to_store
+
+
+def _read_all(path: Path, verify: bool) -> float:
+    trace = tracing.load(path)
+    container = trace.values._handle
+    if not verify:
+        for name, entry in list(container.entries.items()):
+            container.entries[name] = entry._replace(checksum=None)
+    start = time.perf_counter()
+    for key in trace.values:
+        trace.values[key]
+    elapsed = time.perf_counter() - start
+    trace.values.close()
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tokens", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--tmp", default=None, help="folder for the files (default: system)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    from scratchformer import DecoderOnlyTransformer, ModelConfig
+
+    torch.manual_seed(0)
+    model = DecoderOnlyTransformer(ModelConfig.preset("gpt2-small")).eval()
+    ids = torch.randint(0, 50257, (1, args.tokens), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        trace = tracing.trace(model, ids, capture="values")
+    del model
+    gc.collect()
+
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
+        path, plain = Path(tmp) / "big.sft", Path(tmp) / "plain.safetensors"
+        start = time.perf_counter()
+        trace.save(path)
+        first_save = time.perf_counter() - start
+        size = path.stat().st_size
+        print(f"gpt2-small, {args.tokens} tokens, values: file {size / 1e9:.2f} GB, "
+              f"{len(trace.values)} tensors, first save {first_save:.1f} s")  # fmt: skip
+
+        from safetensors.torch import save_file
+
+        stored = tensors_to_store(trace, plain)
+        data = torch.cat([t.reshape(-1).view(torch.uint8) for t in stored.values()])
+        start = time.perf_counter()
+        zlib.crc32(data.numpy())
+        crc_s = time.perf_counter() - start
+        print(f"  crc32 over all {data.numel() / 1e9:.2f} GB in memory: {crc_s:.2f} s "
+              f"({data.numel() / crc_s / 1e9:.2f} GB/s)")  # fmt: skip
+        del data
+
+        verified, unverified, ours, theirs, opens = [], [], [], [], []
+        for round_ in range(args.rounds):
+            order = [True, False] if round_ % 2 == 0 else [False, True]
+            for verify in order:
+                gc.collect()
+                (verified if verify else unverified).append(_read_all(path, verify))
+            gc.collect()
+            start = time.perf_counter()
+            trace.save(path)
+            ours.append(time.perf_counter() - start)
+            gc.collect()
+            start = time.perf_counter()
+            save_file(stored, str(plain))
+            theirs.append(time.perf_counter() - start)
+            plain.unlink()
+            start = time.perf_counter()
+            tracing.load(path).values.close()
+            opens.append(time.perf_counter() - start)
+
+        def med(xs: list[float]) -> float:
+            return statistics.median(xs)
+
+        v, u = med(verified), med(unverified)
+        print(f"  read every value: verified {v:.2f} s, unverified {u:.2f} s -> {v / u:.2f}x "
+              f"({size / v / 1e9:.2f} vs {size / u / 1e9:.2f} GB/s)")  # fmt: skip
+        print(f"  save (crc while writing) {med(ours):.2f} s vs plain safetensors "
+              f"{med(theirs):.2f} s -> {med(ours) / med(theirs):.2f}x")  # fmt: skip
+        print(f"  lazy open {med(opens) * 1e3:.1f} ms (median of {args.rounds})")
+
+
+if __name__ == "__main__":
+    main()

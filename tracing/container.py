@@ -1,0 +1,349 @@
+"""The safetensors container of a trace file, read defensively.
+
+A trace file may come from anyone, so nothing in it is trusted before it is checked, and
+reading it never blocks, never maps memory and never reads more than the file's own
+layout allows:
+
+- only a regular file is opened (a FIFO, a device or a socket is refused by ``stat``
+  before ``open``, and ``open`` is non-blocking so a FIFO swapped in between cannot
+  hang the caller either);
+- the header is bounded (``MAX_HEADER_BYTES``, ``MAX_ENTRIES``) and every entry is
+  checked the way safetensors checks it: a known dtype, sizes that agree with the byte
+  range, byte ranges that tile the data section exactly;
+- values are read with ``pread`` into fresh memory, never memory-mapped: a file replaced
+  or truncated underneath an open trace gives a clear :class:`ContainerError` (the size
+  or modification time changed, or a read came back short), never a ``SIGBUS``;
+- each entry may carry a CRC-32 (``checksums`` in the header's ``__metadata__``, written
+  by :func:`tracing.trace_file.write_safetensors`), verified on every read from disk, so
+  a flipped byte or swapped offsets is an error rather than a wrong heatmap. Files
+  without checksums (older writers, plain safetensors) still open; their values are
+  read unverified.
+
+``Container`` knows nothing of traces: :mod:`tracing.trace_file` builds on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import struct
+import threading
+import zlib
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+
+MAX_HEADER_BYTES = 100_000_000
+"""Largest header accepted (safetensors' own limit)."""
+
+MAX_ENTRIES = 250_000
+"""Most entries a header may list; a big ``values`` trace holds a few thousand."""
+
+CHECKSUM_KEY = "checksums"
+"""``__metadata__`` key holding ``{"algorithm": "crc32", "entries": {name: "8 hex"}}``."""
+
+CHECKSUM_ALGORITHM = "crc32"
+
+# safetensors dtype code -> (torch dtype name, bytes per element)
+DTYPES: dict[str, tuple[str, int]] = {
+    "F64": ("float64", 8),
+    "F32": ("float32", 4),
+    "F16": ("float16", 2),
+    "BF16": ("bfloat16", 2),
+    "F8_E4M3": ("float8_e4m3fn", 1),
+    "F8_E5M2": ("float8_e5m2", 1),
+    "I64": ("int64", 8),
+    "I32": ("int32", 4),
+    "I16": ("int16", 2),
+    "I8": ("int8", 1),
+    "U64": ("uint64", 8),
+    "U32": ("uint32", 4),
+    "U16": ("uint16", 2),
+    "U8": ("uint8", 1),
+    "BOOL": ("bool", 1),
+    "C64": ("complex64", 8),
+}
+
+
+class ContainerError(Exception):
+    """The file is not a readable safetensors container (the message says why)."""
+
+
+class Entry(NamedTuple):
+    """One stored tensor: dtype (torch name), shape and absolute byte range in the file.
+    (A named tuple: a header may list hundreds of thousands, and it builds fastest.)"""
+
+    dtype: str
+    shape: tuple[int, ...]
+    start: int
+    end: int
+    checksum: int | None = None
+
+
+# --------------------------------------------------------------------------- opening
+
+
+def open_regular_file(path: Path) -> int:
+    """A read-only descriptor of ``path``, which must be a regular file.
+
+    Raises ``ContainerError`` naming the problem: missing, a folder, a FIFO or device,
+    unreadable, a name too long. Never blocks.
+    """
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise ContainerError("no such file") from None
+    except OSError as e:
+        raise ContainerError(f"cannot read: {e.strerror or e}") from None
+    _require_regular(info)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        raise ContainerError(f"cannot read: {e.strerror or e}") from None
+    try:
+        _require_regular(os.fstat(fd))  # it may have been swapped since the stat
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _require_regular(info: os.stat_result) -> None:
+    mode = info.st_mode
+    if stat.S_ISDIR(mode):
+        raise ContainerError("is a folder, not a trace file")
+    if not stat.S_ISREG(mode):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
+        raise ContainerError(f"is {kind}, not a regular file; refused")
+
+
+# --------------------------------------------------------------------------- the container
+
+
+class Container:
+    """An open safetensors file: ``metadata``, ``entries``, and reads that check.
+
+    Holds one file descriptor until :meth:`close`. Safe to read from several threads
+    (``pread`` has no shared file position).
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self._fd: int | None = open_regular_file(self.path)
+        self._lock = threading.Lock()
+        try:
+            info = os.fstat(self._fd)
+            self._identity = _identity(info)
+            self.metadata, self.entries = self._read_header(info.st_size)
+        except BaseException:
+            self.close()
+            raise
+
+    # ---- header
+
+    def _read_header(self, size: int) -> tuple[dict[str, str], dict[str, Entry]]:
+        if size < 8:
+            raise ContainerError(_truncated(f"{size} bytes, less than a header length"))
+        (length,) = struct.unpack("<Q", self._pread(0, 8))
+        if length > MAX_HEADER_BYTES:
+            if 8 + length > size:
+                raise ContainerError(_truncated(f"header length {length} is beyond its end"))
+            raise ContainerError(
+                f"its header is {length:,} bytes, more than the {MAX_HEADER_BYTES:,} allowed"
+            )
+        if 8 + length > size:
+            raise ContainerError(_truncated(f"header length {length} is beyond its end"))
+        raw = self._pread(8, length)
+        if raw.count(b'"data_offsets"') > MAX_ENTRIES:
+            raise ContainerError(f"its header lists more than {MAX_ENTRIES:,} entries")
+        try:
+            header = json.loads(raw)
+        except RecursionError:
+            raise ContainerError("its header is nested too deeply") from None
+        except (UnicodeDecodeError, ValueError) as e:
+            raise ContainerError(f"not a safetensors file (the header is not JSON: {e})") from None
+        if not isinstance(header, dict):
+            raise ContainerError("not a safetensors file (the header is not a JSON object)")
+        metadata = header.pop("__metadata__", None) or {}
+        if not isinstance(metadata, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
+        ):
+            raise ContainerError("its __metadata__ is not a map of text to text")
+        base = 8 + length
+        entries = {name: _entry(name, spec, base) for name, spec in header.items()}
+        _check_tiling(entries, size - base, base)
+        return metadata, entries
+
+    def attach_checksums(self) -> None:
+        """Read the ``checksums`` metadata (if any) into the entries; check its form."""
+        text = self.metadata.get(CHECKSUM_KEY)
+        if text is None:
+            return
+        try:
+            data = json.loads(text)
+        except (RecursionError, ValueError):
+            raise ContainerError("its checksums are not valid JSON") from None
+        sums = data.get("entries") if isinstance(data, dict) else None
+        if data.get("algorithm") != CHECKSUM_ALGORITHM or not isinstance(sums, dict):
+            raise ContainerError("its checksums are not a crc32 table")
+        for name, value in sums.items():
+            entry = self.entries.get(name)
+            if entry is None:  # a reader of the entries says what is missing, and better
+                continue
+            if type(value) is not str or len(value) != 8:
+                raise ContainerError(f"the checksum of {name!r} is not 8 hex digits")
+            try:
+                crc = int(value, 16)
+            except ValueError:
+                raise ContainerError(f"the checksum of {name!r} is not 8 hex digits") from None
+            self.entries[name] = Entry(entry.dtype, entry.shape, entry.start, entry.end, crc)
+
+    # ---- reading
+
+    def _pread(self, offset: int, n: int) -> bytes:
+        fd = self._fd
+        if fd is None:
+            raise ContainerError("the file was closed")
+        chunks, done = [], 0
+        while done < n:
+            try:
+                chunk = os.pread(fd, n - done, offset + done)
+            except OSError as e:
+                raise ContainerError(f"cannot read: {e.strerror or e}") from None
+            if not chunk:
+                raise ContainerError(_truncated(f"a read at byte {offset + done} found its end"))
+            chunks.append(chunk)
+            done += len(chunk)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def read_bytes(self, name: str) -> torch.Tensor:
+        """Entry ``name``'s bytes as a fresh uint8 tensor, checked against its checksum
+        and against the file having changed since it was opened."""
+        entry = self.entries[name]
+        n = entry.end - entry.start
+        with self._lock:
+            if self._fd is None:
+                raise ContainerError("the file was closed")
+            try:
+                now = os.fstat(self._fd)
+            except OSError as e:
+                raise ContainerError(f"cannot read: {e.strerror or e}") from None
+            if _identity(now) != self._identity:
+                raise ContainerError(
+                    "the file changed on disk after it was opened (it was overwritten or "
+                    "truncated); open it again"
+                )
+        out = torch.empty(n, dtype=torch.uint8)
+        if n:
+            view = memoryview(out.numpy())
+            done = 0
+            while done < n:
+                try:
+                    got = os.preadv(self._fd, [view[done:]], entry.start + done)
+                except (OSError, TypeError) as e:  # TypeError: closed meanwhile (fd None)
+                    raise ContainerError(f"cannot read: {getattr(e, 'strerror', e)}") from None
+                if got == 0:
+                    raise ContainerError(
+                        "the file changed on disk after it was opened (it is shorter now); "
+                        "open it again"
+                    )
+                done += got
+            if entry.checksum is not None and zlib.crc32(view) != entry.checksum:
+                raise ContainerError(
+                    f"entry {name!r} fails its checksum: the file is corrupt or was changed"
+                )
+        return out
+
+    def get_tensor(self, name: str) -> torch.Tensor:
+        """Entry ``name`` as a tensor of its dtype and shape (a fresh, writable copy)."""
+        entry = self.entries[name]
+        raw = self.read_bytes(name)
+        return raw.view(getattr(torch, entry.dtype)).reshape(entry.shape)
+
+    def keys(self) -> list[str]:
+        return list(self.entries)
+
+    def close(self) -> None:
+        with self._lock:
+            fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        fd = getattr(self, "_fd", None)
+        if fd is not None:
+            self._fd = None
+            try:  # noqa: SIM105 - at interpreter exit contextlib may already be gone
+                os.close(fd)
+            except Exception:
+                pass
+
+    def __enter__(self) -> Container:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _identity(info: os.stat_result) -> tuple[int, int, int, int]:
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+def _truncated(detail: str) -> str:
+    return f"the file is truncated or not a safetensors file ({detail})"
+
+
+_INT = {int}
+
+
+def _entry(name: str, spec: object, base: int) -> Entry:
+    if not isinstance(spec, dict):
+        raise ContainerError(f"not a safetensors file (entry {name!r} is not an object)")
+    code, shape, offsets = spec.get("dtype"), spec.get("shape"), spec.get("data_offsets")
+    if not isinstance(code, str) or code not in DTYPES:
+        raise ContainerError(f"entry {name!r} has dtype {code!r}, which this reader does not know")
+    if (
+        type(shape) is not list
+        or len(shape) > 64
+        or not set(map(type, shape)) <= _INT
+        or (shape and not 0 <= min(shape) <= max(shape) < 2**62)
+    ):
+        raise ContainerError(f"entry {name!r} has an invalid shape {str(shape)[:80]}")
+    if (
+        type(offsets) is not list
+        or len(offsets) != 2
+        or type(offsets[0]) is not int
+        or type(offsets[1]) is not int
+        or not 0 <= offsets[0] <= offsets[1] < 2**62
+    ):
+        raise ContainerError(f"entry {name!r} has invalid data offsets {str(offsets)[:80]}")
+    dtype, size = DTYPES[code]
+    numel = 1
+    for s in shape:
+        numel *= s
+    if numel * size != offsets[1] - offsets[0]:
+        raise ContainerError(
+            f"entry {name!r}: {dtype} of shape {shape} needs {numel * size} bytes but its "
+            f"data offsets span {offsets[1] - offsets[0]}"
+        )
+    return Entry(dtype, tuple(shape), base + offsets[0], base + offsets[1])
+
+
+def _check_tiling(entries: dict[str, Entry], data_bytes: int, base: int) -> None:
+    """Entries must cover the data section exactly, without gaps or overlaps."""
+    at = 0
+    for entry in sorted(entries.values(), key=lambda e: (e.start, e.end)):
+        if entry.start - base != at:
+            raise ContainerError(
+                "not a safetensors file (its entries overlap or leave a gap in the data)"
+            )
+        at = entry.end - base
+    if at > data_bytes:
+        raise ContainerError(_truncated(f"the data needs {at} bytes, {data_bytes} are there"))
+    if at < data_bytes:
+        raise ContainerError(
+            f"not a safetensors file ({data_bytes - at} bytes after the last entry's data)"
+        )
