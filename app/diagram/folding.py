@@ -101,6 +101,8 @@ class TraceIndex:
         self._children: dict[int | None, list[int]] = {}
         self.position = [0] * self.n  # place among its siblings
         for s in steps:
+            if s.kind == "backward":  # not part of the forward's structure
+                continue
             kids = self._children.setdefault(s.parent, [])
             self.position[s.index] = len(kids)
             kids.append(s.index)

@@ -137,6 +137,8 @@ class DiagramLayout:
         self.open_folds = set(open_folds)
         self.fold_enabled = fold
         self.focus = focus if focus is not None and 0 <= focus < len(steps) else None
+        if self.focus is not None and steps[self.focus].kind == "backward":
+            self.focus = steps[self.focus].forward  # shown on its forward step's box
         self._focus_chain = self._chain_of_step(self.focus)
 
         self.nodes: dict[int, Node] = {}
@@ -402,7 +404,15 @@ class DiagramLayout:
         return self.frame_title(node.key)
 
     def owner_of(self, index: int) -> int | None:
-        """The visible box (or frame) standing for step ``index``."""
+        """The visible box (or frame) standing for step ``index``.
+
+        A backward step is drawn as the box of the forward step it differentiates.
+        """
+        step = self.trace.steps[index]
+        if step.kind == "backward":
+            if step.forward is None:
+                return self._leaves[0][2] if self._leaves else None
+            index = step.forward
         k = bisect_right(self._leaf_starts, index) - 1
         if k >= 0:
             first, last, key = self._leaves[k]

@@ -81,6 +81,7 @@ from app.panels.step_bar import StepBar
 from app.widgets.heatmap import HeatmapView
 from app.widgets.masked_cells import masked_cells
 from app.widgets.tensor_view import as_matrix, axis_names, leading_axes, token_labels
+from app.windows import dialogs
 from tracing.divergence import (
     STATUS_TEXT,
     divergence_fraction,
@@ -346,6 +347,8 @@ class CompareWindow(QMainWindow):
         self.setObjectName("compareWindow")
         self.setWindowTitle(f"Compare {name_a} ◆ {name_b} — Scratchformer")
         self.resize(1600, 940)
+        for trace in (trace_a, trace_b):  # before the diff reads their values
+            dialogs.warn_on_unreadable_values(self, trace, owner=False)
         self.trace_a, self.trace_b = trace_a, trace_b
         self.name_a, self.name_b = name_a, name_b
         self.atol = atol
@@ -870,7 +873,6 @@ def open_compare(
     trace_a: Trace, trace_b: Trace, name_a: str = "A", name_b: str = "B", parent=None
 ) -> CompareWindow:
     """Build and show a compare window (kept alive by its parent, or by the caller)."""
-    from app.windows import dialogs
 
     window = CompareWindow(trace_a, trace_b, name_a, name_b, parent=parent)
     dialogs.show_child_window(window, parent)
@@ -925,7 +927,6 @@ class CompareLauncher(QObject):
     def open_with(self, path: str | Path) -> CompareWindow | None:
         """Compare the window's trace (A) with the trace file at ``path`` (B)."""
         from app import session
-        from app.windows import dialogs
 
         trace = self.window.trace
         if trace is None:
@@ -940,7 +941,6 @@ class CompareLauncher(QObject):
 
     def show_pair(self, trace_a, trace_b, name_a: str, name_b: str) -> CompareWindow | None:
         """A CompareWindow of two traces in memory, owned by the main window."""
-        from app.windows import dialogs
 
         try:
             compare = CompareWindow(trace_a, trace_b, name_a, name_b, parent=self.window)

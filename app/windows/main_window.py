@@ -241,6 +241,13 @@ class MainWindow(QMainWindow):
         )
         self.fold_action.setCheckable(True)
         self.fold_action.setChecked(True)
+        self.grad_colour_action = self._action(
+            "Colour boxes by &gradient norm",
+            lambda: self.diagram.set_grad_colouring(self.grad_colour_action.isChecked()),
+            ["G"],
+            "Training-step traces: blue = smallest gradient norm, red = largest (log scale)",
+        )
+        self.grad_colour_action.setCheckable(True)
         self.shortcuts_action = self._action("&Keyboard shortcuts", self.show_shortcuts, ["F1"])
         self.about_action = self._action("&About Scratchformer", self.show_about)
 
@@ -285,6 +292,8 @@ class MainWindow(QMainWindow):
             self.expand_all_action,
             self.collapse_all_action,
             self.fold_action,
+            None,
+            self.grad_colour_action,
         ):
             view.addSeparator() if a is None else view.addAction(a)
         help_menu.addAction(self.shortcuts_action)
@@ -375,17 +384,18 @@ class MainWindow(QMainWindow):
         self.source_view.set_sources(trace.sources if trace is not None else {})
         self.trace = trace
         self.trace_path = Path(path) if path is not None else None
-        self._value_error_shown = False
         # a trace from a file may come from anyone: read the sources it names on request
         self.source_view.set_ask_before_reading(path is not None)
-        if trace is not None and isinstance(trace.values, session.CheckedValues):
-            trace.values.on_error = self._value_unreadable
+        if trace is not None:
+            dialogs.warn_on_unreadable_values(self, trace)
         has_steps = trace is not None and bool(trace.steps)
         self._first_steps = session.first_steps_by_module(trace) if trace is not None else {}
         self.tree.set_trace(trace)
         self.diagram.set_trace(trace)
         self.inspector.set_trace(trace)
         self.step_bar.set_count(len(trace.steps) if trace is not None else 0)
+        backward = trace.backward_start if trace is not None else None
+        self.step_bar.set_phases(backward, len(trace.steps) if trace is not None else 0)
         for a in (
             self.save_action,
             self.report_action,
@@ -537,20 +547,6 @@ class MainWindow(QMainWindow):
         self._remember(path)
         self.statusBar().showMessage(f"Opened {path}", 4000)
         return True
-
-    def _value_unreadable(self, message: str) -> None:
-        """A value of the open file could not be read (changed on disk, or corrupt): say
-        so in a dialog once per trace, after the current step is drawn; panes show that
-        value as not kept."""
-        self.statusBar().showMessage(message, 8000)
-        if self._value_error_shown:
-            return
-        self._value_error_shown = True
-        text = (
-            f"{message}\n\nValues that cannot be read are shown as not kept. If the file "
-            "was replaced or rewritten, open it again."
-        )
-        QTimer.singleShot(0, lambda: dialogs.show_error(self, "Cannot read a value", text))
 
     def save_to(self, path: str | Path) -> bool:
         if self.trace is None:
