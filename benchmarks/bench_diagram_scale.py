@@ -27,10 +27,10 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
+import torch
+from torch import nn
 
-import tracing  # noqa: E402
+import tracing
 
 # --------------------------------------------------------------------------- the shapes
 

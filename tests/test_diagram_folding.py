@@ -19,7 +19,7 @@ from app.diagram.folding import FOLD_MIN, TraceIndex, find_runs
 from app.diagram.layout import FOLD_BASE, INPUT, MAX_ITEMS, OUTPUT, DiagramLayout
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from bench_diagram_scale import Loop, Ops, Stack  # noqa: E402
+from bench_diagram_scale import Loop, Ops, Stack
 
 pytestmark = pytest.mark.gui
 
@@ -180,7 +180,7 @@ def test_view_steps_into_and_out_of_a_fold(qtbot):
     view.resize(800, 600)
     view.set_trace(trace)
     calls = [s.index for s in trace.steps if s.module == "cell" and s.kind == "module"]
-    (fold_key,) = view.layout_.folds
+    assert len(view.layout_.folds) == 1
     view.set_current(calls[30] + 2)
     assert view.highlighted_key == calls[30]
     assert view.items_by_key[calls[30]].highlighted

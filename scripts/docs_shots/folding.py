@@ -1,6 +1,6 @@
 """The README's folding screenshot: a 48-layer stack and a loop, folded, stepped into.
 
-    xvfb-run -a -s "-screen 0 1600x1000x24" .venv/bin/python scripts/docs_shots/folding.py
+xvfb-run -a -s "-screen 0 1600x1000x24" .venv/bin/python scripts/docs_shots/folding.py
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 def main() -> int:
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "docs" / "folding.png"
     app = QApplication.instance() or QApplication(sys.argv[:1])
+    from bench_diagram_scale import Stack
+
     import tracing
     from app.theme import apply_theme
     from app.windows.main_window import MainWindow
-    from bench_diagram_scale import Stack
 
     apply_theme(app)
     torch.manual_seed(0)
