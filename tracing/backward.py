@@ -46,6 +46,7 @@ from tracing.record import Step, TensorRecord, Trace
 from tracing.stats import tensor_stats
 
 _ACCUMULATE = "AccumulateGrad"
+_REENTRANT = "CheckpointFunctionBackward"
 
 
 class _StepTracer(Tracer):
@@ -150,6 +151,7 @@ class _BackwardRecorder:
                     self.first_use.setdefault(rid, step.index)
         self.param_grads: dict[str, int] = {}
         self.skipped_values = 0
+        self.notes: set[str] = set()  # what the trace cannot show, said in meta["notes"]
         self.hit = None  # the BreakHit that stopped the recording, if any
         self.condition = None
         if break_on:
@@ -171,6 +173,12 @@ class _BackwardRecorder:
         handles = []
         link = self.link
         for node, parent in _graph_nodes(loss.grad_fn):
+            if _node_name(node) == _REENTRANT:  # its inside ran without autograd
+                self.notes.add(
+                    "a reentrant torch.utils.checkpoint block (use_reentrant=True): its "
+                    "tensors and parameters have no gradient records (their .grad is "
+                    "filled as usual); use_reentrant=False records them"
+                )
             if id(node) not in link:  # inside one op, or the loss: its consumer's step
                 link[id(node)] = None if parent is None else link.get(id(parent))
             handles.append(node.register_prehook(self._hook(node)))
@@ -275,7 +283,8 @@ class _BackwardRecorder:
 
 def update_ratios(model: nn.Module, before: dict[int, torch.Tensor]) -> dict[str, float]:
     """|Δw| / |w| per module (its own parameters, L2 norms), from copies taken before the
-    optimizer step. A module whose weights did not move has ratio 0."""
+    optimizer step (used up: they become the deltas). A module whose weights did not move
+    has ratio 0."""
     owned = [
         (path, p)
         for path, module in model.named_modules()
@@ -284,15 +293,17 @@ def update_ratios(model: nn.Module, before: dict[int, torch.Tensor]) -> dict[str
     ]
     if not owned:
         return {}
-    old = [before[id(p)] for _, p in owned]
-    with torch.no_grad():  # one fused pass for all the norms
-        moved = torch._foreach_norm(torch._foreach_sub([p for _, p in owned], old))
-        size = torch._foreach_norm(old)
+    unique = {id(p): p for _, p in owned}  # a tied parameter once
+    old = [before[k] for k in unique]
+    with torch.no_grad():  # fused passes; the copies become the deltas in place
+        size = dict(zip(unique, torch.stack(torch._foreach_norm(old)).tolist()))
+        torch._foreach_sub_(old, list(unique.values()))
+        moved = dict(zip(unique, torch.stack(torch._foreach_norm(old)).tolist()))
     sums: dict[str, list[float]] = {}
-    for (path, _), m, s in zip(owned, torch.stack(moved).tolist(), torch.stack(size).tolist()):
+    for path, p in owned:
         acc = sums.setdefault(path, [0.0, 0.0])
-        acc[0] += m * m
-        acc[1] += s * s
+        acc[0] += moved[id(p)] ** 2
+        acc[1] += size[id(p)] ** 2
     return {path: math.sqrt(m) / math.sqrt(s) for path, (m, s) in sums.items() if s > 0}
 
 
@@ -324,9 +335,11 @@ def trace_step(
         loss_fn: ``loss_fn(output)`` or, with ``targets``, ``loss_fn(output, targets)``;
             None when the model's output is the loss, has ``.loss`` / ``["loss"]``, or
             is a ``(logits, loss)`` tuple.
-        optimizer: stepped after the backward (the caller's training goes on); the trace
-            keeps each module's update ratio |Δw|/|w| in ``meta["update_ratios"]``. Call
-            ``zero_grad()`` before, as a training loop does.
+        optimizer: stepped after the backward (the caller's training goes on); at
+            ``stats`` and ``values`` the trace keeps each module's update ratio |Δw|/|w|
+            in ``meta["update_ratios"]`` (a copy of the weights is taken before the step;
+            ``shapes`` keeps no statistics, so none). Call ``zero_grad()`` before, as a
+            training loop does.
         before_step: called between the backward and ``optimizer.step()`` (gradient
             clipping: ``lambda: clip_grad_norm_(model.parameters(), 1.0)``).
         capture, value_cap, value_dtype, dims, meta: as for :func:`tracing.trace`; the
@@ -404,6 +417,8 @@ def record_step(
                 h.remove()
             tracer.nodes = []  # no autograd node outlives the step
     trace.meta["param_grads"] = recorder.param_grads
+    if recorder.notes:
+        trace.meta["notes"] = sorted(recorder.notes)
     if recorder.skipped_values:
         trace.meta["values_skipped"] = trace.meta.get("values_skipped", 0) + recorder.skipped_values
     if recorder.hit is not None:
@@ -412,11 +427,14 @@ def record_step(
     if before_step is not None:
         before_step()
     if optimizer is not None:
+        trace.meta["optimizer"] = type(optimizer).__name__
+        if capture == "shapes":  # no statistics at this level, so no copy of the weights
+            optimizer.step()
+            return trace
         params = [p for group in optimizer.param_groups for p in group["params"]]
         before = {id(p): p.detach().clone() for p in params}
         optimizer.step()
         trace.meta["update_ratios"] = update_ratios(model, before)
-        trace.meta["optimizer"] = type(optimizer).__name__
     return trace
 
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
+from PySide6.QtCore import QPoint, QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import (
     QBrush,
     QColor,
@@ -41,11 +41,13 @@ class DiagramView(QGraphicsView):
     """Shows a :class:`DiagramLayout`; wheel zooms, drag pans, double-click expands.
 
     Signals: ``stepActivated(int)`` when a box is clicked (jump to its step),
-    ``layoutChanged()`` after a box was expanded or collapsed.
+    ``layoutChanged()`` after a box was expanded or collapsed, ``stepContextMenu(step,
+    global position)`` on a right-click on a box (the edit actions use it).
     """
 
     stepActivated = Signal(int)
     layoutChanged = Signal()
+    stepContextMenu = Signal(int, QPoint)
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -326,6 +328,16 @@ class DiagramView(QGraphicsView):
             self.ensureVisible(rect, 60, 60)
 
     # ---- zoom and pan
+
+    def contextMenuEvent(self, event) -> None:
+        item = self.itemAt(event.pos())
+        while item is not None and not hasattr(item, "node"):
+            item = item.parentItem()
+        if item is None:
+            super().contextMenuEvent(event)
+            return
+        self.stepContextMenu.emit(item.node.key, event.globalPos())
+        event.accept()
 
     def wheelEvent(self, event) -> None:
         delta = event.angleDelta().y()

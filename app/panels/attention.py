@@ -136,6 +136,7 @@ class AttentionGrid(QWidget):
     """Every layer x head attention map as a clickable thumbnail (one widget, one paint)."""
 
     cellClicked = Signal(int, int)
+    cellContextMenu = Signal(int, int, QPoint)  # layer, head, global position (right-click)
     """(layer, head) of the thumbnail that was clicked."""
 
     LABEL_WIDTH = 34
@@ -268,6 +269,14 @@ class AttentionGrid(QWidget):
                 return
         super().mousePressEvent(event)
 
+    def contextMenuEvent(self, event) -> None:
+        cell = self.cell_at(event.pos())
+        if cell is None:
+            super().contextMenuEvent(event)
+            return
+        self.set_selected(*cell)
+        self.cellContextMenu.emit(*cell, event.globalPos())
+
     def event(self, event: QEvent) -> bool:
         if event.type() == QEvent.Type.ToolTip and not self.toolTip():
             QToolTip.hideText()
@@ -285,6 +294,8 @@ class AttentionPanel(QWidget):
     """The user asked to jump to the step that computed the chosen layer's weights."""
     selectionChanged = Signal(int, int)
     """(layer, head) now shown in the big view."""
+    headContextMenu = Signal(int, int, QPoint)
+    """Right-click on a thumbnail: (step that computed the layer's map, head, position)."""
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -343,6 +354,7 @@ class AttentionPanel(QWidget):
 
         self.grid = AttentionGrid()
         self.grid.cellClicked.connect(self._on_cell_clicked)
+        self.grid.cellContextMenu.connect(self._on_cell_context_menu)
         grid_title = QLabel("All layers × heads — click to open")
         bold = QFont(grid_title.font())
         bold.setBold(True)
@@ -523,6 +535,12 @@ class AttentionPanel(QWidget):
     def _on_cell_clicked(self, layer: int, head: int) -> None:
         self.set_layer(layer, head)
         self._request_current_step()
+
+    def _on_cell_context_menu(self, layer: int, head: int, where: QPoint) -> None:
+        self.set_layer(layer, head)
+        step = self.step_for_layer(layer)
+        if step is not None:
+            self.headContextMenu.emit(step, head, where)
 
     def _request_current_step(self) -> None:
         step = self.step_for_layer(self._layer)

@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 
 from app import session
 from app.diagram.view import DiagramView
-from app.panels import breakpoints, generation, lens, retrace
+from app.panels import breakpoints, edits, generation, lens, retrace
 from app.panels.inspector import Inspector
 from app.panels.module_tree import ModuleTree
 from app.panels.source import SourceView
@@ -85,6 +85,9 @@ class MainWindow(QMainWindow):
         self.job: TraceJob | None = None
         self.progress_dialog: QProgressDialog | None = None
         self._last_prompt = ""
+        # (trace, the request that traced it live): edits re-run that request
+        self._live: tuple[Trace, session.TraceRequest] | None = None
+        self._pending_request: session.TraceRequest | None = None
         self.last_request: session.TraceRequest | None = None
         self.trace_models: dict[int, object] = {}  # id(trace) -> the model that produced it
 
@@ -144,6 +147,7 @@ class MainWindow(QMainWindow):
         self.breakpoints_dock = breakpoints.attach(self)
         self.lens_dock = lens.attach(self)
         self.generation = generation.attach(self)
+        self.edits = edits.attach(self)
         self.set_trace(None)
 
     # --------------------------------------------------------------------- actions
@@ -372,6 +376,13 @@ class MainWindow(QMainWindow):
         tools.addAction(self.report_action)
 
     # --------------------------------------------------------------------- trace
+
+    @property
+    def trace_request(self) -> session.TraceRequest | None:
+        """How the shown trace was traced from a live model (edits re-run it); None for a
+        trace opened from a file or made elsewhere."""
+        live = self._live
+        return live[1] if live is not None and live[0] is self.trace else None
 
     def set_trace(
         self, trace: Trace | None, path: Path | None = None, start: int | None = None
@@ -705,6 +716,7 @@ class MainWindow(QMainWindow):
         except session.SessionError as e:
             dialogs.show_error(self, "Cannot load the demo", str(e))
             return
+        self._pending_request = request
         self._on_trace_finished(outcome)
 
     def start_trace(self, request: session.TraceRequest) -> TraceJob | None:
@@ -714,6 +726,7 @@ class MainWindow(QMainWindow):
             return None
         job = TraceJob(request)
         self.job = job
+        self._pending_request = request
         self.last_request = request  # what File ▸ Reload and re-trace runs again
         self.progress_dialog = dialogs.cancellable_progress(
             self, "Tracing the forward pass…", "New trace", 100, job.cancel
@@ -751,6 +764,8 @@ class MainWindow(QMainWindow):
         if outcome.trace is None:
             dialogs.show_error(self, "Tracing failed", outcome.message or "No trace was recorded.")
             return
+        if self._pending_request is not None:
+            self._live = (outcome.trace, self._pending_request)
         self.set_trace(outcome.trace, path=None, start=outcome.start_step)
         if outcome.status == "failed":
             step = outcome.trace.steps[self.current] if outcome.trace.steps else None
