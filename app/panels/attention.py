@@ -61,10 +61,6 @@ def _base(path: str) -> str:
     return path.split("#", 1)[0]
 
 
-def _inside(module: str, path: str) -> bool:
-    return module == path or module.startswith(path + ".")
-
-
 def attention_steps(trace: Trace, paths: list[str]) -> list[int | None]:
     """For each attention path: the step that produced its weights (else its module call)."""
     from tracing.attention import attention_map_records
@@ -88,16 +84,27 @@ def layer_lookup(trace: Trace, paths: list[str]) -> dict[str, int]:
     module that contains exactly one attention module (its decoder block, its
     multi-head-attention wrapper).
     """
+    # linear in modules x depth: walk each module's own prefixes, never every pair
+    first: dict[str, int] = {}  # attention module path -> its first layer index
+    for i, path in enumerate(paths):
+        first.setdefault(_base(path), i)
+    holders: dict[str, list[int]] = {}  # a module -> the attention layers strictly inside it
+    for base, i in first.items():
+        parts = base.split(".")
+        for k in range(len(parts)):
+            holders.setdefault(".".join(parts[:k]), []).append(i)
     lookup: dict[str, int] = {}
-    bases = [_base(p) for p in paths]
     for module in {step.module for step in trace.steps}:
-        inside = [i for i, p in enumerate(bases) if _inside(module, p)]
-        if inside:  # the innermost attention module around it (its first call)
-            lookup[module] = min(inside, key=lambda i: (-len(bases[i]), i))
-            continue
-        containing = [i for i, p in enumerate(bases) if module and p.startswith(module + ".")]
-        if len(containing) == 1:
-            lookup[module] = containing[0]
+        parts = module.split(".") if module else []
+        for k in range(len(parts), 0, -1):  # the innermost attention module around it
+            index = first.get(".".join(parts[:k]))
+            if index is not None:
+                lookup[module] = index
+                break
+        else:
+            inside = holders.get(module, ()) if module else ()
+            if len(inside) == 1:
+                lookup[module] = inside[0]
     return lookup
 
 

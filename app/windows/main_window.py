@@ -237,6 +237,14 @@ class MainWindow(QMainWindow):
             ["X"],
             "Open the collapsed box that holds the current step",
         )
+        self.fold_action = self._action(
+            "Fold &repetition",
+            lambda: self.diagram.set_fold_repetition(self.fold_action.isChecked()),
+            ["R"],
+            "Fold a loop's calls, identical sibling blocks and repeating ops into one box",
+        )
+        self.fold_action.setCheckable(True)
+        self.fold_action.setChecked(True)
         self.grad_colour_action = self._action(
             "Colour boxes by &gradient norm",
             lambda: self.diagram.set_grad_colouring(self.grad_colour_action.isChecked()),
@@ -287,6 +295,7 @@ class MainWindow(QMainWindow):
             self.expand_current_action,
             self.expand_all_action,
             self.collapse_all_action,
+            self.fold_action,
             None,
             self.grad_colour_action,
         ):
@@ -803,7 +812,8 @@ class MainWindow(QMainWindow):
             ("F", "fit the diagram · wheel zooms · drag pans"),
             ("X", "expand the box holding the current step"),
             ("C / E", "collapse / expand all blocks"),
-            ("double-click", "expand or collapse a box"),
+            ("R", "fold repetition (loops, identical blocks) on / off"),
+            ("double-click", "expand or collapse a box, open or fold a run"),
         ]
         text = "".join(f"<tr><td><b>{k}</b>&nbsp;&nbsp;</td><td>{v}</td></tr>" for k, v in rows)
         dialogs.show_info(self, "Keyboard shortcuts", f"<table>{text}</table>")
