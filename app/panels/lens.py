@@ -36,6 +36,7 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelInd
 from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QDockWidget,
     QHeaderView,
     QLabel,
     QSplitter,
@@ -45,11 +46,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import theme
+from app import session, theme
 from app.theme import PROBABILITY_CMAP
 from app.widgets.common import titled
 from app.widgets.heatmap import HeatmapView, colormap
 from app.widgets.tensor_view import token_label
+from tracing.lens import find_attention_modules, head_contributions, logit_lens
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch.nn as nn
@@ -351,8 +353,6 @@ class LensView(QWidget):
 
     def refresh(self) -> None:
         """Compute the read-outs for the current trace and model, and show them."""
-        from tracing.lens import head_contributions, logit_lens
-
         self._dirty = False
         trace, model = self.trace, self.model
         if trace is None or not trace.steps:
@@ -393,8 +393,6 @@ class LensView(QWidget):
         self.table_model.set_lens(lens)
         self._fill_final_heatmap(lens)
         try:
-            from tracing.lens import find_attention_modules
-
             self.head_layers = find_attention_modules(trace)
             self.contributions = head_contributions(model, trace)
         except (ValueError, KeyError, RuntimeError) as e:
@@ -466,10 +464,6 @@ def attach(window):
     ``id(trace)`` to a model already at hand (a traced generation fills it). A trace opened
     from a file has no model, and the dock says so.
     """
-    from PySide6.QtWidgets import QDockWidget
-
-    from app import session
-
     dock = QDockWidget("Lens", window)
     dock.setObjectName("lensDock")
     view = LensView(dock)
