@@ -100,6 +100,17 @@ class TraceRequest:
     prompt: str
     source: ModelSource = field(default_factory=ModelSource)
     capture: str = DEFAULT_CAPTURE
+    training: bool = False  # a training step: forward, next-token loss, backward
+
+
+def next_token_loss(output: Any, targets: Any) -> Any:
+    """Cross-entropy of the logits (the output, or its first element) against the next
+    tokens: what a training step of a language model on the prompt computes."""
+    import torch.nn.functional as F
+
+    logits = output if not isinstance(output, (tuple, list)) else output[0]
+    logits = getattr(logits, "logits", logits)
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 
 # --------------------------------------------------------------------------- models
@@ -220,9 +231,24 @@ def run_trace(
         if progress is not None:
             progress(min(calls, total), total)
 
+    if request.training:  # next-token cross-entropy on the token ids (the first input)
+        args, targets = _next_token_split(args)
+        if "tokens" in meta:
+            meta["tokens"] = meta["tokens"][:-1]
     handle = torch.nn.modules.module.register_module_forward_pre_hook(pre_hook)
     try:
-        trace = tracing.trace(model, *args, capture=request.capture, meta=meta, **kwargs)
+        if request.training:
+            from tracing.backward import record_step
+
+            trace = record_step(
+                model,
+                lambda: model(*args, **kwargs),
+                lambda output: next_token_loss(output, targets),
+                capture=request.capture,
+                meta=meta,
+            )
+        else:
+            trace = tracing.trace(model, *args, capture=request.capture, meta=meta, **kwargs)
     except tracing.TraceError as e:
         if caused_by(e, Cancelled):
             return TraceOutcome(e.trace, "cancelled", "Tracing was cancelled.")
@@ -234,6 +260,25 @@ def run_trace(
     if progress is not None:
         progress(total, total)
     return TraceOutcome(trace, "complete")
+
+
+def _next_token_split(args: tuple) -> tuple[tuple, Any]:
+    """``(ids[:, :-1], *rest)`` and the targets ``ids[:, 1:]``, for a training step on the
+    token ids the model takes first."""
+    import torch
+
+    ids = args[0] if args else None
+    if (
+        not isinstance(ids, torch.Tensor)
+        or ids.dim() != 2
+        or ids.dtype not in (torch.int64, torch.int32)
+        or ids.shape[1] < 2
+    ):
+        raise SessionError(
+            "A training step needs token ids shaped (B, T), T >= 2, as the model's first "
+            "input: it predicts each next token of the prompt"
+        )
+    return (ids[:, :-1], *args[1:]), ids[:, 1:]
 
 
 def load_user_model(request: TraceRequest) -> tuple[Any, tuple, dict, dict]:
@@ -406,4 +451,9 @@ def first_steps_by_module(trace: Trace) -> dict[str, int]:
 def status_text(trace: Trace, index: int) -> str:
     """``step 37 / 412 · blocks.1.self_attn · matmul`` (1-based for people)."""
     step = trace.steps[index]
-    return f"step {index + 1} / {len(trace.steps)} · {step.label}"
+    text = f"step {index + 1} / {len(trace.steps)} · {step.label}"
+    if step.kind == "backward":  # ``∇ blocks.1.attn · MmBackward0 ← matmul``
+        text = f"step {index + 1} / {len(trace.steps)} · ∇ {step.label}"
+        if step.forward is not None:
+            text += f" ← {trace.steps[step.forward].op}"
+    return text

@@ -66,6 +66,12 @@ ERROR_TEXT = "#ff7b7b"  # an error said in words (lighter, for reading)
 NONFINITE = "#d62728"  # a NaN or Inf in a table cell
 IO_ACCENT = "#c8ced8"  # the diagram's input and output boxes
 
+# ---- training-step traces: the two phases, and boxes coloured by gradient norm
+FORWARD_PHASE = "#2f4f7f"
+BACKWARD_PHASE = "#7a4b1f"
+GRAD_LOW = "#1f3f7a"  # box fill for the smallest gradient norm in view (vanishing)
+GRAD_HIGH = "#8a2b2b"  # ... and for the largest (exploding)
+
 # ---- the diagram's accent stripes: (keyword in the type or op name, colour)
 ACCENTS: tuple[tuple[str, str], ...] = (
     ("attention", "#a98bff"),
@@ -93,6 +99,7 @@ BREAKPOINT_COLOURS = {
     "abs": CURRENT,
     "entropy": "#4fd1c5",
     "op": "#5fa8ff",
+    "grad": "#e5c07b",
 }
 
 # ---- shape table: inputs and outputs (matplotlib's first blue and green)

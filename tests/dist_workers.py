@@ -182,6 +182,45 @@ def cli_trace(rank: int, world_size: int, folder: Path) -> None:
     assert code == 0
 
 
+USER_MODEL = '''
+"""A user's tensor-parallel MLP: build() splits it over every rank of the default group."""
+import torch
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+
+def build():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))
+    mesh = init_device_mesh("cpu", (torch.distributed.get_world_size(),))
+    return parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+
+
+def example_inputs():
+    return torch.randn(3, 8, generator=torch.Generator().manual_seed(1))
+'''
+
+
+def cli_own_model(rank: int, world_size: int, folder: Path) -> None:
+    """``scratchformer trace --model FILE.py:build`` on each rank: the user's factory
+    parallelizes the model itself (the group is up before the file is imported)."""
+    from app.cli import main
+    from app.commands import ranks
+
+    source = folder / "tp_model.py"
+    if rank == 0:
+        source.write_text(USER_MODEL)
+    dist.barrier()
+    leave, ranks.leave = ranks.leave, lambda: None  # the spawner leaves the group
+    try:
+        code = main(["trace", "--quiet", "--capture", "values", "--model", f"{source}:build",
+                     "-o", str(folder / "own.sft")])  # fmt: skip
+    finally:
+        ranks.leave = leave
+    assert code == 0
+
+
 def every_scenario(rank: int, world_size: int, folder: Path) -> None:
     """All of the above in one pair of processes (starting them is the slow part)."""
     for scenario in (
@@ -191,5 +230,6 @@ def every_scenario(rank: int, world_size: int, folder: Path) -> None:
         fully_sharded,
         point_to_point,
         cli_trace,
+        cli_own_model,
     ):
         scenario(rank, world_size, folder)

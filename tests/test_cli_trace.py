@@ -233,3 +233,5 @@ def test_bench_quick_prints_every_figure_with_its_target(capsys):
     assert "target >= 0.5x" in out  # save throughput
     assert "target <= 0.5 s" in out  # lazy open
     assert "target <= 1.2x" in out  # memory
+    for figure in ("trace_step shapes", "trace_step stats", "trace_step values", "watched loop"):
+        assert f"  {figure}" in out, figure  # the training-step section

@@ -284,6 +284,18 @@ def test_file_open_ranks_and_the_command_line(qtbot, folder, tmp_path, monkeypat
         assert p2p.compare.position == position
 
 
+def test_cli_traces_your_own_tensor_parallel_model_on_every_rank(folder):
+    ranks = load_ranks(folder / "own.sft")
+    assert ranks.ranks == [0, 1] and ranks.first_divergence() is None
+    first = ranks.first
+    linear0 = next(s for s in first.steps if s.module == "0" and s.op == "linear")
+    hidden = workers.mlp()[0](workers.mlp_input()).detach()  # the same seeds as the file
+    torch.testing.assert_close(ranks.stitched(linear0.outputs[0]), hidden)
+    for rank in ranks:
+        out = ranks[rank].value(ranks[rank].steps[0].outputs[0])
+        torch.testing.assert_close(out, workers.mlp()(workers.mlp_input()).detach())
+
+
 # --------------------------------------------------------------------------- FSDP
 
 

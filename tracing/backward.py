@@ -94,14 +94,23 @@ def _call(model: nn.Module, inputs: Any) -> Any:
     return model(inputs)
 
 
-def _compute_loss(output: Any, loss_fn: Callable | None, targets: Any) -> Any:
-    if loss_fn is not None:
-        return loss_fn(output) if targets is None else loss_fn(output, targets)
+def loss_from_output(output: Any) -> Any:
+    """The loss in a model's output: the output itself, ``.loss``, ``["loss"]``, or the
+    last element of a tuple ``(logits, loss)``."""
     if isinstance(output, torch.Tensor):
         return output
     if isinstance(output, Mapping) and "loss" in output:
         return output["loss"]
-    return getattr(output, "loss", None)
+    loss = getattr(output, "loss", None)
+    if loss is None and isinstance(output, (tuple, list)) and output:
+        loss = output[-1]
+    return loss
+
+
+def _compute_loss(output: Any, loss_fn: Callable | None, targets: Any) -> Any:
+    if loss_fn is None:
+        return loss_from_output(output)
+    return loss_fn(output) if targets is None else loss_fn(output, targets)
 
 
 def _check_loss(loss: Any) -> None:
@@ -169,9 +178,8 @@ class _BackwardRecorder:
 
     def _hook(self, node: Any):
         def prehook(grad_outputs):
-            if self.hit is None:
-                with torch.no_grad():
-                    self._record(node, grad_outputs)
+            if self.hit is None:  # (autograd runs hooks with grad mode off)
+                self._record(node, grad_outputs)
 
         return prehook
 
@@ -268,18 +276,24 @@ class _BackwardRecorder:
 def update_ratios(model: nn.Module, before: dict[int, torch.Tensor]) -> dict[str, float]:
     """|Δw| / |w| per module (its own parameters, L2 norms), from copies taken before the
     optimizer step. A module whose weights did not move has ratio 0."""
-    ratios = {}
-    for path, module in model.named_modules():
-        moved = size = 0.0
-        for p in module.parameters(recurse=False):
-            old = before.get(id(p))
-            if old is None:
-                continue
-            moved += float((p.detach() - old).square().sum())
-            size += float(old.square().sum())
-        if size > 0:
-            ratios[path] = math.sqrt(moved) / math.sqrt(size)
-    return ratios
+    owned = [
+        (path, p)
+        for path, module in model.named_modules()
+        for p in module.parameters(recurse=False)
+        if id(p) in before
+    ]
+    if not owned:
+        return {}
+    old = [before[id(p)] for _, p in owned]
+    with torch.no_grad():  # one fused pass for all the norms
+        moved = torch._foreach_norm(torch._foreach_sub([p for _, p in owned], old))
+        size = torch._foreach_norm(old)
+    sums: dict[str, list[float]] = {}
+    for (path, _), m, s in zip(owned, torch.stack(moved).tolist(), torch.stack(size).tolist()):
+        acc = sums.setdefault(path, [0.0, 0.0])
+        acc[0] += m * m
+        acc[1] += s * s
+    return {path: math.sqrt(m) / math.sqrt(s) for path, (m, s) in sums.items() if s > 0}
 
 
 # --------------------------------------------------------------------------- entry point
@@ -308,7 +322,8 @@ def trace_step(
         inputs: what the model is called with: a tensor, a tuple (``model(*inputs)``) or a
             dict (``model(**inputs)``, e.g. a Hugging Face batch with ``labels``).
         loss_fn: ``loss_fn(output)`` or, with ``targets``, ``loss_fn(output, targets)``;
-            None when the model's output is the loss or has ``.loss``.
+            None when the model's output is the loss, has ``.loss`` / ``["loss"]``, or
+            is a ``(logits, loss)`` tuple.
         optimizer: stepped after the backward (the caller's training goes on); the trace
             keeps each module's update ratio |Δw|/|w| in ``meta["update_ratios"]``. Call
             ``zero_grad()`` before, as a training loop does.
@@ -418,4 +433,4 @@ def _gradient_only(condition: Any) -> bool:
     return bool(getattr(condition, "gradient_only", False))
 
 
-__all__ = ["record_step", "trace_step", "update_ratios"]
+__all__ = ["loss_from_output", "record_step", "trace_step", "update_ratios"]

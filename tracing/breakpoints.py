@@ -317,12 +317,14 @@ class AttentionEntropyBelow(Condition):
 
 
 def grad_norm(o: Output) -> float | None:
-    """L2 norm of an output, from its statistics (over the finite elements) when kept,
-    else from its value; None when neither is known."""
+    """L2 norm of an output, from its statistics when kept, else from its value (NaN if it
+    holds a NaN, Inf if an Inf); None when neither is known."""
     s = o.stats
     if s is not None and o.record is not None:
-        if math.isnan(s.mean):  # no finite element
-            return math.inf if s.inf else math.nan
+        if s.nan:
+            return math.nan
+        if s.inf:
+            return math.inf
         n_finite = o.record.numel - s.nan - s.inf
         return math.sqrt(max(n_finite * (s.std * s.std + s.mean * s.mean), 0.0))
     value = o.value
@@ -343,7 +345,7 @@ def _grad_norm_reason(step, outputs, threshold: float, above: bool) -> str | Non
         n = grad_norm(o)
         if n is None:
             continue
-        if n > threshold if above else n < threshold:
+        if (n > threshold or math.isnan(n)) if above else n < threshold:
             sign = ">" if above else "<"
             return f"gradient norm {n:.4g} {sign} {threshold:g} in {o.name}"
     return None
@@ -352,7 +354,7 @@ def _grad_norm_reason(step, outputs, threshold: float, above: bool) -> str | Non
 @dataclass(frozen=True)
 class GradNormAbove(Condition):
     """Break at a backward step whose gradient has an L2 norm above ``threshold``
-    (an exploding layer). Only gradients count, not forward values."""
+    (an exploding layer; a NaN norm counts). Only gradients count, not forward values."""
 
     threshold: float
     gradient_only = True

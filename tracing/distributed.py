@@ -40,6 +40,7 @@ shape but no statistics (they are not written yet).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import re
@@ -136,8 +137,13 @@ def process_info() -> dict[str, Any]:
         "world_size": dist.get_world_size(),
         "backend": str(dist.get_backend()),
         "local_rank": _int_env("LOCAL_RANK"),
-        "host": socket.gethostname(),
+        "host": _host(),
     }
+
+
+@functools.cache
+def _host() -> str:
+    return socket.gethostname()
 
 
 def _int_env(name: str) -> int | None:
@@ -250,6 +256,20 @@ _REDISTRIBUTE_USERS = (
 _local = threading.local()  # .depth: collectives open on this thread (inner ones not recorded)
 
 
+_signatures: dict[Any, inspect.Signature | None] = {}
+
+
+def _signature(func: Callable) -> inspect.Signature | None:
+    """``inspect.signature`` of a collective, once per function (it costs ~0.1 ms, and a
+    trace wraps every collective anew); None for a C++ function without one."""
+    if func not in _signatures:
+        try:
+            _signatures[func] = inspect.signature(func)
+        except (TypeError, ValueError):
+            _signatures[func] = None
+    return _signatures[func]
+
+
 def _named_args(signature: inspect.Signature, args: tuple, kwargs: dict) -> dict[str, Any]:
     try:
         bound = signature.bind(*args, **kwargs)
@@ -339,10 +359,7 @@ class RankCapture:
 
     def _c10d_wrapper(self, name: str, original: Callable) -> Callable:
         reads, writes = _C10D_SIGNATURES[name]
-        try:
-            signature = inspect.signature(original)
-        except (TypeError, ValueError):  # a C++ function without one
-            signature = None
+        signature = _signature(original)
         shown = name.lstrip("_")
 
         def collective(*args, **kwargs):

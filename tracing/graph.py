@@ -78,7 +78,8 @@ def build_graph(trace: Trace) -> nx.DiGraph:
 
 
 def group_of(trace: Trace, depth: int) -> list[int]:
-    """For each step, the step it folds into at ``depth`` (itself if not deeper).
+    """For each step, the step it folds into at ``depth`` (itself if not deeper; a
+    backward step, the group of its forward step, or the root call's for the loss).
 
     One pass in step order: a parent comes before its steps (``tracing.load`` checks it,
     the tracer makes it so), so its group is known when its children are reached. A step
@@ -88,7 +89,10 @@ def group_of(trace: Trace, depth: int) -> list[int]:
     groups: list[int] = []
     for step in steps:
         index, parent = step.index, step.parent
-        if step.depth <= depth or parent is None or not 0 <= parent < index:
+        if step.kind == "backward":  # folds where the forward step it differentiates does
+            forward = step.forward
+            groups.append(groups[forward] if forward is not None and forward < index else 0)
+        elif step.depth <= depth or parent is None or not 0 <= parent < index:
             groups.append(index)
         elif steps[parent].depth <= depth:
             groups.append(parent)

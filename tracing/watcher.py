@@ -28,27 +28,16 @@ step (``zero_grad()``), as nearly every loop does.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from tracing.backward import loss_from_output, record_step
+
 When = str | int | Callable[[int], bool]
-
-
-def loss_from_output(output: Any) -> Any:
-    """The loss in a model's output: the output itself, ``.loss``, ``["loss"]``, or the
-    last element of a tuple ``(logits, loss)``."""
-    if isinstance(output, torch.Tensor):
-        return output
-    if isinstance(output, Mapping) and "loss" in output:
-        return output["loss"]
-    loss = getattr(output, "loss", None)
-    if loss is None and isinstance(output, Sequence) and output:
-        loss = output[-1]
-    return loss
 
 
 class Watcher:
@@ -121,8 +110,6 @@ class Watcher:
     # ---- the replay
 
     def _replay(self, reason: str) -> None:
-        from tracing.backward import record_step
-
         if self._call is None:
             raise RuntimeError("tracing.watch saw no forward with grad before this step")
         args, kwargs = self._call
@@ -196,4 +183,4 @@ def watch(
     return Watcher(model, optimizer, when, path, loss_fn, capture, once, trace_options)
 
 
-__all__ = ["Watcher", "loss_from_output", "watch"]
+__all__ = ["Watcher", "watch"]

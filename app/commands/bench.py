@@ -13,7 +13,10 @@ Prints, with the target beside each figure:
 - for a ``values`` trace of the large model: the bytes it keeps, save and load throughput
   against a plain ``safetensors`` write/read of the same tensors (also interleaved), the
   time to open the file lazily, and the memory the trace holds against the bytes of the
-  tensors it keeps.
+  tensors it keeps;
+- a training step (forward + backward + AdamW) of the large model traced at each level,
+  and a loop watched by ``tracing.watch`` that does not fire, against the plain step
+  (``app/commands/bench_training.py``).
 
 Benchmarks print; they never fail a build. See also ``benchmarks/``.
 """
@@ -408,4 +411,9 @@ def run(args: argparse.Namespace) -> int:
         f"{_mb(mem.storage_bytes)} storages + {_mb(mem.python_bytes)} Python objects, for "
         f"{_mb(mem.tensor_bytes)} of tensors)  {_target_text(mem.ratio, MEMORY_TARGET, True)}"
     )
+    from app.commands import bench_training
+
+    clock = time.perf_counter if args.clock == "wall" else time.process_time
+    label = models[1][0].split(",")[0]  # "gpt2-small preset (random weights)"
+    bench_training.report(say, large_model, large_ids, label, min(repeat, 5), warmup, clock)
     return 0

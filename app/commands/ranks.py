@@ -1,6 +1,7 @@
 """``scratchformer trace`` under ``torchrun``: join the process group, one file per rank.
 
     torchrun --nproc_per_node 2 -m app.cli trace --ddp -o trace.sft
+    torchrun --nproc_per_node 2 -m app.cli trace --model tp.py:build -o trace.sft
     # -> trace.rank0.sft, trace.rank1.sft ; then: scratchformer report trace.sft
 
 Launched by ``torchrun`` (``RANK``/``WORLD_SIZE`` in the environment), the command joins

@@ -52,7 +52,7 @@ class BoxItem(QGraphicsItem):
         is_op = not node.subtitle
         radius = rect.height() / 2 if is_op and node.key >= 0 else 7.0
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        fill = QColor(theme.BOX_FILL)
+        fill = QColor(self._view.tints.get(node.key, theme.BOX_FILL))
         if self.hovered:
             fill = fill.lighter(125)
         if self.highlighted:

@@ -104,7 +104,9 @@ class DiagramLayout:
         owner = [0] * len(steps)
         for s in steps:
             p = s.parent
-            if p is None or (p in self.expanded and owner[p] == p):
+            if s.kind == "backward":  # drawn as the box of the forward step it differentiates
+                owner[s.index] = owner[s.forward] if s.forward is not None else 0
+            elif p is None or (p in self.expanded and owner[p] == p):
                 owner[s.index] = s.index
             else:
                 owner[s.index] = owner[p]
@@ -118,7 +120,7 @@ class DiagramLayout:
             if node.parent is not None and node.parent in self.nodes:
                 self.nodes[node.parent].children.append(key)
 
-        top = [s.index for s in steps if s.parent is None]
+        top = [s.index for s in steps if s.parent is None and s.kind != "backward"]
         self._add_io_nodes(top)
         self.edges = self._edges(top)
         self._layout()

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import theme
+from app.diagram.grad_tints import grad_tints
 from app.diagram.items import BoxItem, EdgeItem, FrameItem
 from app.diagram.layout import FRAME_TITLE, LANE_GAP, DiagramLayout
 
@@ -63,6 +64,8 @@ class DiagramView(QGraphicsView):
         self.current_step: int | None = None
         self.highlighted_key: int | None = None
         self._pending_toggle: int | None = None
+        self.grad_colouring = False  # boxes filled by their gradient norm (log scale)
+        self.tints: dict[int, QColor] = {}
 
     # ---- content
 
@@ -87,6 +90,7 @@ class DiagramView(QGraphicsView):
             return
         layout = DiagramLayout(self.trace, self.expanded, self.font())
         self.layout_ = layout
+        self.tints = grad_tints(self.trace, layout.nodes) if self.grad_colouring else {}
         self.expanded = set(layout.expanded)
         for key, node in layout.nodes.items():
             if node.frame:
@@ -222,6 +226,12 @@ class DiagramView(QGraphicsView):
             h.setValue(h.value() + delta.x())
             v.setValue(v.value() + delta.y())
         self.layoutChanged.emit()
+
+    def set_grad_colouring(self, on: bool) -> None:
+        """Fill each box by the norm of its output's gradient, on a log scale from blue
+        (smallest) to red (largest); non-finite in the error colour."""
+        self.grad_colouring = on
+        self.rebuild()
 
     # ---- the current step
 

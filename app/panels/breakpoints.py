@@ -63,6 +63,8 @@ from tracing.breakpoints import (
     AttentionEntropyBelow,
     BreakHit,
     Condition,
+    GradNormAbove,
+    GradNormBelow,
     ModuleIs,
     NonFinite,
     OpIs,
@@ -76,7 +78,9 @@ if TYPE_CHECKING:  # pragma: no cover
 MAX_STEPS_FOR_COUNTS = 50_000
 """Hit counts are computed for traces up to this many steps (they read every output)."""
 
-KIND_ICONS = {"module": "◆", "nonfinite": "⚠", "abs": "↑", "entropy": "≈", "op": "ƒ"}
+KIND_ICONS = {
+    "module": "◆", "nonfinite": "⚠", "abs": "↑", "entropy": "≈", "op": "ƒ", "grad": "∇",
+}  # fmt: skip
 
 
 @dataclass
@@ -115,6 +119,14 @@ def entropy_breakpoint(threshold: float) -> Breakpoint:
         AttentionEntropyBelow(float(threshold)),
         f"attention entropy < {threshold:g} nats",
     )
+
+
+def grad_norm_breakpoint(threshold: float, above: bool = True) -> Breakpoint:
+    """A backward step whose gradient norm is above (exploding) or below (vanishing)."""
+    _check_threshold(threshold, "gradient-norm threshold")
+    if above:
+        return Breakpoint("grad", GradNormAbove(float(threshold)), f"‖∇‖ > {threshold:g}")
+    return Breakpoint("grad", GradNormBelow(float(threshold)), f"‖∇‖ < {threshold:g}")
 
 
 def op_breakpoint(name: str) -> Breakpoint:
@@ -278,6 +290,12 @@ class BreakpointsPanel(QWidget):
             "≈  Attention entropy below a threshold…", self._ask_entropy
         )
         self.op_action = self.condition_menu.addAction("ƒ  Op name…", self._ask_op)
+        self.grad_above_action = self.condition_menu.addAction(
+            "∇  Gradient norm above (exploding)…", lambda: self._ask_grad(above=True)
+        )
+        self.grad_below_action = self.condition_menu.addAction(
+            "∇  Gradient norm below (vanishing)…", lambda: self._ask_grad(above=False)
+        )
         self.add_condition_button = QToolButton(self)
         self.add_condition_button.setObjectName("addConditionBreakpoint")
         self.add_condition_button.setText("+ Condition")
@@ -407,6 +425,23 @@ class BreakpointsPanel(QWidget):
 
     def add_op(self, name: str) -> int:
         return self.add(op_breakpoint(name))
+
+    def add_grad_norm(self, threshold: float, above: bool = True) -> int:
+        return self.add(grad_norm_breakpoint(threshold, above))
+
+    def _ask_grad(self, above: bool) -> None:
+        what = "above" if above else "below"
+        value, ok = QInputDialog.getDouble(
+            self,
+            f"Break when a gradient norm is {what}",
+            "L2 norm threshold (training-step traces: backward steps):",
+            1e3 if above else 1e-6,
+            0,
+            1e300,
+            8,
+        )
+        if ok:
+            self.add_grad_norm(value, above)
 
     def _ask_abs(self) -> None:
         value, ok = QInputDialog.getDouble(

@@ -44,6 +44,7 @@ from PySide6.QtWidgets import (
 
 from app import theme
 from app.panels.attention import AttentionPanel
+from app.panels.gradient import GradientPanel
 from app.theme import ERROR_TEXT
 from app.widgets.common import ElidedLabel, LayoutFirewall
 from app.widgets.heatmap import HeatmapView
@@ -78,7 +79,7 @@ class Inspector(QWidget):
     stepRequested = Signal(int)
     """The user asked to jump to this step (e.g. clicked an attention thumbnail)."""
 
-    TENSORS_TAB, ATTENTION_TAB = 0, 1
+    TENSORS_TAB, ATTENTION_TAB, GRADIENT_TAB = 0, 1, 2
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -160,6 +161,10 @@ class Inspector(QWidget):
         self.tabs.setDocumentMode(True)
         self.tabs.addTab(self._tensor_splitter, "Tensors")
         self.tabs.addTab(self.attention, "Attention")
+        # ---- Gradient tab (training-step traces): value beside gradient, layer norms
+        self.gradient = GradientPanel()
+        self._gradient_dirty = False
+        self.tabs.addTab(self.gradient, "Gradient")
         self.tabs.currentChanged.connect(self._on_tab_changed)
 
         # ---- stats strip
@@ -203,6 +208,7 @@ class Inspector(QWidget):
         self._tokens = token_labels(trace) if trace is not None else None
         self.table_model.set_trace(trace)
         self.attention.set_trace(trace, self._tokens)
+        self.gradient.set_trace(trace, self._tokens)
         if trace is None or not trace.steps:
             self._title.setText("No trace loaded" if trace is None else "The trace is empty")
             self._where.setText(" ")
@@ -240,6 +246,10 @@ class Inspector(QWidget):
         else:  # hidden: draw the heatmap when the tab is shown again
             self._tensor_dirty = True
             self._update_strip()
+        if self.tabs.currentIndex() == self.GRADIENT_TAB:
+            self.gradient.set_step(index)
+        else:
+            self._gradient_dirty = True
         layer = self.attention.layer_for_step(index)
         if layer is not None:
             self.attention.set_layer(layer)  # keeps the head the user chose
@@ -293,6 +303,10 @@ class Inspector(QWidget):
         step = self._trace.steps[index]
         total = len(self._trace.steps)
         kind = "module" if step.kind == "module" else "op"
+        if step.kind == "backward":  # "backward of step 37 (matmul)"
+            kind = "backward"
+            if step.forward is not None:
+                kind += f" of step {step.forward + 1} ({self._trace.steps[step.forward].op})"
         # 1-based, like the status line of the step bar ("step 34 / 104 · ...")
         self._title.setText(f"Step {index + 1} / {total} · {step.op}")
         where = f"{step.module or '<root>'} · {kind}"
@@ -311,6 +325,9 @@ class Inspector(QWidget):
     def _on_tab_changed(self, tab: int) -> None:
         if tab == self.TENSORS_TAB and self._tensor_dirty:
             self._show_row(self.table.currentIndex().row())
+        if tab == self.GRADIENT_TAB and self._gradient_dirty and self._step_index >= 0:
+            self._gradient_dirty = False
+            self.gradient.set_step(self._step_index)
         self._update_strip()
 
     def _on_row_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
@@ -357,6 +374,8 @@ class Inspector(QWidget):
         self._strip.setText(self._strip_text())
 
     def _strip_text(self) -> str:
+        if self.tabs.currentIndex() == self.GRADIENT_TAB:
+            return " "  # the tab's own table holds the statistics
         if self.tabs.currentIndex() == self.ATTENTION_TAB:
             a = self.attention.current_map()
             if a is None:

@@ -83,6 +83,10 @@ class SourceView(QPlainTextEdit):
             "This trace was opened from a file and names this source file; read it from "
             "this computer's disk"
         )
+        self.show_file_button.setStyleSheet(
+            f"QToolButton {{ background: {theme.TOOLTIP}; color: {theme.CURRENT};"
+            " padding: 3px 8px; border-radius: 3px; }"
+        )
         self.show_file_button.clicked.connect(self.confirm_pending)
         self.show_file_button.hide()
         self._placeholder = self._make_document("")
@@ -162,10 +166,12 @@ class SourceView(QPlainTextEdit):
 
     def _place_button(self) -> None:
         hint = self.show_file_button.sizeHint()
-        area = self.viewport().geometry()
-        top = area.top() + 6 + (self.note.height() + 4 if self.note.isVisible() else 0)
+        area = self.viewport().geometry()  # bottom right: the recorded line stays readable
         self.show_file_button.setGeometry(
-            area.right() - hint.width() - 8, top, hint.width(), hint.height()
+            area.right() - hint.width() - 8,
+            area.bottom() - hint.height() - 6,
+            hint.width(),
+            hint.height(),
         )
 
     def _update_note(self, file: str | None) -> None:
@@ -211,7 +217,7 @@ class SourceView(QPlainTextEdit):
         asking = self.ask_before_reading and file not in self._embedded
         if asking and file and file not in self._confirmed and file not in self._refused:
             self._set_pending(source)
-            where = f"# {file}:{source.line} (named by the trace file; not read until you ask)\n"
+            where = f"# {file}:{source.line} (not read until you ask)\n"
             self._show_text(where + (source.text or ""), 2 if source.text else None)
             return
         self._set_pending(None)

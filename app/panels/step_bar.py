@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 
 from app import theme
 from app.widgets.common import make_opaque
+from app.widgets.phase_strip import PhaseStrip
 
 
 class TextLine(QWidget):
@@ -154,6 +155,7 @@ class StepBar(QWidget):
         self.status.setMinimumWidth(self.status.fontMetrics().horizontalAdvance("x" * 64))
         self.source_line = TextLine(self, theme.TEXT_SHAPE)
         self.source_line.setObjectName("sourceLine")
+        self.phases = PhaseStrip(self)  # forward | backward, for training-step traces
 
         self.timer = QTimer(self)
         self.timer.timeout.connect(self._tick)
@@ -184,6 +186,7 @@ class StepBar(QWidget):
         layout.setContentsMargins(8, 4, 8, 6)
         layout.setSpacing(2)
         layout.addLayout(controls)
+        layout.addWidget(self.phases)
         layout.addLayout(text)
         self.set_count(0)
 
@@ -220,9 +223,14 @@ class StepBar(QWidget):
             self.status.setText("no trace")
             self.source_line.setText("")
 
+    def set_phases(self, backward_start: int | None, count: int) -> None:
+        """A training-step trace: steps from ``backward_start`` on are the backward phase."""
+        self.phases.set_phases(backward_start, count)
+
     def set_position(self, index: int, status: str, source: str, error: str | None = None) -> None:
         """Show step ``index`` (called by the window after every move)."""
         self._index = index
+        self.phases.set_index(index)
         if self.slider.value() != index:
             self.slider.blockSignals(True)
             self.slider.setValue(index)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QButtonGroup,
+    QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
@@ -165,6 +166,13 @@ class NewTraceDialog(QDialog):
         )
         hint.setObjectName("hint")
         hint.setWordWrap(True)
+        self.training_check = QCheckBox(
+            "Training step: forward, next-token cross-entropy on the prompt, backward", self
+        )
+        self.training_check.setObjectName("trainingStep")
+        self.training_check.setToolTip(
+            "Also record the backward pass: a step per autograd node, every gradient"
+        )
 
         lay_out_form(
             self,
@@ -173,6 +181,7 @@ class NewTraceDialog(QDialog):
                 ("Model", _wrap(source)),
                 ("Capture", self.capture_combo),
                 ("", hint),
+                ("", self.training_check),
             ],
             ok_text="Trace",
         )
@@ -215,6 +224,7 @@ class NewTraceDialog(QDialog):
             prompt=self.prompt_edit.toPlainText(),
             source=source,
             capture=self.capture_combo.currentText(),
+            training=self.training_check.isChecked(),
         )
 
 

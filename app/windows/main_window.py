@@ -235,6 +235,13 @@ class MainWindow(QMainWindow):
             ["X"],
             "Open the collapsed box that holds the current step",
         )
+        self.grad_colour_action = self._action(
+            "Colour boxes by &gradient norm",
+            lambda: self.diagram.set_grad_colouring(self.grad_colour_action.isChecked()),
+            ["G"],
+            "Training-step traces: blue = smallest gradient norm, red = largest (log scale)",
+        )
+        self.grad_colour_action.setCheckable(True)
         self.shortcuts_action = self._action("&Keyboard shortcuts", self.show_shortcuts, ["F1"])
         self.about_action = self._action("&About Scratchformer", self.show_about)
 
@@ -278,6 +285,8 @@ class MainWindow(QMainWindow):
             self.expand_current_action,
             self.expand_all_action,
             self.collapse_all_action,
+            None,
+            self.grad_colour_action,
         ):
             view.addSeparator() if a is None else view.addAction(a)
         help_menu.addAction(self.shortcuts_action)
@@ -379,6 +388,8 @@ class MainWindow(QMainWindow):
         self.diagram.set_trace(trace)
         self.inspector.set_trace(trace)
         self.step_bar.set_count(len(trace.steps) if trace is not None else 0)
+        backward = trace.backward_start if trace is not None else None
+        self.step_bar.set_phases(backward, len(trace.steps) if trace is not None else 0)
         for a in (
             self.save_action,
             self.report_action,
