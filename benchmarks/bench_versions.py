@@ -1,9 +1,14 @@
 """Two versions of the tracer on one model, side by side in one process.
 
-    git show b18c47e:tracing/capture.py > /tmp/old_capture.py
-    .venv/bin/python benchmarks/bench_versions.py /tmp/old_capture.py --rounds 250
-    .venv/bin/python benchmarks/bench_versions.py /tmp/old_capture.py --preset gpt2-small \\
-        --tokens 256 --rounds 15 --threads 2
+    git show 39db2f2:tracing/capture.py > tracing/_capture_before.py
+    .venv/bin/python benchmarks/bench_versions.py tracing/_capture_before.py --rounds 250
+    .venv/bin/python benchmarks/bench_versions.py tracing/_capture_before.py \\
+        --preset gpt2-small --tokens 256 --rounds 15 --threads 1 --clock cpu
+
+Put the old copy inside ``tracing/`` (say ``tracing/_capture_before.py``, not committed):
+the source-line lookup skips frames of files in ``tracing/``, and a copy elsewhere would
+walk (and pay for) frames the real tracer skips. On a shared machine, ``--clock cpu``
+counts this process's CPU time only.
 
 Loads the given ``capture.py`` as a module of its own next to the installed
 ``tracing.capture`` and times the plain forward, the old tracer and the current one in
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import time
 
 import torch
 from bench_floor import interleaved_medians, print_medians  # this folder, run as a script
@@ -33,6 +39,9 @@ def main() -> None:
     parser.add_argument("--preset", default="demo", help="demo (bundled weights) or a preset")
     parser.add_argument("--tokens", type=int, default=256, help="tokens for a preset")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument(
+        "--clock", default="wall", choices=["wall", "cpu"], help="cpu: this process's CPU time"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -64,9 +73,12 @@ def main() -> None:
     }
     print(
         f"{args.preset} model, {ids.shape[1]} tokens, capture={args.capture}, "
-        f"{torch.get_num_threads()} threads, {args.rounds} rounds (medians)"
+        f"{torch.get_num_threads()} threads, {args.rounds} rounds, {args.clock} clock (medians)"
     )
-    print_medians(interleaved_medians(runs, args.rounds))
+    clock = time.perf_counter if args.clock == "wall" else time.process_time
+    medians = interleaved_medians(runs, args.rounds, clock=clock)
+    print_medians(medians)
+    print(f"  current / old  {medians['current'] / medians['old']:.3f}")
 
 
 if __name__ == "__main__":

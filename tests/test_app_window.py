@@ -371,3 +371,23 @@ def test_panels_add_menu_entries_through_the_window(window):
     assert extra in window.actions()  # its shortcut works with the menu bar hidden
     with pytest.raises(KeyError, match="no menu 'Tools'; the menus are File, Debug, View, Help"):
         window.add_menu_action("Tools", QAction("x", window))
+
+
+def test_a_compare_window_of_two_files_reports_an_unreadable_value(qtbot, tmp_path, errors):
+    """Opened from files, changed on disk before the diff reads them: one dialog."""
+    import shutil
+
+    from app.windows.compare_window import CompareWindow
+
+    a, b, other = tmp_path / "a.sft", tmp_path / "b.sft", tmp_path / "other.sft"
+    tiny_trace().save(a)
+    tiny_trace().save(b)
+    tiny_trace(n_layers=1).save(other)
+    from app import session
+
+    trace_a, trace_b = session.open_trace(a), session.open_trace(b)
+    shutil.copyfile(other, b)
+    window = CompareWindow(trace_a, trace_b, "a", "b")
+    qtbot.addWidget(window)
+    qtbot.waitUntil(lambda: len(errors) == 1)
+    assert errors[0][0] == "Cannot read a value" and "changed on disk" in errors[0][1]

@@ -469,3 +469,27 @@ def test_watch_at_a_step_number_replays_it_bit_for_bit(tmp_path):
         rec = trace.param_grad(name)
         if rec is not None:
             assert torch.equal(trace.value(rec.id), g), name
+
+
+def test_compare_two_training_steps_lines_up_backward_steps():
+    torch.manual_seed(0)
+    model, x, loss_fn, _ = tricky()
+    a = trace_step(model, x, loss_fn, capture="values")
+    with torch.no_grad():
+        model.block[2].weight.mul_(3.0)  # late in the forward, early in the backward
+    b = trace_step(model, x, loss_fn, capture="values")
+    d = tracing.diff(a, b)
+    backward = [e for e in d.entries if e.key[0] == "backward"]
+    assert len(backward) == len(a.steps) - a.backward_start  # every backward step paired
+    assert any(e.status == "changed" for e in backward)
+
+
+def test_reentrant_checkpoint_is_said_not_hidden():
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 4))
+    model = nn.Sequential(nn.Linear(4, 4), block)
+    model.forward = lambda x: checkpoint(block, model[0](x), use_reentrant=True)
+    trace = trace_step(model, torch.randn(2, 4), lambda out: out.square().sum())
+    assert any("reentrant" in n for n in trace.meta["notes"])
+    assert trace.param_grad("0.weight") is not None  # outside the block: recorded
+    assert block[0].weight.grad is not None  # inside: .grad as usual, no record

@@ -39,13 +39,17 @@ def folder(tmp_path_factory):
 def test_rank_path_names_each_rank_once(tmp_path):
     assert rank_path("out/trace.sft", 3).name == "trace.rank3.sft"
     assert rank_path("trace.rank3.sft", 3).name == "trace.rank3.sft"
+    assert rank_path("trace.rank0.sft", 1).name == "trace.rank1.sft"
+    assert rank_path("t[1]", 2).name == "t[1].rank2.sft"
     for r in (0, 1, 10):
         (tmp_path / f"t.rank{r}.sft").write_bytes(b"")
     (tmp_path / "t.rankx.sft").write_bytes(b"")
     (tmp_path / "other.rank0.sft").write_bytes(b"")
+    (tmp_path / "a[1].rank0.sft").write_bytes(b"")
     assert [p.name for p in rank_siblings(tmp_path / "t.sft")] == [
         "t.rank0.sft", "t.rank1.sft", "t.rank10.sft"
     ]  # fmt: skip
+    assert [p.name for p in rank_siblings(tmp_path / "a[1].sft")] == ["a[1].rank0.sft"]
 
 
 def test_one_process_trace_has_no_rank_meta(tmp_path):

@@ -36,6 +36,18 @@ def _step(index: int, field: str, value):
     return edit
 
 
+def _edit_header(path: Path, edit) -> None:
+    """Rewrite the safetensors header in place, padded to its old length (the data stays
+    where it was); ``edit(header)`` mutates the parsed header."""
+    raw = bytearray(path.read_bytes())
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + n])
+    edit(header)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    assert len(text) <= n
+    path.write_bytes(raw[:8] + text + b" " * (n - len(text)) + raw[8 + n :])
+
+
 # --------------------------------------------------------------------------- structure
 
 
@@ -122,41 +134,25 @@ def test_a_manifest_entry_that_is_not_bytes_is_refused(saved, monkeypatch):
 def test_an_entry_dtype_this_reader_does_not_know_is_refused(saved):
     """F4/F6 entries (sub-byte floats) would be read with the wrong size; refuse them."""
     _, path = saved
-    raw = bytearray(path.read_bytes())
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8 : 8 + n])
-    header["t1"]["dtype"] = "F4"
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (n - len(text)) if len(text) <= n else b""
-    assert len(text) == n
-    path.write_bytes(raw[:8] + text + raw[8 + n :])
+    _edit_header(path, lambda h: h["t1"].__setitem__("dtype", "F4"))
     expect_error(path, "'t1'", "dtype 'F4'")
 
 
 def test_entry_sizes_must_agree_with_their_bytes(saved):
     _, path = saved
-    raw = bytearray(path.read_bytes())
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8 : 8 + n])
-    header["t1"]["shape"] = [1, 3, 2]  # half the elements its 48 bytes hold
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (n - len(text))
-    path.write_bytes(raw[:8] + text + raw[8 + n :])
+    # half the elements its 48 bytes hold
+    _edit_header(path, lambda h: h["t1"].__setitem__("shape", [1, 3, 2]))
     expect_error(path, "'t1'", "needs 24 bytes", "span 48")
 
 
 def test_swapped_data_offsets_fail_the_checksum_on_read(saved):
     trace, path = saved
-    raw = bytearray(path.read_bytes())
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8 : 8 + n])
-    header["t1"]["data_offsets"], header["t4"]["data_offsets"] = (
-        header["t4"]["data_offsets"],
-        header["t1"]["data_offsets"],
-    )
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (n - len(text))
-    path.write_bytes(raw[:8] + text + raw[8 + n :])
+
+    def swap(header):
+        t1, t4 = header["t1"], header["t4"]
+        t1["data_offsets"], t4["data_offsets"] = t4["data_offsets"], t1["data_offsets"]
+
+    _edit_header(path, swap)
     loaded = tracing.load(path)  # same shapes and dtypes: the layout is valid
     with pytest.raises(TraceFileError, match="'t1' fails its checksum"):
         loaded.values["t1"]

@@ -46,6 +46,7 @@ from tracing.record import Step, TensorRecord, Trace
 from tracing.stats import tensor_stats
 
 _ACCUMULATE = "AccumulateGrad"
+_REENTRANT = "CheckpointFunctionBackward"
 
 
 class _StepTracer(Tracer):
@@ -150,6 +151,7 @@ class _BackwardRecorder:
                     self.first_use.setdefault(rid, step.index)
         self.param_grads: dict[str, int] = {}
         self.skipped_values = 0
+        self.notes: set[str] = set()  # what the trace cannot show, said in meta["notes"]
         self.hit = None  # the BreakHit that stopped the recording, if any
         self.condition = None
         if break_on:
@@ -171,6 +173,12 @@ class _BackwardRecorder:
         handles = []
         link = self.link
         for node, parent in _graph_nodes(loss.grad_fn):
+            if _node_name(node) == _REENTRANT:  # its inside ran without autograd
+                self.notes.add(
+                    "a reentrant torch.utils.checkpoint block (use_reentrant=True): its "
+                    "tensors and parameters have no gradient records (their .grad is "
+                    "filled as usual); use_reentrant=False records them"
+                )
             if id(node) not in link:  # inside one op, or the loss: its consumer's step
                 link[id(node)] = None if parent is None else link.get(id(parent))
             handles.append(node.register_prehook(self._hook(node)))
@@ -404,6 +412,8 @@ def record_step(
                 h.remove()
             tracer.nodes = []  # no autograd node outlives the step
     trace.meta["param_grads"] = recorder.param_grads
+    if recorder.notes:
+        trace.meta["notes"] = sorted(recorder.notes)
     if recorder.skipped_values:
         trace.meta["values_skipped"] = trace.meta.get("values_skipped", 0) + recorder.skipped_values
     if recorder.hit is not None:

@@ -69,6 +69,7 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -77,6 +78,7 @@ from torch.overrides import TorchFunctionMode
 
 from tracing import dims as dims_mod
 from tracing import distributed as distributed_mod
+from tracing import trace_file
 from tracing.dim_flow import refine_dims
 from tracing.errors import TraceError
 from tracing.postmortem import embed_sources, failure_of
@@ -90,7 +92,9 @@ from tracing.record import (
     Trace,
 )
 from tracing.source import caller_location, location_from_traceback
-from tracing.stats import tensor_stats
+from tracing.stats import StatsCollector, resolve_stats
+from tracing.trace_file import TraceWriter
+from tracing.values import StreamedValues, ValueArena
 
 DEFAULT_VALUE_CAP = 64 * 2**20
 """Bytes: a tensor larger than this (after any ``value_dtype`` downcast) keeps no copy."""
@@ -533,7 +537,8 @@ class _TensorDraft:
     def freeze(self, rid: int, dims=None, shape: tuple[int, ...] | None = None) -> TensorRecord:
         return TensorRecord(
             rid, tuple(self.shape) if shape is None else shape, _dtype_name(self.dtype),
-            _device_name(self.device), dims, self.stats, self.value_key, self.producer,
+            _device_name(self.device), dims, resolve_stats(self.stats), self.value_key,
+            self.producer,
             self.role,
         )  # fmt: skip
 
@@ -773,7 +778,8 @@ class Tracer:
         capture: ``"shapes"``, ``"stats"`` or ``"values"``.
         dims: sizes for symbolic axis names, e.g. ``{"B": 1, "T": 12, "C": 64}``; missing
             letters are read from ``model.config`` and the first input's shape.
-        value_cap: at ``"values"``, tensors larger than this many bytes keep no copy.
+        value_cap: at ``"values"``, tensors larger than this many bytes keep no copy
+            (``None``: every tensor keeps one; with ``out``, memory stays flat anyway).
         value_dtype: at ``"values"``, store floating copies in this dtype (e.g. float16).
         train: trace in training mode (dropout active) instead of eval mode.
         ops: also record tensor ops (not only module calls).
@@ -784,6 +790,11 @@ class Tracer:
         edits: edits applied while the model runs (``tracing.edits``); the trace records
             where each applied in ``meta["edits"]``. An edit that matched nothing raises
             :class:`tracing.edits.EditError`.
+        out: write the trace to this file while it records: each kept value goes to the
+            file as it is produced (memory stays flat whatever the trace size), the
+            header when the trace finishes, and ``trace.values`` then reads lazily from
+            the file. An interrupted capture leaves no complete-looking file; a forward
+            that raises leaves the partial trace in it.
     """
 
     def __init__(
@@ -792,13 +803,14 @@ class Tracer:
         capture: str = "stats",
         *,
         dims: Mapping[str, int] | None = None,
-        value_cap: int = DEFAULT_VALUE_CAP,
+        value_cap: int | None = DEFAULT_VALUE_CAP,
         value_dtype: torch.dtype | None = None,
         train: bool = False,
         ops: bool = True,
         meta: Mapping[str, Any] | None = None,
         break_on: Any = None,
         edits: Any = None,
+        out: str | os.PathLike | None = None,
     ):
         if not isinstance(model, nn.Module):
             raise TypeError(f"Tracer needs an nn.Module, got {type(model).__name__}")
@@ -809,7 +821,8 @@ class Tracer:
         self.model = model
         self.capture = capture
         self.dims = dict(dims) if dims else None
-        self.value_cap = int(value_cap)
+        self.value_cap = None if value_cap is None else int(value_cap)
+        self.out = None if out is None else Path(out)
         self.value_dtype = value_dtype
         self.train = train
         self.ops = ops
@@ -866,6 +879,7 @@ class Tracer:
                 self._mode.__enter__()
         except BaseException:
             self._cleanup()
+            self._sink.abort()
             raise
         # A trace makes thousands of small containers and keeps every one of them: the
         # cyclic collector would scan them again and again for nothing (as ``timeit``
@@ -904,11 +918,14 @@ class Tracer:
             error = self._mark_failure(exc, tb)
         elif failed_inside and isinstance(exc, KeyboardInterrupt):
             # interrupted: the trace so far is partial, and says so; Ctrl-C goes on up
-            # with it attached (``exc.trace``), so a caller may still save it
+            # with it attached (``exc.trace``), so a caller may still save it (a streamed
+            # file is closed with it: a valid trace that says it was interrupted)
             self._mark_failure(exc, tb)
             self.trace = self._finish("KeyboardInterrupt: interrupted before the forward ended")
             exc.trace = self.trace  # type: ignore[union-attr]
             return False
+        if exc is not None and not isinstance(exc, Exception):
+            self._sink.abort()  # stopped from outside (exit...): no file that looks complete
         self.trace = self._finish(error)
         if error is not None:
             raise TraceError(error, self.trace) from exc
@@ -951,6 +968,8 @@ class Tracer:
         self._steps: list[_StepDraft] = []
         self._tensors: list[_TensorDraft] = []  # by record id
         self._values: dict[str, torch.Tensor] = {}
+        self._stats = StatsCollector()  # on an accelerator: read back once, in _finish
+        self._sink = ValueArena() if self.out is None else StreamedValues(TraceWriter(self.out))
         self._ids: dict[int, tuple] = {}  # id(tensor) -> (weakref, version, record id)
         structure = self._structure = _structure(self.model)
         self._named = [("", self.model), *structure.modules]
@@ -1115,7 +1134,7 @@ class Tracer:
                 if view is not None:
                     self._derive_from_view(record, rid, t, view, *source)
                 if record.stats is None:
-                    record.stats = tensor_stats(t)
+                    record.stats = self._stats.add(t)  # on an accelerator: pending, no sync
                 if self._keep_values and record.value_key is None:
                     self._keep_value(rid, t)
             except _UNSUPPORTED as e:  # meta, sparse, masked... tensors: shapes only
@@ -1136,12 +1155,12 @@ class Tracer:
         src = self._tensors[src_rid]
         if view == "all":  # same elements, so the same statistics
             record.stats = src.stats
-        if src.value_key is not None:
-            kept = self._values[src.value_key]
-            if kept.is_contiguous() and src_t.is_contiguous():
-                offset = t.storage_offset() - src_t.storage_offset()
-                value = kept.as_strided(t.shape, t.stride(), kept.storage_offset() + offset)
-                self._store_value(rid, value)
+        kept = None if src.value_key is None else self._values.get(src.value_key)
+        # (None too when it was streamed to the file: the view is then written itself)
+        if kept is not None and kept.is_contiguous() and src_t.is_contiguous():
+            offset = t.storage_offset() - src_t.storage_offset()
+            value = kept.as_strided(t.shape, t.stride(), kept.storage_offset() + offset)
+            self._store_value(rid, value)
 
     def _keep_value(self, rid: int, t: torch.Tensor, force: bool = False) -> None:
         """Keep a copy of ``t`` (record ``rid``), unless over the size cap (``force``:
@@ -1151,20 +1170,23 @@ class Tracer:
         dtype = t.dtype
         if self.value_dtype is not None and t.is_floating_point():
             dtype = self.value_dtype
-        if t.numel() * dtype.itemsize > self.value_cap and not force:
+        cap = self.value_cap
+        if cap is not None and t.numel() * dtype.itemsize > cap and not force:
             self._skipped_values += 1
             return
-        # detach() leaves autograd out of the copy: no no_grad() context needed
-        if dtype == t.dtype and t.is_cpu:
-            kept = t.detach().clone()
-        else:
-            kept = t.detach().to(device="cpu", dtype=dtype, copy=True)
-        self._store_value(rid, kept)
+        # into the arena, or straight to the file when streaming (then nothing is held)
+        key, kept = self._sink.keep(f"t{rid}", t, dtype)
+        if key is None:  # streaming, and the file cannot hold this dtype
+            self._skipped_values += 1
+            return
+        self._store_value(rid, kept, key)
 
-    def _store_value(self, rid: int, value: torch.Tensor) -> None:
-        """The one place a kept value goes into the trace (``trace.values``)."""
-        key = f"t{rid}"
-        self._values[key] = value
+    def _store_value(self, rid: int, value: torch.Tensor | None, key: str | None = None) -> None:
+        """The one place a kept value goes into the trace (``trace.values``); ``None``:
+        it went to the file under ``key``."""
+        key = key or f"t{rid}"
+        if value is not None:
+            self._values[key] = value
         self._tensors[rid].value_key = key
 
     def _mark_attention(self, rid: int, t: torch.Tensor) -> None:
@@ -1409,9 +1431,11 @@ class Tracer:
         if self._notes:
             meta["notes"] = list(self._notes)
         meta.update(self.extra_meta)
+        self._stats.finish()  # statistics still on a device: read back at once, here
+        self._sink.finish()  # copies from a device: waited for once, here
         records = [step.freeze(index) for index, step in enumerate(steps)]
         tensors = self._tensor_records(dims_mod.namer_for(sizes))
-        return Trace(
+        trace = Trace(
             steps=records,
             modules=self._structure.module_infos(model),
             tensors=refine_dims(records, tensors, sizes),  # names that follow the ops
@@ -1421,6 +1445,10 @@ class Tracer:
             failure=self._failure,
             sources=embed_sources(records, self._failure),
         )
+        if self.out is not None and not self._sink.aborted:
+            self._sink.writer.close(trace)  # the header, then the file takes its name
+            trace.values = trace_file.load(self.out).values
+        return trace
 
     def _tensor_records(self, namer) -> list[TensorRecord]:
         """Every tensor record, frozen, with its axes named (``namer``, tracing.dims)."""
@@ -1543,7 +1571,7 @@ def trace(
     *args: Any,
     capture: str = "stats",
     dims: Mapping[str, int] | None = None,
-    value_cap: int = DEFAULT_VALUE_CAP,
+    value_cap: int | None = DEFAULT_VALUE_CAP,
     value_dtype: torch.dtype | None = None,
     train: bool = False,
     grad: bool = False,
@@ -1561,21 +1589,21 @@ def trace(
     original exception, with the partial trace as ``.trace``. With ``break_on``, it stops
     at the first step that meets a condition and returns the trace up to there, with
     ``meta["stopped_at"]``. With ``edits`` (``tracing.edits``), values are changed as the
-    model runs and ``meta["edits"]`` says where. With ``out``, the trace is also saved
-    there; under ``torch.distributed`` each rank writes its own file (``out=trace.sft``
-    -> ``trace.rank0.sft``, ``trace.rank1.sft``...). See :class:`Tracer` for the rest.
+    model runs and ``meta["edits"]`` says where. With ``out``, the trace is written to that
+    file as it records (values streamed, memory flat; a partial trace too) and its values
+    are read from it; under ``torch.distributed`` each rank writes its own file
+    (``out=trace.sft`` -> ``trace.rank0.sft``, ``trace.rank1.sft``...). See
+    :class:`Tracer` for the rest.
     """
+    if out is not None:
+        out = distributed_mod.output_path(out)
     tracer = Tracer(
         model, capture, dims=dims, value_cap=value_cap, value_dtype=value_dtype,
-        train=train, ops=ops, meta=meta, break_on=break_on, edits=edits,
+        train=train, ops=ops, meta=meta, break_on=break_on, edits=edits, out=out,
     )  # fmt: skip
     with torch.set_grad_enabled(grad), tracer:
         model(*args, **kwargs)
     assert tracer.trace is not None
-    if out is not None:
-        from tracing.trace_file import save
-
-        save(tracer.trace, distributed_mod.output_path(out))
     return tracer.trace
 
 

@@ -41,6 +41,7 @@ shape but no statistics (they are not written yet).
 from __future__ import annotations
 
 import functools
+import glob
 import inspect
 import os
 import re
@@ -62,13 +63,12 @@ _RANK_SUFFIX = re.compile(r"\.rank(\d+)$")
 
 
 def rank_path(path: str | os.PathLike, rank: int) -> Path:
-    """``trace.sft`` -> ``trace.rank3.sft`` for rank 3 (a path already naming a rank
-    keeps its name, so saving twice never makes ``trace.rank0.rank0.sft``)."""
+    """``trace.sft`` -> ``trace.rank3.sft`` for rank 3. A path already naming a rank
+    gets this rank's number instead (never ``trace.rank0.rank3.sft``, and two ranks
+    given ``trace.rank0.sft`` still write two files)."""
     p = Path(path)
-    stem, suffix = p.stem, p.suffix or ".sft"
-    if _RANK_SUFFIX.search(stem):
-        return p.with_name(stem + suffix)
-    return p.with_name(f"{stem}.rank{int(rank)}{suffix}")
+    stem = _RANK_SUFFIX.sub("", p.stem)
+    return p.with_name(f"{stem}.rank{int(rank)}{p.suffix or '.sft'}")
 
 
 def output_path(path: str | os.PathLike) -> Path:
@@ -91,15 +91,11 @@ def rank_siblings(path: str | os.PathLike) -> list[Path]:
     p = Path(path)
     stem = _RANK_SUFFIX.sub("", p.stem)
     found = []
-    for candidate in p.parent.glob(f"{glob_escape(stem)}.rank*{p.suffix or '.sft'}"):
+    for candidate in p.parent.glob(f"{glob.escape(stem)}.rank*{p.suffix or '.sft'}"):
         rank = rank_of_path(candidate)
         if rank is not None and _RANK_SUFFIX.sub("", candidate.stem) == stem:
             found.append((rank, candidate))
     return [c for _, c in sorted(found)]
-
-
-def glob_escape(text: str) -> str:
-    return re.sub(r"([*?\[])", r"[\1]", text)
 
 
 # --------------------------------------------------------------------------- process group

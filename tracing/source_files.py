@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
+
+from tracing.container import ContainerError, open_regular_file
 
 SOURCE_SUFFIXES = frozenset({".py", ".pyw", ".pyi"})
 """What counts as a source file (by name, and by the name a symlink resolves to)."""
@@ -68,14 +71,11 @@ def read_source_file(file: str) -> str:
     blocking and reads at most that many bytes, whatever happens to the file meanwhile.
     """
     real = _checked_path(file)
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(real, flags)
-    except OSError as e:
-        raise SourceRefused(f"{file} cannot be read here ({e.strerror or e})") from None
+        fd = open_regular_file(Path(real))  # non-blocking, and regular when opened too
+    except ContainerError as e:
+        raise SourceRefused(f"{file}: {e}; not read") from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the stat
-            raise SourceRefused(f"{file} is not a regular file; not read")
         chunks, left = [], MAX_SOURCE_BYTES + 1
         while left > 0:
             chunk = os.read(fd, min(left, 1 << 20))

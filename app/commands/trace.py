@@ -60,6 +60,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=float_between(0, 2**40, low_open=True),
         help="with --capture values: keep no copy of a tensor larger than this (MiB)",
     )
+    p.add_argument(
+        "--no-stream",
+        action="store_true",
+        help="keep values in memory and save at the end (default: write each to the file "
+        "as it is produced, so memory stays flat)",
+    )
     p.add_argument("--seed", type=SEED, default=0, help="weights seed for --preset (default 0)")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="trace file to write")
     p.add_argument("--quiet", action="store_true", help="no progress output")
@@ -192,6 +198,8 @@ def _trace_and_save(model, inputs, kwargs, meta, args, options, output: Path) ->
     what = f"{len(tokens)} tokens" if tokens else meta.get("inputs", "the model")
     stages = ProgressBar(2, f"trace {what}", stream=io.StringIO() if quiet else None)
     failure = None
+    if not args.no_stream:
+        options["out"] = output  # values go to the file as they come; the header at the end
     try:
         trace = tracing.trace(
             ranks.wrap(model, args), *inputs, capture=args.capture, meta=meta, **options, **kwargs
@@ -201,11 +209,13 @@ def _trace_and_save(model, inputs, kwargs, meta, args, options, output: Path) ->
     except KeyboardInterrupt as e:  # Ctrl-C: keep what was recorded, then stop
         partial = getattr(e, "trace", None)
         if partial is not None:
-            tracing.save(partial, output)
+            if getattr(partial.values, "path", None) != output:  # not streamed there already
+                tracing.save(partial, output)
             print(f"interrupted: the partial trace was saved to {output}", file=sys.stderr)
         raise
     stages.update(1, stage="saving")
-    tracing.save(trace, output)
+    if getattr(trace.values, "path", None) != output:  # not streamed there: save it now
+        tracing.save(trace, output)
     stages.update(1, stage="done")
     stages.close()
 

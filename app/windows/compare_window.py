@@ -348,6 +348,8 @@ class CompareWindow(QMainWindow):
         self.setObjectName("compareWindow")
         self.setWindowTitle(f"Compare {name_a} ◆ {name_b} — Scratchformer")
         self.resize(1600, 940)
+        for trace in (trace_a, trace_b):  # before the diff reads their values
+            dialogs.warn_on_unreadable_values(self, trace, owner=False)
         self.trace_a, self.trace_b = trace_a, trace_b
         self.name_a, self.name_b = name_a, name_b
         self.atol = atol

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QButtonGroup,
     QCheckBox,
@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 import tracing
-from app.session import DEFAULT_CAPTURE, PRESETS, ModelSource, TraceRequest
+from app.session import DEFAULT_CAPTURE, PRESETS, CheckedValues, ModelSource, TraceRequest
 
 
 def show_child_window(window: QWidget, parent: QWidget | None, keep: list | None = None) -> None:
@@ -48,6 +48,35 @@ def show_child_window(window: QWidget, parent: QWidget | None, keep: list | None
 
         window.destroyed.connect(forget)
     window.show()
+
+
+def warn_on_unreadable_values(parent: QWidget, trace, owner: bool = True) -> None:
+    """When a value of ``trace`` cannot be read from its file later (changed on disk,
+    corrupt), show one dialog per trace, after the current event, naming the problem;
+    the value then reads as not kept (``session.CheckedValues``). ``owner=False`` leaves
+    a trace that already reports somewhere (the main window's, shown in a compare
+    window) as it is."""
+    values = trace.values
+    if isinstance(values, dict):  # in memory: nothing to read from disk
+        return
+    if not isinstance(values, CheckedValues):
+        trace.values = values = CheckedValues(values)
+    if values.on_error is not None and not owner:
+        return
+    shown = False
+
+    def on_error(message: str) -> None:
+        nonlocal shown
+        if shown:
+            return
+        shown = True
+        text = (
+            f"{message}\n\nValues that cannot be read are shown as not kept. If the file "
+            "was replaced or rewritten, open it again."
+        )
+        QTimer.singleShot(0, lambda: show_error(parent, "Cannot read a value", text))
+
+    values.on_error = on_error
 
 
 def show_error(parent: QWidget | None, title: str, text: str, details: str = "") -> None:

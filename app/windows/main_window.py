@@ -377,11 +377,10 @@ class MainWindow(QMainWindow):
         self.source_view.set_sources(trace.sources if trace is not None else {})
         self.trace = trace
         self.trace_path = Path(path) if path is not None else None
-        self._value_error_shown = False
         # a trace from a file may come from anyone: read the sources it names on request
         self.source_view.set_ask_before_reading(path is not None)
-        if trace is not None and isinstance(trace.values, session.CheckedValues):
-            trace.values.on_error = self._value_unreadable
+        if trace is not None:
+            dialogs.warn_on_unreadable_values(self, trace)
         has_steps = trace is not None and bool(trace.steps)
         self._first_steps = session.first_steps_by_module(trace) if trace is not None else {}
         self.tree.set_trace(trace)
@@ -541,20 +540,6 @@ class MainWindow(QMainWindow):
         self._remember(path)
         self.statusBar().showMessage(f"Opened {path}", 4000)
         return True
-
-    def _value_unreadable(self, message: str) -> None:
-        """A value of the open file could not be read (changed on disk, or corrupt): say
-        so in a dialog once per trace, after the current step is drawn; panes show that
-        value as not kept."""
-        self.statusBar().showMessage(message, 8000)
-        if self._value_error_shown:
-            return
-        self._value_error_shown = True
-        text = (
-            f"{message}\n\nValues that cannot be read are shown as not kept. If the file "
-            "was replaced or rewritten, open it again."
-        )
-        QTimer.singleShot(0, lambda: dialogs.show_error(self, "Cannot read a value", text))
 
     def save_to(self, path: str | Path) -> bool:
         if self.trace is None:

@@ -50,6 +50,7 @@ from PySide6.QtWidgets import (
 from app import theme
 from app.widgets.heatmap import HeatmapView
 from app.widgets.tensor_view import as_matrix, axis_names
+from app.windows import dialogs
 from app.windows.compare_window import CompareWindow, divergence_colour
 from tracing.divergence import entry_score, score_text
 from tracing.rank_report import placements_text
@@ -66,6 +67,8 @@ class RankWindow(QMainWindow):
         super().__init__(parent)
         self.setObjectName("rankWindow")
         self.ranks = ranks
+        for trace in ranks.traces.values():  # before the divergences read their values
+            dialogs.warn_on_unreadable_values(self, trace)
         first = ranks.first
         backend = first.meta.get("backend", "?")
         self.setWindowTitle(f"Ranks: world {ranks.world_size} · {backend} — Scratchformer")
@@ -326,7 +329,6 @@ class RankWindow(QMainWindow):
 
 def open_ranks(paths, parent=None) -> RankWindow:
     """Build and show a rank window (kept alive by its parent, or by the caller)."""
-    from app.windows import dialogs
 
     window = RankWindow.from_files(paths, parent=parent)
     dialogs.show_child_window(window, parent)
@@ -393,7 +395,6 @@ class RanksLauncher(QObject):
 
     def open_with(self, paths: list[Path]) -> RankWindow | None:
         """Open ``paths`` as ranks; a bad set gets a dialog and changes nothing."""
-        from app.windows import dialogs
         from tracing.errors import TraceFileError
 
         try:
