@@ -212,6 +212,11 @@ class LensTableModel(QAbstractTableModel):
 # --------------------------------------------------------------------------- the view
 
 
+def _titled(title: str, widget: QWidget, hint: str) -> QWidget:
+    """A titled pane, packed tighter than the main window's (the lens dock is short)."""
+    return titled(title, widget, hint, margins=(0, 6, 0, 0), spacing=3)
+
+
 class LensView(QWidget):
     """Logit lens grid, final-token probability per layer, head contributions.
 
@@ -259,32 +264,26 @@ class LensView(QWidget):
         mono = QFont("DejaVu Sans Mono")
         mono.setStyleHint(QFont.StyleHint.Monospace)
         self.grid.setFont(mono)
-        grid_box = titled(
+        grid_box = _titled(
             "Top prediction per position and layer",
             self.grid,
             "colour = probability · ✓ = the prompt's next token",
-            margins=(0, 6, 0, 0),
-            spacing=3,
         )
 
         # ---- heatmaps
         self.final_heatmap = HeatmapView()
         self.final_heatmap.setObjectName("lensFinalHeatmap")
-        final_box = titled(
+        final_box = _titled(
             "P(final prediction) per layer",
             self.final_heatmap,
             "how sure each layer already is of the token the model ends up predicting",
-            margins=(0, 6, 0, 0),
-            spacing=3,
         )
         self.heads_heatmap = HeatmapView()
         self.heads_heatmap.setObjectName("headContributions")
-        heads_box = titled(
+        heads_box = _titled(
             "Head contributions",
             self.heads_heatmap,
             "mean ‖what each head writes into the residual stream‖ (through W_o)",
-            margins=(0, 6, 0, 0),
-            spacing=3,
         )
         right = QSplitter(Qt.Orientation.Vertical)
         right.addWidget(final_box)
