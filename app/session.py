@@ -101,6 +101,7 @@ class TraceRequest:
     source: ModelSource = field(default_factory=ModelSource)
     capture: str = DEFAULT_CAPTURE
     training: bool = False  # a training step: forward, next-token loss, backward
+    edits: tuple = ()  # tracing.edits.Edit objects applied while tracing (app.edit_session)
 
 
 def next_token_loss(output: Any, targets: Any) -> Any:
@@ -238,6 +239,8 @@ def run_trace(
     handle = torch.nn.modules.module.register_module_forward_pre_hook(pre_hook)
     try:
         if request.training:
+            if request.edits:
+                raise SessionError("Edits apply to a forward pass, not to a training step.")
             from tracing.backward import record_step
 
             trace = record_step(
@@ -248,8 +251,15 @@ def run_trace(
                 meta=meta,
             )
         else:
-            trace = tracing.trace(model, *args, capture=request.capture, meta=meta, **kwargs)
+            edits = list(request.edits) or None
+            trace = tracing.trace(
+                model, *args, capture=request.capture, meta=meta, edits=edits, **kwargs
+            )
+    except tracing.edits.EditError as e:
+        raise SessionError(f"The edit cannot run: {e}") from e
     except tracing.TraceError as e:
+        if caused_by(e, tracing.edits.EditError):
+            raise SessionError(f"The edit cannot run: {e.__cause__ or e}") from e
         if caused_by(e, Cancelled):
             return TraceOutcome(e.trace, "cancelled", "Tracing was cancelled.")
         return TraceOutcome(e.trace, "failed", str(e))

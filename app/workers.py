@@ -96,3 +96,76 @@ class GenerationJob(BackgroundJob):
 
     def wait(self, ms: int = 60_000) -> bool:
         return super().wait(ms)
+
+
+class JobWithProgress(QObject):
+    """Run a :class:`BackgroundJob` behind a cancellable progress dialog over ``parent``:
+    ``on_result(value)`` when it finishes, ``on_error(title, text)`` when it fails.
+
+    The dialog is modal, so updating it processes events, and the job's end may arrive
+    inside that update: the end is then handled once the update has returned, so the
+    dialog is never taken down under its own feet.
+    """
+
+    def __init__(
+        self,
+        parent,
+        job: BackgroundJob,
+        label: str,
+        title: str,
+        on_result: Callable[[Any], None],
+        on_error: Callable[[str, str], None],
+        describe: Callable[[int, int], str] | None = None,
+    ):
+        from app.windows import dialogs
+
+        super().__init__(parent)
+        self.job = job
+        self._on_result, self._on_error, self._describe = on_result, on_error, describe
+        self._updating = False
+        self.dialog = dialogs.cancellable_progress(parent, label, title, 100, job.cancel)
+        # bound slots of an object of the GUI thread: queued there (a lambda would run in
+        # the worker's thread)
+        job.progress.connect(self._progress)
+        job.finished.connect(self._finished)
+        job.failed.connect(self._failed)
+        job.start()
+
+    def running(self) -> bool:
+        return self.dialog is not None
+
+    @Slot(int, int)
+    def _progress(self, done: int, total: int) -> None:
+        dialog = self.dialog
+        if dialog is None or self._updating:
+            return
+        self._updating = True
+        try:
+            if self._describe is not None:
+                dialog.setLabelText(self._describe(done, total))
+            dialog.setMaximum(max(1, total))
+            dialog.setValue(min(done, total))  # may process events (the dialog is modal)
+        finally:
+            self._updating = False
+
+    @Slot(object)
+    def _finished(self, value) -> None:
+        self._end(self._on_result, value)
+
+    @Slot(str, str)
+    def _failed(self, title: str, text: str) -> None:
+        self._end(self._on_error, title, text)
+
+    def _end(self, callback, *args) -> None:
+        from PySide6.QtCore import QTimer
+
+        from app.windows import dialogs
+
+        if self._updating:  # inside the dialog's own update: finish once it returned
+            QTimer.singleShot(0, lambda: self._end(callback, *args))
+            return
+        dialogs.close_progress(self.dialog)
+        self.dialog = None
+        self.job.wait()
+        self.job.deleteLater()
+        callback(*args)

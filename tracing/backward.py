@@ -283,7 +283,8 @@ class _BackwardRecorder:
 
 def update_ratios(model: nn.Module, before: dict[int, torch.Tensor]) -> dict[str, float]:
     """|Δw| / |w| per module (its own parameters, L2 norms), from copies taken before the
-    optimizer step. A module whose weights did not move has ratio 0."""
+    optimizer step (used up: they become the deltas). A module whose weights did not move
+    has ratio 0."""
     owned = [
         (path, p)
         for path, module in model.named_modules()
@@ -292,15 +293,17 @@ def update_ratios(model: nn.Module, before: dict[int, torch.Tensor]) -> dict[str
     ]
     if not owned:
         return {}
-    old = [before[id(p)] for _, p in owned]
-    with torch.no_grad():  # one fused pass for all the norms
-        moved = torch._foreach_norm(torch._foreach_sub([p for _, p in owned], old))
-        size = torch._foreach_norm(old)
+    unique = {id(p): p for _, p in owned}  # a tied parameter once
+    old = [before[k] for k in unique]
+    with torch.no_grad():  # fused passes; the copies become the deltas in place
+        size = dict(zip(unique, torch.stack(torch._foreach_norm(old)).tolist()))
+        torch._foreach_sub_(old, list(unique.values()))
+        moved = dict(zip(unique, torch.stack(torch._foreach_norm(old)).tolist()))
     sums: dict[str, list[float]] = {}
-    for (path, _), m, s in zip(owned, torch.stack(moved).tolist(), torch.stack(size).tolist()):
+    for path, p in owned:
         acc = sums.setdefault(path, [0.0, 0.0])
-        acc[0] += m * m
-        acc[1] += s * s
+        acc[0] += moved[id(p)] ** 2
+        acc[1] += size[id(p)] ** 2
     return {path: math.sqrt(m) / math.sqrt(s) for path, (m, s) in sums.items() if s > 0}
 
 
@@ -332,9 +335,11 @@ def trace_step(
         loss_fn: ``loss_fn(output)`` or, with ``targets``, ``loss_fn(output, targets)``;
             None when the model's output is the loss, has ``.loss`` / ``["loss"]``, or
             is a ``(logits, loss)`` tuple.
-        optimizer: stepped after the backward (the caller's training goes on); the trace
-            keeps each module's update ratio |Δw|/|w| in ``meta["update_ratios"]``. Call
-            ``zero_grad()`` before, as a training loop does.
+        optimizer: stepped after the backward (the caller's training goes on); at
+            ``stats`` and ``values`` the trace keeps each module's update ratio |Δw|/|w|
+            in ``meta["update_ratios"]`` (a copy of the weights is taken before the step;
+            ``shapes`` keeps no statistics, so none). Call ``zero_grad()`` before, as a
+            training loop does.
         before_step: called between the backward and ``optimizer.step()`` (gradient
             clipping: ``lambda: clip_grad_norm_(model.parameters(), 1.0)``).
         capture, value_cap, value_dtype, dims, meta: as for :func:`tracing.trace`; the
@@ -422,11 +427,14 @@ def record_step(
     if before_step is not None:
         before_step()
     if optimizer is not None:
+        trace.meta["optimizer"] = type(optimizer).__name__
+        if capture == "shapes":  # no statistics at this level, so no copy of the weights
+            optimizer.step()
+            return trace
         params = [p for group in optimizer.param_groups for p in group["params"]]
         before = {id(p): p.detach().clone() for p in params}
         optimizer.step()
         trace.meta["update_ratios"] = update_ratios(model, before)
-        trace.meta["optimizer"] = type(optimizer).__name__
     return trace
 
 

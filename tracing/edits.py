@@ -141,6 +141,7 @@ class MeanAblate(Action):
     """
 
     over: Any = "positions"
+    _found: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def apply(self, value, ctx):
         over = self.over
@@ -154,7 +155,11 @@ class MeanAblate(Action):
                 f"MeanAblate(over={over!r}): over is 'positions', 'batch', "
                 "a values trace or a tensor"
             )
-        reference = over if isinstance(over, torch.Tensor) else _value_at(over, ctx, "MeanAblate")
+        reference = (
+            over
+            if isinstance(over, torch.Tensor)
+            else _value_at(over, ctx, "MeanAblate", self._found)
+        )
         if reference.shape[1:] != value.shape[1:]:
             raise EditError(
                 f"MeanAblate at {ctx.site}: the reference has shape {tuple(reference.shape)}, "
@@ -178,9 +183,10 @@ class Patch(Action):
     """
 
     source: Any
+    _found: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def apply(self, value, ctx):
-        patch = _value_at(self.source, ctx, "Patch")
+        patch = _value_at(self.source, ctx, "Patch", self._found)
         if tuple(patch.shape) != tuple(value.shape):
             raise EditError(
                 f"Patch at {ctx.site}: the source value has shape {tuple(patch.shape)}, "
@@ -227,9 +233,13 @@ def _source_name(source: Any) -> str:
     return f"trace {text!r}" if text else "trace"
 
 
-def _value_at(source: Any, ctx: EditContext, what: str) -> torch.Tensor:
-    """The value at ``ctx.site`` (same call, same output) in a trace or a site mapping."""
+def _value_at(source: Any, ctx: EditContext, what: str, found: dict) -> torch.Tensor:
+    """The value at ``ctx.site`` (same call, same output) in a trace or a site mapping;
+    ``found`` keeps each one looked up in a trace (a sweep or a loop asks again and again)."""
     site = ctx.site
+    key = (str(site), ctx.edit.output)
+    if key in found:
+        return found[key]
     if isinstance(source, Mapping) and not hasattr(source, "steps"):
         for key in (str(site), str(Site(site.module, site.op, site.occurrence))):
             if key in source:
@@ -247,6 +257,7 @@ def _value_at(source: Any, ctx: EditContext, what: str) -> torch.Tensor:
             f"{what}: the source trace kept no value at {site} (captured at {capture!r}; "
             "trace it with capture='values', and a value_cap large enough)"
         )
+    found[key] = value
     return value
 
 

@@ -17,7 +17,7 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem
 
 from app import theme
-from app.diagram.layout import ARROW, FRAME_TITLE, H_PAD, DiagramLayout, Node
+from app.diagram.layout import ARROW, FRAME_TITLE, H_PAD, SPARK_H, DiagramLayout, Node
 
 if TYPE_CHECKING:  # pragma: no cover
     from app.diagram.view import DiagramView
@@ -90,6 +90,15 @@ class BoxItem(QGraphicsItem):
             y += lh
         painter.setPen(QColor(theme.TEXT_SHAPE))
         painter.drawText(QRectF(x, y, w, lh), Qt.AlignmentFlag.AlignVCenter, node.shape)
+        if node.spark:
+            _sparkline(painter, QRectF(x, y + lh + 2, w - 6, SPARK_H - 4), node.spark, node.accent)
+        if node.count:  # a folded run: a second edge behind it, like a stack of cards
+            painter.setPen(QPen(QColor(theme.BOX_BORDER), 1.0))
+            painter.setBrush(Qt.BrushStyle.NoBrush)
+            painter.drawLine(
+                QPointF(rect.left() + 6, rect.bottom() + 3),
+                QPointF(rect.right() - 6, rect.bottom() + 3),
+            )
         if node.expandable:  # a "+" badge: double-click to open
             badge = QRectF(rect.right() - 20, rect.top() + 6, 13, 13)
             painter.setPen(QPen(QColor(theme.TEXT_MUTED), 1.2))
@@ -115,8 +124,8 @@ class BoxItem(QGraphicsItem):
     def mousePressEvent(self, event) -> None:
         if event.button() == Qt.MouseButton.LeftButton:
             event.accept()
-            if self.node.key >= 0:
-                self._view.stepActivated.emit(self.node.key)
+            if self.node.step is not None:
+                self._view.stepActivated.emit(self.node.step)
         else:
             event.ignore()
 
@@ -184,13 +193,31 @@ class FrameItem(QGraphicsItem):
     def mousePressEvent(self, event) -> None:
         if event.button() == Qt.MouseButton.LeftButton:
             event.accept()
-            self._view.stepActivated.emit(self.node.key)
+            if self.node.step is not None:
+                self._view.stepActivated.emit(self.node.step)
         else:
             event.ignore()
 
     def mouseDoubleClickEvent(self, event) -> None:
         event.accept()
         self._view.request_toggle(self.node.key)
+
+
+def _sparkline(painter: QPainter, area: QRectF, values: tuple[float, ...], colour: str) -> None:
+    """A small line of ``values`` across ``area`` (each repetition's output RMS)."""
+    lo, hi = min(values), max(values)
+    span = hi - lo or 1.0
+    n = len(values)
+    points = [
+        QPointF(
+            area.left() + (area.width() * k / (n - 1) if n > 1 else area.width() / 2),
+            area.bottom() - (v - lo) / span * area.height(),
+        )
+        for k, v in enumerate(values)
+    ]
+    painter.setPen(QPen(QColor(colour), 1.2))
+    painter.setBrush(Qt.BrushStyle.NoBrush)
+    painter.drawPolyline(QPolygonF(points))
 
 
 class EdgeItem(QGraphicsItem):

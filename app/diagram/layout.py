@@ -14,6 +14,8 @@ inputs and outputs.
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -23,6 +25,7 @@ from PySide6.QtCore import QPointF, QRectF, QSize
 from PySide6.QtGui import QFont, QFontMetricsF
 
 from app import theme
+from app.diagram.folding import MODEL_INPUT, Run, TraceIndex
 from tracing.formatting import dims_label
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -42,6 +45,7 @@ FRAME_PAD = 16.0
 FRAME_TITLE = 32.0
 LANE_GAP = 22.0  # distance of a detouring edge from the boxes it avoids
 ARROW = 8.0
+SPARK_H = 14.0  # room for a folded run's sparkline
 
 
 def display_name(path: str) -> str:
@@ -62,12 +66,23 @@ def shape_label(trace: Trace, tensor_id: int) -> str:
 
 # --------------------------------------------------------------------------- layout
 
+#: a group (a frame's content, or the top level) shows at most this many boxes; longer ones
+#: are paged into range boxes ("steps 1–4,000"), so nothing lays out 50,000 boxes at once
+MAX_ITEMS = 48
+#: pages a long group or an opened run is cut into
+PAGES = 12
+#: repetitions around the current step shown as their own boxes when a run is split
+WINDOW = 4
+#: first key of a fold box (folds get -3, -4, ... in the order they are laid out)
+FOLD_BASE = -3
+
 
 @dataclass
 class Node:
-    """One drawn thing: a box (a collapsed module call, an op, input/output) or a frame."""
+    """One drawn thing: a box (a collapsed module call, an op, input/output, a folded run)
+    or a frame (an expanded module call, an opened run)."""
 
-    key: int  # step index, or INPUT / OUTPUT
+    key: int  # step index, INPUT / OUTPUT, or a fold key (<= FOLD_BASE)
     frame: bool  # an expanded module call drawn around its children
     title: str
     subtitle: str  # module type ("" for ops)
@@ -79,13 +94,33 @@ class Node:
     children: list[int] = field(default_factory=list)
     rect: QRectF = field(default_factory=QRectF)  # scene coordinates once laid out
     tooltip: str = ""
+    step: int | None = None  # the step a click goes to (a fold: its first step)
+    spark: tuple[float, ...] = ()  # a fold: output RMS per repetition (sampled)
+    count: int = 0  # a fold: its repetitions
 
 
 class DiagramLayout:
-    """Visible boxes, edges and positions for one trace and one set of expanded calls."""
+    """Visible boxes, edges and positions for one trace and one set of expanded calls.
 
-    def __init__(self, trace: Trace, expanded: Iterable[int], font: QFont):
+    ``open_folds`` holds the :class:`~app.diagram.folding.Run` s the user opened; ``focus``
+    is the current step: a folded run holding it is split so that the repetition holding
+    the step shows as its own box(es) between a fold before and a fold after. ``fold``
+    False turns repetition folding off (long groups are still paged).
+    """
+
+    def __init__(
+        self,
+        trace: Trace,
+        expanded: Iterable[int],
+        font: QFont,
+        *,
+        index: TraceIndex | None = None,
+        open_folds: Iterable[Run] = (),
+        focus: int | None = None,
+        fold: bool = True,
+    ):
         self.trace = trace
+        self.index = index if index is not None else TraceIndex(trace)
         self.font = font
         self.bold = QFont(font)
         self.bold.setBold(True)
@@ -97,39 +132,159 @@ class DiagramLayout:
         self.line_h = max(self._fm.height(), self._fm_bold.height())
 
         steps = trace.steps
-        has_children = _steps_with_children(trace)
-        self.expanded = {i for i in expanded if 0 <= i < len(steps) and i in has_children}
-
-        # owner[i]: the visible node standing for step i (itself, or a collapsed ancestor)
-        owner = [0] * len(steps)
-        for s in steps:
-            p = s.parent
-            if s.kind == "backward":  # drawn as the box of the forward step it differentiates
-                owner[s.index] = owner[s.forward] if s.forward is not None else 0
-            elif p is None or (p in self.expanded and owner[p] == p):
-                owner[s.index] = s.index
-            else:
-                owner[s.index] = owner[p]
-        self.owner = owner
+        idx = self.index
+        self.expanded = {i for i in expanded if 0 <= i < len(steps) and idx.has_children(i)}
+        self.open_folds = set(open_folds)
+        self.fold_enabled = fold
+        self.focus = focus if focus is not None and 0 <= focus < len(steps) else None
+        if self.focus is not None and steps[self.focus].kind == "backward":
+            self.focus = steps[self.focus].forward  # shown on its forward step's box
+        self._focus_chain = self._chain_of_step(self.focus)
 
         self.nodes: dict[int, Node] = {}
-        for s in steps:
-            if owner[s.index] == s.index:
-                self.nodes[s.index] = self._node_for(s, has_children)
+        self.folds: dict[int, Run] = {}  # fold key -> the run it stands for
+        self._leaves: list[tuple[int, int, int]] = []  # (first step, last step, key)
+        self._place_group(None, 0, len(idx.children(None)), None)
         for key, node in self.nodes.items():
             if node.parent is not None and node.parent in self.nodes:
                 self.nodes[node.parent].children.append(key)
+        self._leaves.sort()
+        self._leaf_starts = [first for first, _, _ in self._leaves]
 
-        top = [s.index for s in steps if s.parent is None and s.kind != "backward"]
-        self._add_io_nodes(top)
-        self.edges = self._edges(top)
+        self._add_io_nodes()
+        self.edges = self._edges()
         self._layout()
+
+    # ---- which boxes
+
+    def _chain_of_step(self, index: int | None) -> dict[int | None, int]:
+        """parent -> the ancestor-or-self of step ``index`` directly under that parent."""
+        chain: dict[int | None, int] = {}
+        steps = self.trace.steps
+        while index is not None:
+            chain[steps[index].parent] = index
+            index = steps[index].parent
+        return chain
+
+    def _focus_position(self, parent: int | None) -> int | None:
+        child = self._focus_chain.get(parent)
+        return None if child is None else self.index.position[child]
+
+    def _place_group(self, parent: int | None, lo: int, hi: int, frame: int | None) -> None:
+        """Boxes for ``parent``'s children at positions ``[lo, hi)`` inside ``frame``."""
+        focus = self._focus_position(parent)
+        units: list[int | Run] = []  # a child position, or a run of them
+        pos = lo
+        runs = self.index.runs_within(parent, lo, hi) if self.fold_enabled else []
+        for run in runs:
+            units.extend(range(pos, run.start))
+            units.extend(self._split(run, focus))
+            pos = run.stop
+        units.extend(range(pos, hi))
+        if len(units) > MAX_ITEMS:
+            units = self._paged(parent, units, focus)
+        for unit in units:
+            self._place_unit(parent, unit, frame)
+
+    def _split(self, run: Run, focus: int | None) -> list[int | Run]:
+        """A run as one fold, or, when it holds the focus, fold · a few repetitions · fold."""
+        if run in self.open_folds or focus is None or not run.start <= focus < run.stop:
+            return [run]
+        k = run.member_of(focus)
+        first = (k // WINDOW) * WINDOW
+        last = min(run.count, first + WINDOW)
+        out: list[int | Run] = []
+        out.extend(self._part(run, 0, first))
+        out.extend(range(run.member_span(first)[0], run.member_span(last - 1)[1]))
+        out.extend(self._part(run, last, run.count))
+        return out
+
+    @staticmethod
+    def _part(run: Run, first: int, last: int) -> list[int | Run]:
+        """Repetitions ``[first, last)`` of ``run``: a fold when there are several."""
+        if last <= first:
+            return []
+        start, stop = run.member_span(first)[0], run.member_span(last - 1)[1]
+        if last - first >= 2:
+            return [Run(run.parent, start, stop, run.period)]
+        return list(range(start, stop))
+
+    def _paged(self, parent: int | None, units: list[int | Run], focus: int | None):
+        """A long list of boxes cut into :data:`PAGES` range boxes; the focus page opened."""
+        size = -(-len(units) // PAGES)
+        out: list[int | Run] = []
+        for k in range(0, len(units), size):
+            page = units[k : k + size]
+            start = page[0] if isinstance(page[0], int) else page[0].start
+            stop = page[-1] + 1 if isinstance(page[-1], int) else page[-1].stop
+            if len(page) == 1:
+                out.extend(page)
+                continue
+            rng = Run(parent, start, stop, 0)
+            if rng in self.open_folds or focus is None or not start <= focus < stop:
+                out.append(rng)
+                continue
+            # the page holding the current step: a window of its boxes, ranges around it
+            at = next(
+                j for j, u in enumerate(page)
+                if (u == focus if isinstance(u, int) else u.start <= focus < u.stop)
+            )  # fmt: skip
+            first = (at // WINDOW) * WINDOW
+            out.extend(self._range_of(parent, page[:first]))
+            out.extend(page[first : first + WINDOW])
+            out.extend(self._range_of(parent, page[first + WINDOW :]))
+        return out
+
+    @staticmethod
+    def _range_of(parent: int | None, units: list[int | Run]) -> list[int | Run]:
+        if len(units) < 2:
+            return list(units)
+        start = units[0] if isinstance(units[0], int) else units[0].start
+        stop = units[-1] + 1 if isinstance(units[-1], int) else units[-1].stop
+        return [Run(parent, start, stop, 0)]
+
+    def _place_unit(self, parent: int | None, unit: int | Run, frame: int | None) -> None:
+        idx = self.index
+        if isinstance(unit, Run):
+            key = FOLD_BASE - len(self.folds)
+            self.folds[key] = unit
+            opened = unit in self.open_folds
+            self.nodes[key] = self._fold_node(key, unit, frame, opened)
+            if not opened:
+                first, last = idx.span_steps(unit.parent, unit.start, unit.stop)
+                self._leaves.append((first, last, key))
+            elif unit.period:
+                self._place_run_members(unit, key)
+            else:
+                self._place_group(unit.parent, unit.start, unit.stop, key)
+            return
+        step = idx.children(parent)[unit]
+        s = self.trace.steps[step]
+        is_frame = step in self.expanded
+        self.nodes[step] = self._node_for(s, frame, is_frame)
+        if is_frame:
+            self._place_group(step, 0, len(idx.children(step)), step)
+        else:
+            self._leaves.append((step, idx.last[step], step))
+
+    def _place_run_members(self, run: Run, key: int) -> None:
+        """An opened run: its repetitions, or pages of them (smaller runs) when many."""
+        if run.count * run.period <= MAX_ITEMS:
+            units: list[int | Run] = list(range(run.start, run.stop))
+        else:
+            per = -(-run.count // PAGES)
+            focus = self._focus_position(run.parent)
+            units = []
+            for k in range(0, run.count, per):
+                for part in self._part(run, k, min(run.count, k + per)):
+                    units.extend(self._split(part, focus) if isinstance(part, Run) else [part])
+        for unit in units:
+            self._place_unit(run.parent, unit, key)
 
     # ---- nodes
 
-    def _node_for(self, s: Step, has_children: set[int]) -> Node:
+    def _node_for(self, s: Step, frame: int | None, is_frame: bool) -> Node:
         trace = self.trace
-        frame = s.index in self.expanded
         shape = shape_label(trace, s.outputs[0]) if s.outputs else ""
         if len(s.outputs) > 1:
             shape += f" +{len(s.outputs) - 1}"
@@ -151,26 +306,135 @@ class DiagramLayout:
             tip.append(f"<span style='color:{theme.ERROR}'>{_html(s.error)}</span>")
         return Node(
             key=s.index,
-            frame=frame,
+            frame=is_frame,
             title=title,
             subtitle=subtitle,
             shape=shape,
             accent=accent,
-            expandable=s.index in has_children,
+            expandable=self.index.has_children(s.index),
             error=s.error is not None,
-            parent=s.parent if s.parent is not None and s.parent in self.expanded else None,
+            parent=frame,
             tooltip="<br>".join(tip),
+            step=s.index,
         )
 
-    def _add_io_nodes(self, top: list[int]) -> None:
-        trace = self.trace
-        self.root_inputs: set[int] = set()
+    def _fold_node(self, key: int, run: Run, frame: int | None, opened: bool) -> Node:
+        trace, idx = self.trace, self.index
+        kids = idx.children(run.parent)
+        first_step, last_step = idx.span_steps(run.parent, run.start, run.stop)
+        head = trace.steps[kids[run.start]]
+        tail = trace.steps[kids[run.stop - 1]]
+        if run.period == 0:
+            title = f"steps {first_step + 1:,}–{last_step + 1:,}"
+            subtitle = f"{run.count:,} boxes · {last_step - first_step + 1:,} steps"
+            accent = theme.accent_for("range")
+        elif run.period == 1:
+            subtitle = head.op if head.kind == "module" else "op"
+            if head.kind == "module" and head.module != tail.module:
+                title = f"{display_name(head.module)}–{tail.module.rsplit('.', 1)[-1]}"
+                subtitle += f" × {run.count:,}"
+            else:
+                title = f"{display_name(head.module) if head.kind == 'module' else head.op}"
+                title += f" × {run.count:,}"
+                if head.kind == "module":
+                    subtitle += f" · calls {head.call + 1:,}–{tail.call + 1:,}"
+            accent = theme.accent_for(head.op)
+        else:
+            pattern = [trace.steps[kids[run.start + j]] for j in range(run.period)]
+            names = [display_name(s.module) if s.kind == "module" else s.op for s in pattern]
+            title = f"[{' → '.join(names)}] × {run.count:,}"
+            subtitle = f"{run.period} steps repeated"
+            accent = theme.accent_for(pattern[-1].op)
+        shape = shape_label(trace, tail.outputs[0]) if tail.outputs else ""
+        spark = self._sparkline(run)
+        tip = [
+            f"<b>{_html(title)}</b>",
+            f"steps {first_step + 1:,}–{last_step + 1:,}",
+            "double-click to open" if not opened else "double-click the title to fold",
+        ]
+        if spark:
+            tip.append("sparkline: output RMS of each repetition")
+        error = any(trace.steps[i].error for i in (first_step, last_step))
+        return Node(
+            key=key,
+            frame=opened,
+            title=title,
+            subtitle=subtitle,
+            shape=shape,
+            accent=accent,
+            expandable=True,
+            error=error,
+            parent=frame,
+            tooltip="<br>".join(tip),
+            step=first_step,
+            spark=spark,
+            count=run.count,
+        )
+
+    def _sparkline(self, run: Run, samples: int = 48) -> tuple[float, ...]:
+        """Output RMS of (up to ``samples``) repetitions, where statistics were kept."""
+        if run.period == 0:
+            return ()
+        trace, kids = self.trace, self.index.children(run.parent)
+        n = run.count
+        if n <= samples:
+            picks: Iterable[int] = range(n)
+        else:
+            picks = (round(k * (n - 1) / (samples - 1)) for k in range(samples))
+        out = []
+        for k in picks:
+            step = trace.steps[kids[run.member_span(k)[1] - 1]]
+            if not step.outputs:
+                return ()
+            stats = trace.tensors[step.outputs[0]].stats
+            if stats is None:
+                return ()
+            out.append(math.sqrt(stats.mean**2 + stats.std**2))
+        return tuple(out) if all(math.isfinite(v) for v in out) else ()
+
+    def frame_title(self, key: int) -> str:
+        run = self.folds.get(key)
+        if run is not None:
+            node = self.nodes[key]
+            return f"{node.title}  ·  {node.subtitle}"
+        step = self.trace.steps[key]
+        return f"{step.module or 'model'}  ·  {step.op}"
+
+    def _frame_title(self, node: Node) -> str:
+        return self.frame_title(node.key)
+
+    def owner_of(self, index: int) -> int | None:
+        """The visible box (or frame) standing for step ``index``.
+
+        A backward step is drawn as the box of the forward step it differentiates.
+        """
+        step = self.trace.steps[index]
+        if step.kind == "backward":
+            if step.forward is None:
+                return self._leaves[0][2] if self._leaves else None
+            index = step.forward
+        k = bisect_right(self._leaf_starts, index) - 1
+        if k >= 0:
+            first, last, key = self._leaves[k]
+            if first <= index <= last:
+                return key
+        steps = self.trace.steps
+        while index is not None and index not in self.nodes:
+            index = steps[index].parent
+        return index
+
+    def needs_focus(self, index: int) -> bool:
+        """Whether showing step ``index`` means opening a fold (a new layout)."""
+        return (self.owner_of(index) or 0) <= FOLD_BASE
+
+    def _add_io_nodes(self) -> None:
+        trace, idx = self.trace, self.index
+        self.root_inputs = idx.root_inputs
         first_inputs: list[str] = []
-        for i in top:
+        for i in idx.children(None):
             s = trace.steps[i]
             for name, tid in zip(s.input_names or ("input",) * len(s.inputs), s.inputs):
-                if trace.tensors[tid].producer is None and trace.tensors[tid].role != "param":
-                    self.root_inputs.add(tid)
+                if tid in self.root_inputs:
                     first_inputs.append(f"{name}: {shape_label(trace, tid)}")
         if self.root_inputs:
             tid = min(self.root_inputs)
@@ -178,7 +442,7 @@ class DiagramLayout:
                 INPUT, False, "input", "", shape_label(trace, tid), theme.IO_ACCENT,
                 tooltip="<br>".join(first_inputs),
             )  # fmt: skip
-        self.root_outputs = [tid for i in top for tid in trace.steps[i].outputs]
+        self.root_outputs = [tid for i in idx.children(None) for tid in trace.steps[i].outputs]
         if self.root_outputs and trace.error is None:
             self.nodes[OUTPUT] = Node(
                 OUTPUT, False, "output", "", shape_label(trace, self.root_outputs[0]),
@@ -187,61 +451,41 @@ class DiagramLayout:
 
     # ---- edges
 
-    def _edges(self, top: list[int]) -> list[tuple[int, int]]:
-        """Data-flow edges between visible nodes.
-
-        A tensor comes from the *last* step that handed it on before the consumer ran, not
-        only from the op that created it: a dropout in eval mode returns its input
-        unchanged, and the next block should hang below the dropout, not beside it. A
-        module call counts as handing a tensor on once it has returned.
-        """
-        trace, owner, nodes = self.trace, self.owner, self.nodes
+    def _edges(self) -> list[tuple[int, int]]:
+        """Data-flow edges between visible boxes (see :meth:`TraceIndex.source_of`)."""
+        idx, nodes = self.index, self.nodes
         seen: set[tuple[int, int]] = set()
         edges: list[tuple[int, int]] = []
-        handed_on: dict[int, list[Step]] = {}
-        for st in trace.steps:
-            for tid in st.outputs:
-                handed_on.setdefault(tid, []).append(st)
 
-        def source_of(tid: int, consumer: int) -> int | None:
-            for st in reversed(handed_on.get(tid, ())):
-                if st.kind == "module":
-                    if st.end is not None and st.end < consumer and st.parent is not None:
-                        return st.index
-                elif st.index < consumer:
-                    return st.index
-            return trace.tensors[tid].producer
-
-        def add(u: int, v: int) -> None:
-            if u == v or (u, v) in seen or u not in nodes or v not in nodes:
+        def add(src: int, target: int) -> None:
+            u = INPUT if src == MODEL_INPUT else self.owner_of(src)
+            if u is None or u == target or (u, target) in seen or u not in nodes:
                 return
-            if self.is_ancestor(u, v) or self.is_ancestor(v, u):
+            if self.is_ancestor(u, target) or self.is_ancestor(target, u):
                 return
-            seen.add((u, v))
-            edges.append((u, v))
+            seen.add((u, target))
+            edges.append((u, target))
 
-        for st in trace.steps:
-            target = owner[st.index]
-            if nodes[target].frame:  # an expanded call: its children carry the edges
-                continue
-            for tid in st.inputs:
-                producer = source_of(tid, st.index)
-                if producer is None:
-                    if tid in self.root_inputs:
-                        add(INPUT, target)
-                    continue
-                if 0 <= producer < len(owner):
-                    add(owner[producer], target)
+        for _, _, key in self._leaves:
+            run = self.folds.get(key)
+            if run is not None:
+                sources = idx.fold_sources(run.parent, run.start, run.stop)
+            elif self.trace.steps[key].kind == "module":
+                sources = idx.external(key)
+            else:
+                sources = idx.sources(key)
+            for src in sorted(sources):
+                add(src, key)
         if OUTPUT in nodes:
             for tid in self.root_outputs:
-                producer = source_of(tid, len(trace.steps))
-                if producer is not None and 0 <= producer < len(owner):
-                    add(owner[producer], OUTPUT)
+                src = idx.source_of(tid, len(self.trace.steps))
+                if src is not None and src != MODEL_INPUT:
+                    add(src, OUTPUT)
         return edges
 
     def is_ancestor(self, a: int, b: int) -> bool:
         """Whether frame ``a`` encloses node ``b``."""
-        if a < 0 or b < 0:
+        if a in (INPUT, OUTPUT) or b in (INPUT, OUTPUT):
             return False
         node = self.nodes.get(b)
         while node is not None and node.parent is not None:
@@ -270,7 +514,7 @@ class DiagramLayout:
         lines = 2 if is_op else 3
         badge = 22 if node.expandable else 0  # room for the "+" in the corner
         w = max(OP_MIN_W if is_op else MODULE_MIN_W, max(widths) + 2 * H_PAD + 8 + badge)
-        h = lines * self.line_h + (10 if is_op else 14)
+        h = lines * self.line_h + (10 if is_op else 14) + (SPARK_H if node.spark else 0)
         return QSize(int(w + 0.5), int(h + 0.5))
 
     def _layout(self) -> None:
@@ -287,7 +531,7 @@ class DiagramLayout:
                 parent = self.nodes[a].parent
                 if parent is None or parent in shared:
                     b = next((x for x in cv if self.nodes[x].parent == parent), None)
-                    if b is not None and a != b and _order(a) < _order(b):
+                    if b is not None and a != b and self._order(a) < self._order(b):
                         group_edges.setdefault(parent, set()).add((a, b))
                     break
         self._sizes: dict[int, tuple[float, float]] = {}
@@ -295,9 +539,19 @@ class DiagramLayout:
         self._measure(None, groups, group_edges)
         self._place(None, QPointF(0, 0), groups)
 
+    def _order(self, key: int) -> float:
+        """Execution order of a node; the input box first and the output box last."""
+        if key == INPUT:
+            return -1.0
+        if key == OUTPUT:
+            return float("inf")
+        if key <= FOLD_BASE:
+            return float(self.nodes[key].step or 0)
+        return float(key)
+
     def _measure(self, group, groups, group_edges) -> tuple[float, float]:
         """Lay out ``group``'s children in rows; return the content's (width, height)."""
-        items = sorted(groups.get(group, []), key=_order)
+        items = sorted(groups.get(group, []), key=self._order)
         for key in items:
             node = self.nodes[key]
             if node.frame:
@@ -310,7 +564,7 @@ class DiagramLayout:
         graph = nx.DiGraph()
         graph.add_nodes_from(items)
         graph.add_edges_from(group_edges.get(group, ()))
-        rows = [sorted(gen, key=_order) for gen in nx.topological_generations(graph)]
+        rows = [sorted(gen, key=self._order) for gen in nx.topological_generations(graph)]
         # keep the output box alone on the last row
         if group is None and OUTPUT in graph and len(rows) > 1:
             for row in rows:
@@ -355,31 +609,11 @@ class DiagramLayout:
             if self.nodes[key].frame:
                 self._shift(key, dx, groups)
 
-    def _frame_title(self, node: Node) -> str:
-        step = self.trace.steps[node.key]
-        return f"{step.module or 'model'}  ·  {step.op}"
-
-    def frame_title(self, key: int) -> str:
-        return self._frame_title(self.nodes[key])
-
     def bounding_rect(self) -> QRectF:
         rect = QRectF()
         for node in self.nodes.values():
             rect = rect.united(node.rect)
         return rect
-
-
-def _order(key: int) -> float:
-    """Execution order of a node; the input box first and the output box last."""
-    if key == INPUT:
-        return -1.0
-    if key == OUTPUT:
-        return float("inf")
-    return float(key)
-
-
-def _steps_with_children(trace: Trace) -> set[int]:
-    return {s.parent for s in trace.steps if s.parent is not None}
 
 
 def _html(text: str) -> str:

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
+from PySide6.QtCore import QPoint, QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import (
     QBrush,
     QColor,
@@ -27,9 +27,11 @@ from PySide6.QtWidgets import (
 )
 
 from app import theme
+from app.diagram.folding import Run, TraceIndex
 from app.diagram.grad_tints import grad_tints
 from app.diagram.items import BoxItem, EdgeItem, FrameItem
 from app.diagram.layout import FRAME_TITLE, LANE_GAP, DiagramLayout
+from app.diagram.routing import RectIndex
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracing import Trace
@@ -39,11 +41,13 @@ class DiagramView(QGraphicsView):
     """Shows a :class:`DiagramLayout`; wheel zooms, drag pans, double-click expands.
 
     Signals: ``stepActivated(int)`` when a box is clicked (jump to its step),
-    ``layoutChanged()`` after a box was expanded or collapsed.
+    ``layoutChanged()`` after a box was expanded or collapsed, ``stepContextMenu(step,
+    global position)`` on a right-click on a box (the edit actions use it).
     """
 
     stepActivated = Signal(int)
     layoutChanged = Signal()
+    stepContextMenu = Signal(int, QPoint)
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -59,6 +63,9 @@ class DiagramView(QGraphicsView):
         self.trace: Trace | None = None
         self.layout_: DiagramLayout | None = None
         self.expanded: set[int] = set()
+        self.open_folds: set[Run] = set()
+        self.fold_repetition = True
+        self.index: TraceIndex | None = None
         self.items_by_key: dict[int, QGraphicsItem] = {}
         self.edges_by_key: dict[int, list[EdgeItem]] = {}
         self.current_step: int | None = None
@@ -74,6 +81,8 @@ class DiagramView(QGraphicsView):
         self.trace = trace
         self.current_step = None
         self.expanded = set()
+        self.open_folds = set()
+        self.index = TraceIndex(trace) if trace is not None else None
         if trace is not None and trace.steps:
             self.expanded = {s.index for s in trace.steps if s.parent is None}
         self.rebuild()
@@ -88,7 +97,15 @@ class DiagramView(QGraphicsView):
         if self.trace is None or not self.trace.steps:
             self.layout_ = None
             return
-        layout = DiagramLayout(self.trace, self.expanded, self.font())
+        layout = DiagramLayout(
+            self.trace,
+            self.expanded,
+            self.font(),
+            index=self.index,
+            open_folds=self.open_folds,
+            focus=self.current_step,
+            fold=self.fold_repetition,
+        )
         self.layout_ = layout
         self.tints = grad_tints(self.trace, layout.nodes) if self.grad_colouring else {}
         self.expanded = set(layout.expanded)
@@ -100,8 +117,10 @@ class DiagramView(QGraphicsView):
                 item = BoxItem(node, layout, self)
             scene.addItem(item)
             self.items_by_key[key] = item
+        boxes = RectIndex((k, n.rect) for k, n in layout.nodes.items() if not n.frame)
+        frames = [(k, n.rect) for k, n in layout.nodes.items() if n.frame]
         for u, v in layout.edges:
-            edge = self._edge_item(layout, u, v)
+            edge = self._edge_item(layout, u, v, boxes, frames)
             scene.addItem(edge)
             self.edges_by_key.setdefault(u, []).append(edge)
             self.edges_by_key.setdefault(v, []).append(edge)
@@ -110,7 +129,19 @@ class DiagramView(QGraphicsView):
         if self.current_step is not None:
             self.set_current(self.current_step, scroll=False)
 
-    def _edge_item(self, layout: DiagramLayout, u: int, v: int) -> EdgeItem:
+    def _edge_item(
+        self,
+        layout: DiagramLayout,
+        u: int,
+        v: int,
+        boxes: RectIndex,
+        frames: list[tuple[int, QRectF]],
+    ) -> EdgeItem:
+        """An arrow from ``u`` to ``v``: a curve, or a detour beside the boxes it would cross.
+
+        Only the boxes in the rows the edge spans are tested (``boxes`` is indexed by row
+        band), so routing costs what the edge passes, not the whole diagram.
+        """
         src, dst = layout.nodes[u].rect, layout.nodes[v].rect
         start = QPointF(src.center().x(), src.bottom())
         end = QPointF(dst.center().x(), dst.top())
@@ -118,30 +149,22 @@ class DiagramView(QGraphicsView):
             path = QPainterPath(start)
             dy = (end.y() - start.y()) * 0.5
             path.cubicTo(start + QPointF(0, dy), end - QPointF(0, dy), end)
-            blockers = [
-                n.rect
-                for k, n in layout.nodes.items()
-                if not n.frame
-                and k not in (u, v)
-                and n.rect.top() < end.y() - 1
-                and n.rect.bottom() > start.y() + 1
-            ]
+            blockers = [r for k, r in boxes.between(start.y() + 1, end.y() - 1) if k not in (u, v)]
             if not any(path.intersects(r.adjusted(-4, -4, 4, 4)) for r in blockers):
                 return EdgeItem(path, end, 270.0, detour=False)
             # detour beside everything it would cross: the residual and skip paths
             band = blockers + [
-                n.rect
-                for k, n in layout.nodes.items()
-                if n.frame
-                and not layout.is_ancestor(k, u)
+                r
+                for k, r in frames
+                if not layout.is_ancestor(k, u)
                 and not layout.is_ancestor(k, v)
-                and n.rect.top() < end.y()
-                and n.rect.bottom() > start.y()
+                and r.top() < end.y()
+                and r.bottom() > start.y()
             ]
             others = [
-                n.rect.adjusted(-3, -3, 3, 3)
-                for k, n in layout.nodes.items()
-                if not n.frame and k not in (u, v)
+                r.adjusted(-3, -3, 3, 3)
+                for k, r in boxes.between(src.top() - 3, dst.bottom() + 3)
+                if k not in (u, v)
             ]
             sides = (+1, -1) if src.center().x() >= dst.center().x() - 1 else (-1, +1)
             first = None
@@ -187,6 +210,11 @@ class DiagramView(QGraphicsView):
             self.toggle(key)
 
     def toggle(self, key: int) -> None:
+        run = self.layout_.folds.get(key) if self.layout_ is not None else None
+        if run is not None:  # a folded run: open it, or fold it again
+            self.open_folds ^= {run}
+            self._relayout(key)
+            return
         if key in self.expanded:
             self.collapse(key)
         else:
@@ -209,17 +237,37 @@ class DiagramView(QGraphicsView):
         self.expanded.discard(key)
         self._relayout(key)
 
+    def set_fold_repetition(self, on: bool) -> None:
+        """Fold repeated calls and identical sibling blocks into one box (on by default)."""
+        self.fold_repetition = on
+        self.rebuild()
+        self.layoutChanged.emit()
+
+    def expandable_keys(self) -> list[int]:
+        """Visible boxes a double-click would open (collapsed calls and folded runs)."""
+        if self.layout_ is None:
+            return []
+        return [k for k, n in self.layout_.nodes.items() if n.expandable and not n.frame]
+
     def set_expanded(self, keys: Iterable[int]) -> None:
         self.expanded = set(keys)
         self.rebuild()
         self.layoutChanged.emit()
 
-    def _relayout(self, anchor_key: int) -> None:
+    def _relayout(self, anchor_key: int | None) -> None:
         """Rebuild, keeping the toggled box where it was on screen."""
-        old = self.items_by_key.get(anchor_key)
+        old = self.items_by_key.get(anchor_key) if anchor_key is not None else None
         old_screen = self.mapFromScene(old.pos()) if old is not None else None
+        anchor_step = old.node.step if old is not None else None
         self.rebuild()
-        new = self.items_by_key.get(anchor_key)
+        new = self.items_by_key.get(anchor_key) if anchor_key is not None else None
+        if anchor_key is not None and anchor_key < 0 and self.layout_ is not None:
+            # fold keys are renumbered by each layout: find the box by its first step
+            new = next(
+                (self.items_by_key[k] for k, n in self.layout_.nodes.items()
+                 if k in self.items_by_key and n.step == anchor_step and k < 0),
+                new,
+            )  # fmt: skip
         if old_screen is not None and new is not None:
             delta = self.mapFromScene(new.pos()) - old_screen
             h, v = self.horizontalScrollBar(), self.verticalScrollBar()
@@ -237,13 +285,16 @@ class DiagramView(QGraphicsView):
 
     def key_for_step(self, index: int) -> int | None:
         """The visible box or frame standing for step ``index``."""
-        if self.layout_ is None or not 0 <= index < len(self.layout_.owner):
+        if self.layout_ is None or not 0 <= index < len(self.layout_.trace.steps):
             return None
-        return self.layout_.owner[index]
+        return self.layout_.owner_of(index)
 
     def set_current(self, index: int, scroll: bool = True) -> None:
         """Highlight the box of step ``index`` (or its collapsed ancestor) and show it."""
         self.current_step = index
+        if self.layout_ is not None and self.layout_.needs_focus(index):
+            # the step is inside a folded run: show the repetition holding it
+            self._relayout(None)
         key = self.key_for_step(index)
         if key == self.highlighted_key:
             if scroll and key is not None and key in self.items_by_key:
@@ -277,6 +328,16 @@ class DiagramView(QGraphicsView):
             self.ensureVisible(rect, 60, 60)
 
     # ---- zoom and pan
+
+    def contextMenuEvent(self, event) -> None:
+        item = self.itemAt(event.pos())
+        while item is not None and not hasattr(item, "node"):
+            item = item.parentItem()
+        if item is None:
+            super().contextMenuEvent(event)
+            return
+        self.stepContextMenu.emit(item.node.key, event.globalPos())
+        event.accept()
 
     def wheelEvent(self, event) -> None:
         delta = event.angleDelta().y()

@@ -61,10 +61,6 @@ def _base(path: str) -> str:
     return path.split("#", 1)[0]
 
 
-def _inside(module: str, path: str) -> bool:
-    return module == path or module.startswith(path + ".")
-
-
 def attention_steps(trace: Trace, paths: list[str]) -> list[int | None]:
     """For each attention path: the step that produced its weights (else its module call)."""
     from tracing.attention import attention_map_records
@@ -88,16 +84,27 @@ def layer_lookup(trace: Trace, paths: list[str]) -> dict[str, int]:
     module that contains exactly one attention module (its decoder block, its
     multi-head-attention wrapper).
     """
+    # linear in modules x depth: walk each module's own prefixes, never every pair
+    first: dict[str, int] = {}  # attention module path -> its first layer index
+    for i, path in enumerate(paths):
+        first.setdefault(_base(path), i)
+    holders: dict[str, list[int]] = {}  # a module -> the attention layers strictly inside it
+    for base, i in first.items():
+        parts = base.split(".")
+        for k in range(len(parts)):
+            holders.setdefault(".".join(parts[:k]), []).append(i)
     lookup: dict[str, int] = {}
-    bases = [_base(p) for p in paths]
     for module in {step.module for step in trace.steps}:
-        inside = [i for i, p in enumerate(bases) if _inside(module, p)]
-        if inside:  # the innermost attention module around it (its first call)
-            lookup[module] = min(inside, key=lambda i: (-len(bases[i]), i))
-            continue
-        containing = [i for i, p in enumerate(bases) if module and p.startswith(module + ".")]
-        if len(containing) == 1:
-            lookup[module] = containing[0]
+        parts = module.split(".") if module else []
+        for k in range(len(parts), 0, -1):  # the innermost attention module around it
+            index = first.get(".".join(parts[:k]))
+            if index is not None:
+                lookup[module] = index
+                break
+        else:
+            inside = holders.get(module, ()) if module else ()
+            if len(inside) == 1:
+                lookup[module] = inside[0]
     return lookup
 
 
@@ -129,6 +136,7 @@ class AttentionGrid(QWidget):
     """Every layer x head attention map as a clickable thumbnail (one widget, one paint)."""
 
     cellClicked = Signal(int, int)
+    cellContextMenu = Signal(int, int, QPoint)  # layer, head, global position (right-click)
     """(layer, head) of the thumbnail that was clicked."""
 
     LABEL_WIDTH = 34
@@ -261,6 +269,14 @@ class AttentionGrid(QWidget):
                 return
         super().mousePressEvent(event)
 
+    def contextMenuEvent(self, event) -> None:
+        cell = self.cell_at(event.pos())
+        if cell is None:
+            super().contextMenuEvent(event)
+            return
+        self.set_selected(*cell)
+        self.cellContextMenu.emit(*cell, event.globalPos())
+
     def event(self, event: QEvent) -> bool:
         if event.type() == QEvent.Type.ToolTip and not self.toolTip():
             QToolTip.hideText()
@@ -278,6 +294,8 @@ class AttentionPanel(QWidget):
     """The user asked to jump to the step that computed the chosen layer's weights."""
     selectionChanged = Signal(int, int)
     """(layer, head) now shown in the big view."""
+    headContextMenu = Signal(int, int, QPoint)
+    """Right-click on a thumbnail: (step that computed the layer's map, head, position)."""
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -336,6 +354,7 @@ class AttentionPanel(QWidget):
 
         self.grid = AttentionGrid()
         self.grid.cellClicked.connect(self._on_cell_clicked)
+        self.grid.cellContextMenu.connect(self._on_cell_context_menu)
         grid_title = QLabel("All layers × heads — click to open")
         bold = QFont(grid_title.font())
         bold.setBold(True)
@@ -516,6 +535,12 @@ class AttentionPanel(QWidget):
     def _on_cell_clicked(self, layer: int, head: int) -> None:
         self.set_layer(layer, head)
         self._request_current_step()
+
+    def _on_cell_context_menu(self, layer: int, head: int, where: QPoint) -> None:
+        self.set_layer(layer, head)
+        step = self.step_for_layer(layer)
+        if step is not None:
+            self.headContextMenu.emit(step, head, where)
 
     def _request_current_step(self) -> None:
         step = self.step_for_layer(self._layer)

@@ -393,6 +393,7 @@ class CompareWindow(QMainWindow):
         right_layout = QVBoxLayout(right)
         right_layout.setContentsMargins(8, 6, 8, 6)
         right_layout.setSpacing(6)
+        self.right_layout = right_layout  # add_card inserts above the first card
         right_layout.addWidget(_card_title("First divergence"))
         right_layout.addWidget(self.summary)
         right_layout.addLayout(buttons)
@@ -529,6 +530,12 @@ class CompareWindow(QMainWindow):
         start = self._position_of[id(self.first)] if self.first is not None else 0
         if self.entries:
             self.go_to(start)
+
+    def add_card(self, title: str, widget: QWidget) -> None:
+        """Put a titled card at the top of the right panel (the edit view's prediction)."""
+        self.right_layout.insertWidget(0, _separator())
+        self.right_layout.insertWidget(0, widget)
+        self.right_layout.insertWidget(0, _card_title(title))
 
     @classmethod
     def from_files(cls, path_a: str | Path, path_b: str | Path, **kwargs) -> CompareWindow:

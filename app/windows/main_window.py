@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
 import scratchformer
 from app import session
 from app.diagram.view import DiagramView
-from app.panels import breakpoints, generation, lens, retrace
+from app.panels import breakpoints, edits, generation, lens, retrace
 from app.panels.inspector import Inspector
 from app.panels.module_tree import ModuleTree
 from app.panels.source import SourceView
@@ -87,6 +87,9 @@ class MainWindow(QMainWindow):
         self.job: TraceJob | None = None
         self.progress_dialog: QProgressDialog | None = None
         self._last_prompt = ""
+        # (trace, the request that traced it live): edits re-run that request
+        self._live: tuple[Trace, session.TraceRequest] | None = None
+        self._pending_request: session.TraceRequest | None = None
         self.last_request: session.TraceRequest | None = None
         self.trace_models: dict[int, object] = {}  # id(trace) -> the model that produced it
 
@@ -146,6 +149,7 @@ class MainWindow(QMainWindow):
         self.breakpoints_dock = breakpoints.attach(self)
         self.lens_dock = lens.attach(self)
         self.generation = generation.attach(self)
+        self.edits = edits.attach(self)
         self.set_trace(None)
 
     # --------------------------------------------------------------------- actions
@@ -235,6 +239,14 @@ class MainWindow(QMainWindow):
             ["X"],
             "Open the collapsed box that holds the current step",
         )
+        self.fold_action = self._action(
+            "Fold &repetition",
+            lambda: self.diagram.set_fold_repetition(self.fold_action.isChecked()),
+            ["R"],
+            "Fold a loop's calls, identical sibling blocks and repeating ops into one box",
+        )
+        self.fold_action.setCheckable(True)
+        self.fold_action.setChecked(True)
         self.grad_colour_action = self._action(
             "Colour boxes by &gradient norm",
             lambda: self.diagram.set_grad_colouring(self.grad_colour_action.isChecked()),
@@ -285,6 +297,7 @@ class MainWindow(QMainWindow):
             self.expand_current_action,
             self.expand_all_action,
             self.collapse_all_action,
+            self.fold_action,
             None,
             self.grad_colour_action,
         ):
@@ -365,6 +378,13 @@ class MainWindow(QMainWindow):
         tools.addAction(self.report_action)
 
     # --------------------------------------------------------------------- trace
+
+    @property
+    def trace_request(self) -> session.TraceRequest | None:
+        """How the shown trace was traced from a live model (edits re-run it); None for a
+        trace opened from a file or made elsewhere."""
+        live = self._live
+        return live[1] if live is not None and live[0] is self.trace else None
 
     def set_trace(
         self, trace: Trace | None, path: Path | None = None, start: int | None = None
@@ -692,6 +712,7 @@ class MainWindow(QMainWindow):
         except session.SessionError as e:
             dialogs.show_error(self, "Cannot load the demo", str(e))
             return
+        self._pending_request = request
         self._on_trace_finished(outcome)
 
     def start_trace(self, request: session.TraceRequest) -> TraceJob | None:
@@ -701,6 +722,7 @@ class MainWindow(QMainWindow):
             return None
         job = TraceJob(request)
         self.job = job
+        self._pending_request = request
         self.last_request = request  # what File ▸ Reload and re-trace runs again
         self.progress_dialog = dialogs.cancellable_progress(
             self, "Tracing the forward pass…", "New trace", 100, job.cancel
@@ -738,6 +760,8 @@ class MainWindow(QMainWindow):
         if outcome.trace is None:
             dialogs.show_error(self, "Tracing failed", outcome.message or "No trace was recorded.")
             return
+        if self._pending_request is not None:
+            self._live = (outcome.trace, self._pending_request)
         self.set_trace(outcome.trace, path=None, start=outcome.start_step)
         if outcome.status == "failed":
             step = outcome.trace.steps[self.current] if outcome.trace.steps else None
@@ -784,7 +808,8 @@ class MainWindow(QMainWindow):
             ("F", "fit the diagram · wheel zooms · drag pans"),
             ("X", "expand the box holding the current step"),
             ("C / E", "collapse / expand all blocks"),
-            ("double-click", "expand or collapse a box"),
+            ("R", "fold repetition (loops, identical blocks) on / off"),
+            ("double-click", "expand or collapse a box, open or fold a run"),
         ]
         text = "".join(f"<tr><td><b>{k}</b>&nbsp;&nbsp;</td><td>{v}</td></tr>" for k, v in rows)
         dialogs.show_info(self, "Keyboard shortcuts", f"<table>{text}</table>")

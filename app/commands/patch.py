@@ -1,0 +1,140 @@
+"""``scratchformer patch``: an activation patching sweep, as CSV and a PNG heatmap.
+
+    scratchformer patch --clean "wordplay|yalp" --corrupted "workplay|yalp" -o heads.csv
+    scratchformer patch --clean ... --corrupted ... --over positions -o pos.csv --png pos.png
+    scratchformer patch --clean ... --corrupted ... --site blocks.0.feed_forward --site blocks.1
+
+The corrupted prompt runs once per site (every attention head, every block, every block ×
+position, or the ``--site`` list), each time with that site's value taken from the clean
+prompt's run. The table holds the metric of each run: the logit of the clean run's next
+token minus that of the corrupted run's best other token, at the last position. Both
+prompts must have the same number of tokens (bytes). The PNG shows each cell's share of
+the way from the corrupted metric (0) to the clean one (1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+from pathlib import Path
+
+from app.commands.checks import output_file
+from app.commands.trace import _load_model
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "patch",
+        help="activation patching sweep: CSV table and PNG heatmap",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--checkpoint", metavar="PATH", help="a model checkpoint (.safetensors)")
+    source.add_argument("--preset", metavar="NAME", help="a preset (random weights)")
+    source.add_argument("--demo", action="store_true", help="the bundled demo model (the default)")
+    p.add_argument("--seed", type=int, default=0, help="weights seed for --preset (default 0)")
+    p.add_argument("--clean", required=True, help="the prompt whose values are patched in")
+    p.add_argument("--corrupted", required=True, help="the prompt that is run with patches")
+    p.add_argument(
+        "--over",
+        choices=("heads", "layers", "positions"),
+        default="heads",
+        help="what one run patches (default: heads); --site overrides it",
+    )
+    p.add_argument(
+        "--site",
+        action="append",
+        metavar="SITE",
+        help="patch this site ('blocks.1', 'blocks.0.self_attn.attention:softmax#0'); repeat",
+    )
+    p.add_argument("-o", "--output", required=True, metavar="CSV", help="table to write")
+    p.add_argument("--png", metavar="PNG", help="also write the heatmap as a PNG image")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.set_defaults(func=run)
+
+
+def write_png(result, path: Path, title: str) -> None:
+    """Render the heatmap without a screen (Qt's offscreen platform when there is none)."""
+    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtWidgets import QApplication
+
+    from app.widgets.sweep_heatmap import sweep_image
+
+    # a QApplication (not a QGuiApplication): a later widget in this process needs one
+    _app = QApplication.instance() or QApplication(["scratchformer"])
+    if not sweep_image(result, title).save(str(path), "PNG"):
+        from app.cli import UserError
+
+        raise UserError(f"cannot write the image {path}")
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from app.cli import UserError
+    from app.progress import ProgressBar
+    from scratchformer import ByteTokenizer
+    from tracing.patching import sweep
+
+    quiet = args.quiet
+
+    def say(message: str) -> None:
+        if not quiet:
+            print(message, file=sys.stderr)
+
+    output = output_file(args.output)
+    png = output_file(args.png) if args.png else None
+    tok = ByteTokenizer()
+    clean, corrupted = tok.encode(args.clean), tok.encode(args.corrupted)
+    if not clean or not corrupted:
+        raise UserError("--clean and --corrupted must both be non-empty")
+    if len(clean) != len(corrupted):
+        raise UserError(
+            f"--clean is {len(clean)} tokens (bytes) and --corrupted {len(corrupted)}: "
+            "patching needs prompts of the same length"
+        )
+    model, _origin = _load_model(args, say)
+    block_size = getattr(getattr(model, "config", None), "block_size", None)
+    if block_size is not None and len(clean) > block_size:
+        raise UserError(
+            f"the prompts are {len(clean)} tokens; the model's block_size is {block_size}"
+        )
+    over = args.site if args.site else args.over
+    bar: ProgressBar | None = None
+
+    def progress(done: int, total: int) -> None:
+        nonlocal bar
+        if bar is None:
+            stream = io.StringIO() if quiet else None
+            bar = ProgressBar(
+                total, f"patch over {args.over if not args.site else 'sites'}", stream=stream
+            )
+        bar.update(1)
+
+    with torch.no_grad():
+        result = sweep(
+            model,
+            torch.tensor([clean]),
+            torch.tensor([corrupted]),
+            over=over,
+            progress=progress,
+            token_label=tok.token_str,
+        )
+    if bar is not None:
+        bar.close()
+    output.write_text(result.to_csv())
+    best = result.best()
+    where = f"; largest: {best[0]} {best[1]} = {best[2]:.3f}" if best else ""
+    print(
+        f"wrote {output}: {len(result.rows)}x{len(result.columns)} runs in "
+        f"{result.seconds:.1f}s, {result.metric_name} clean {result.clean_metric:.3f} "
+        f"corrupted {result.corrupted_metric:.3f}{where}"
+    )
+    if png is not None:
+        write_png(result, png, f"patch {args.corrupted!r} with {args.clean!r} over {result.over}")
+        print(f"wrote {png}")
+    return 0

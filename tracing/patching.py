@@ -1,0 +1,365 @@
+"""Activation patching sweeps: which heads, layers or positions carry the answer?
+
+Run the model on a *clean* input and on a *corrupted* one (a changed token), then run the
+corrupted input again many times, each time with one site's value taken from the clean run.
+A site whose patch brings the clean prediction back is where the information lives.
+
+>>> result = sweep(model, clean_ids, corrupted_ids, over="heads")   # doctest: +SKIP
+>>> result.values.shape          # (layers, heads)                   # doctest: +SKIP
+>>> print(result.to_csv())                                            # doctest: +SKIP
+
+``over``:
+
+- ``"heads"``: one run per (layer, head), patching that head's output (the attention
+  weights times the values, ``(B, H, T, D)``, before the heads are merged);
+- ``"layers"``: one run per block, patching its whole output (the residual stream);
+- ``"positions"``: one run per (block, position), patching the residual stream at one
+  position after that block (causal tracing's layer × position map);
+- a list of sites (``"blocks.1.feed_forward"``, ``Edit`` objects...): one run each.
+
+The sites are found in one ``shapes`` trace of the clean run, by what the model did, not by
+its names: attention maps are recognised by the tracer, and the blocks are the longest list
+of numbered children. The clean values are kept once, from one clean run; each patched run
+is a plain forward with hooks on one module only (:func:`tracing.edit_run.run_edited`).
+
+The default metric is the *logit difference* at the last position between the clean run's
+prediction and the corrupted run's (its best token other than the clean one): high when the
+clean answer wins. ``result.clean_metric`` and ``result.corrupted_metric`` are the two ends.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from tracing.edit_run import run_edited
+from tracing.edits import Action, Edit, EditError, EditPlan, Patch, as_edit
+from tracing.sites import Site, step_site
+
+Metric = Callable[[Any], float]
+
+
+@dataclass
+class SweepResult:
+    """A table of the metric: one row per layer (or site), one column per head/position."""
+
+    over: str
+    rows: list[str]
+    columns: list[str]
+    values: torch.Tensor  # (rows, columns), float64; NaN where not run (cancelled, no site)
+    edits: list[list[Edit | None]]  # the edit of each cell
+    clean_metric: float
+    corrupted_metric: float
+    metric_name: str = "metric"
+    cancelled: bool = False
+    seconds: float = 0.0
+    runs: int = 0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def normalized(self) -> torch.Tensor:
+        """``(value - corrupted) / (clean - corrupted)``: 1 = the patch restores the clean
+        metric fully, 0 = it does nothing."""
+        span = self.clean_metric - self.corrupted_metric
+        if span == 0:
+            return torch.full_like(self.values, math.nan)
+        return (self.values - self.corrupted_metric) / span
+
+    def best(self) -> tuple[str, str, float] | None:
+        """(row, column, value) of the largest value."""
+        finite = torch.nan_to_num(self.values, nan=-math.inf)
+        if not torch.isfinite(finite).any():
+            return None
+        flat = int(torch.argmax(finite))
+        r, c = divmod(flat, self.values.shape[1])
+        return self.rows[r], self.columns[c], float(self.values[r, c])
+
+    def to_csv(self) -> str:
+        """The table as CSV: a header of column labels, a row label then the values."""
+        out = io.StringIO()
+        out.write(",".join([_csv(self.over), *(_csv(c) for c in self.columns)]) + "\n")
+        for label, row in zip(self.rows, self.values.tolist()):
+            cells = ["" if math.isnan(v) else repr(round(v, 9)) for v in row]
+            out.write(",".join([_csv(label), *cells]) + "\n")
+        return out.getvalue()
+
+
+def _csv(text: str) -> str:
+    return f'"{text}"' if any(ch in text for ch in ',"\n') else text
+
+
+# --------------------------------------------------------------------------- metric
+
+
+def output_logits(output: Any) -> torch.Tensor:
+    """The logits in a model's output: the tensor itself, ``.logits`` / ``["logits"]`` (HF),
+    or the first tensor of a tuple (``(logits, loss)``)."""
+    if isinstance(output, torch.Tensor):
+        return output
+    if isinstance(output, Mapping) and isinstance(output.get("logits"), torch.Tensor):
+        return output["logits"]
+    logits = getattr(output, "logits", None)
+    if isinstance(logits, torch.Tensor):
+        return logits
+    if isinstance(output, (tuple, list)):
+        for item in output:
+            if isinstance(item, torch.Tensor):
+                return item
+    raise EditError(f"cannot find logits in the model's output ({type(output).__name__})")
+
+
+def logit_difference(
+    clean_output: Any, corrupted_output: Any, token_label: Callable[[int], str] | None = None
+) -> tuple[Metric, str]:
+    """The default metric: logit of the clean prediction minus that of the corrupted
+    run's best other token, at the last position of the first batch row; and its name
+    (``logit['d'] - logit['k']`` with a ``token_label``, ``logit[100] - ...`` without)."""
+    clean = output_logits(clean_output)[0, -1]
+    corrupted = output_logits(corrupted_output)[0, -1]
+    right = int(clean.argmax())
+    ranked = corrupted.argsort(descending=True).tolist()
+    wrong = next(t for t in ranked if t != right)
+
+    def metric(output: Any) -> float:
+        last = output_logits(output)[0, -1]
+        return float(last[right] - last[wrong])
+
+    def name(token: int) -> str:
+        return repr(token_label(token)) if token_label is not None else str(token)
+
+    return metric, f"logit[{name(right)}] - logit[{name(wrong)}]"
+
+
+# --------------------------------------------------------------------------- sites
+
+
+def head_sites(trace) -> list[tuple[Site, int]]:
+    """(site, output index) of each attention layer's per-head output ``(B, H, T, D)``, in
+    the order they ran (see :func:`head_site_for_map`)."""
+    consumers = _consumers(trace)
+    found: list[tuple[Site, int]] = []
+    for rec in trace.tensors:
+        if rec.role == "attention" and rec.producer is not None:
+            site = _head_site(trace, rec, consumers)
+            if site is not None and site not in found:
+                found.append(site)
+    return found
+
+
+def head_site_for_map(trace, step_index: int) -> tuple[Site, int] | None:
+    """(site, output index) of the per-head output made from the attention map that step
+    ``step_index`` computed (a softmax, a fused attention call); None if there is none."""
+    step = trace.steps[step_index]
+    for rid in step.outputs:
+        rec = trace.tensor(rid)
+        if rec.role == "attention":
+            return _head_site(trace, rec, _consumers(trace))
+    return None
+
+
+def _consumers(trace) -> dict[int, list]:
+    consumers: dict[int, list] = {}
+    for s in trace.steps:
+        for rid in s.inputs:
+            consumers.setdefault(rid, []).append(s)
+    return consumers
+
+
+def _head_site(trace, rec, consumers: dict[int, list]) -> tuple[Site, int] | None:
+    """The op that multiplies an attention map with the values (or the fused attention
+    call that made the map), as its module's output when the module returns it (a module
+    site needs no op instrument, so patching it is cheaper)."""
+    steps = trace.steps
+    producer = steps[rec.producer]
+    if producer.kind == "op" and producer.op == "scaled_dot_product_attention":
+        step = producer  # fused: its first output is already per head
+    else:
+        mixes = [c for c in consumers.get(rec.id, ()) if c.op in ("matmul", "bmm", "einsum")]
+        if not mixes:
+            return None
+        step = mixes[0]
+    if not step.outputs:
+        return None
+    out = step.outputs[0]
+    parent = steps[step.parent] if step.parent is not None else None
+    if parent is not None and out in parent.outputs:
+        return step_site(trace, parent), parent.outputs.index(out)
+    return step_site(trace, step), 0
+
+
+def block_sites(trace) -> list[Site]:
+    """The blocks: the module with the most children named ``0``, ``1``, ``2``... that
+    all ran (``blocks`` here, ``transformer.h`` in HF GPT-2)."""
+    best: list[str] = []
+    ran = {s.module for s in trace.steps if s.kind == "module"}
+    for path, info in trace.modules.items():
+        prefix = f"{path}." if path else ""
+        numbered = [c for c in info.children if c[len(prefix) :].isdigit()]
+        if len(numbered) > len(best) and all(c in ran for c in numbered):
+            best = sorted(numbered, key=lambda c: int(c[len(prefix) :]))
+    if not best:
+        raise EditError("no blocks found: the model has no list of numbered submodules")
+    return [Site(path, call=0) for path in best]
+
+
+# --------------------------------------------------------------------------- sweep
+
+
+class _Keep(Action):
+    """Keep the value in a dict under the site's name, change nothing (the clean run)."""
+
+    def __init__(self, store: dict[str, torch.Tensor]):
+        self.store = store
+
+    def apply(self, value, ctx):
+        self.store[str(ctx.site)] = value.detach().clone()
+        return value
+
+
+def _as_args(inputs: Any) -> tuple:
+    return inputs if isinstance(inputs, tuple) else (inputs,)
+
+
+def _grid(trace, over: str | Sequence, clean_values: dict) -> tuple:
+    """(rows, columns, edits per cell, (site, output) whose clean values are needed)."""
+    source = Patch(clean_values)
+    if isinstance(over, str) and over == "heads":
+        sites = head_sites(trace)
+        if not sites:
+            raise EditError("no attention maps in the trace: cannot sweep over heads")
+        heads = max(trace.tensor(_site_output(trace, s, k)).shape[1] for s, k in sites)
+        rows = [f"layer {i}" for i in range(len(sites))]
+        columns = [f"head {h}" for h in range(heads)]
+        cells = [[Edit(s, source, head=h, output=k) for h in range(heads)] for s, k in sites]
+        return rows, columns, cells, sites
+    if isinstance(over, str) and over in ("layers", "positions"):
+        blocks = block_sites(trace)
+        rows = [str(Site(s.module)) for s in blocks]
+        if over == "layers":
+            cells = [[Edit(s, source)] for s in blocks]
+            return rows, ["block output"], cells, [(s, 0) for s in blocks]
+        T = trace.tensor(_site_output(trace, blocks[0], 0)).shape[-2]
+        columns = [f"pos {p}" for p in range(T)]
+        cells = [[Edit(s, source, positions=p) for p in range(T)] for s in blocks]
+        return rows, columns, cells, [(s, 0) for s in blocks]
+    if isinstance(over, str):
+        raise ValueError(
+            f"over must be 'heads', 'layers', 'positions' or a list of sites; got {over!r}"
+        )
+    edits = [_patch_edit(item, source) for item in over]
+    rows = [e.describe().removeprefix(f"{source.describe()} at ") for e in edits]
+    return rows, ["patched"], [[e] for e in edits], [(e.site, e.output) for e in edits]
+
+
+def _patch_edit(item: Any, source: Patch) -> Edit:
+    """A sweep item as a patch from the clean run: a site, or an Edit whose site, heads
+    and positions are kept (its action is replaced by the patch)."""
+    if isinstance(item, (str, Site)):
+        return Edit(item, source)
+    edit = as_edit(item)
+    return Edit(
+        edit.site, source, head=edit.head, positions=edit.positions, output=edit.output,
+        head_axis=edit.head_axis, position_axis=edit.position_axis,
+    )  # fmt: skip
+
+
+def _site_output(trace, site: Site, k: int) -> int:
+    from tracing.sites import site_steps
+
+    return site_steps(trace, site)[0].outputs[k]
+
+
+def sweep(
+    model: nn.Module,
+    clean: Any,
+    corrupted: Any,
+    metric: Metric | None = None,
+    over: str | Sequence = "heads",
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    cancel: Callable[[], bool] | Any = None,
+    token_label: Callable[[int], str] | None = None,
+) -> SweepResult:
+    """One corrupted run per site with that site patched from the clean run; the metric of
+    each run in a table (see the module doc).
+
+    ``clean`` and ``corrupted`` are the model's input (a tensor, or a tuple of positional
+    arguments) and must have the same shapes. ``metric(output) -> float`` defaults to
+    :func:`logit_difference` (``token_label(id)`` names its tokens). ``progress(done,
+    total)`` is called after every run; ``cancel()`` (or an object with ``is_set()``, a
+    ``threading.Event``) stops the sweep between runs: the result then has
+    ``cancelled=True`` and NaN where it did not run.
+    """
+    import tracing
+
+    t0 = time.perf_counter()
+    clean_args, corrupted_args = _as_args(clean), _as_args(corrupted)
+    for a, b in zip(clean_args, corrupted_args):
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape != b.shape:
+            raise ValueError(
+                f"clean and corrupted inputs must have the same shape to patch one into the "
+                f"other; got {tuple(a.shape)} and {tuple(b.shape)}"
+            )
+    should_stop = getattr(cancel, "is_set", cancel)
+    structure = tracing.trace(model, *clean_args, capture="shapes")
+    clean_values: dict[str, torch.Tensor] = {}
+    rows, columns, cells, keep = _grid(structure, over, clean_values)
+    with torch.no_grad():
+        store: dict[str, torch.Tensor] = {}
+        keeper = _Keep(store)
+        keep_plan = EditPlan.of([Edit(site, keeper, output=k) for site, k in keep])
+        keep_plan.check_model(model)
+        clean_output = run_edited(model, *clean_args, edits=keep_plan)
+        clean_values.update(store)
+        corrupted_output = model(*corrupted_args)
+        if metric is None:
+            metric, name = logit_difference(clean_output, corrupted_output, token_label)
+        else:
+            name = getattr(metric, "__name__", "metric")
+        values = torch.full((len(rows), len(columns)), math.nan, dtype=torch.float64)
+        total = sum(len(r) for r in cells)
+        done = 0
+        cancelled = False
+        plans = [[EditPlan.of([e]) for e in row] for row in cells]
+        for i, row in enumerate(plans):
+            for j, plan in enumerate(row):
+                if should_stop is not None and should_stop():
+                    cancelled = True
+                    break
+                values[i, j] = metric(run_edited(model, *corrupted_args, edits=plan))
+                done += 1
+                if progress is not None:
+                    progress(done, total)
+            if cancelled:
+                break
+        result = SweepResult(
+            over=over if isinstance(over, str) else "sites",
+            rows=rows,
+            columns=columns,
+            values=values,
+            edits=cells,
+            clean_metric=metric(clean_output),
+            corrupted_metric=metric(corrupted_output),
+            metric_name=name,
+            cancelled=cancelled,
+            runs=done,
+        )
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+__all__ = [
+    "SweepResult",
+    "block_sites",
+    "head_site_for_map",
+    "head_sites",
+    "logit_difference",
+    "output_logits",
+    "sweep",
+]
