@@ -86,6 +86,7 @@ from app.windows import dialogs
 from tracing.divergence import (
     STATUS_TEXT,
     divergence_fraction,
+    entry_place,
     entry_score,
     score_text,
     step_scores,
@@ -665,13 +666,8 @@ class CompareWindow(QMainWindow):
 
     def _show_entry(self, e: StepDiff) -> None:
         colour = divergence_colour(entry_score(e)).name()
-        where = []
-        if e.a_index is not None:
-            where.append(f"A step {e.a_index + 1}")
-        if e.b_index is not None:
-            where.append(f"B step {e.b_index + 1}")
         self.step_title.setText(
-            f"<b>{html.escape(e.label)}</b> · {' · '.join(where)}<br>"
+            f"<b>{html.escape(e.label)}</b> · {entry_place(e)}<br>"
             f"<span style='color:{colour}'>● {STATUS_TEXT.get(e.status, e.status)}</span>"
         )
         self.metrics.setRowCount(len(e.outputs))
@@ -816,15 +812,10 @@ class CompareWindow(QMainWindow):
             return
         step = self._step_of(first)
         colour = divergence_colour(entry_score(first)).name()
-        where = []
-        if first.a_index is not None:
-            where.append(f"A step {first.a_index + 1}")
-        if first.b_index is not None:
-            where.append(f"B step {first.b_index + 1}")
         lines = [
             f"<span style='color:{colour}; font-size:12pt'><b>● {html.escape(first.label)}"
             f"</b></span>",
-            f"{' · '.join(where)} · {STATUS_TEXT.get(first.status, first.status)}",
+            f"{entry_place(first)} · {STATUS_TEXT.get(first.status, first.status)}",
         ]
         if first.rel_l2 is not None:
             lines.append(
