@@ -143,10 +143,14 @@ def measure(shape: str, scale: float, tmp: Path) -> dict[str, float]:
     window.resize(1400, 900)
     window.show()
     app.processEvents()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
+    trace = tracing.load(path)
+    load_s, load_cpu = time.perf_counter() - t0, time.process_time() - c0
+    del trace
+    t0, c0 = time.perf_counter(), time.process_time()
     assert window.open_path(path), "the trace did not open"
     app.processEvents()
-    open_s = time.perf_counter() - t0
+    open_s, open_cpu = time.perf_counter() - t0, time.process_time() - c0
     n = len(window.trace.steps)
 
     def timed(index: int) -> float:
@@ -174,6 +178,9 @@ def measure(shape: str, scale: float, tmp: Path) -> dict[str, float]:
         "steps": n,
         "trace_s": trace_s,
         "open_s": open_s,
+        "open_cpu": open_cpu,
+        "load_s": load_s,
+        "load_cpu": load_cpu,
         "step_median_ms": statistics.median(steps) * 1000,
         "step_worst_ms": max(steps) * 1000,
         "expand_worst_ms": max(expands, default=0.0) * 1000,
@@ -206,8 +213,12 @@ def main() -> int:
             for name, value, target in rows:
                 print(f"{shape:<6} {r['steps']:>6} {name:<12} {value:>8.1f}ms {target:>7.0f}ms "
                       f"{value / target:>6.2f}")  # fmt: skip
+            print(f"{shape:<6} {r['steps']:>6} open: {r['open_cpu']:.2f} s CPU, of which reading "
+                  f"the file alone {r['load_s']:.2f} s ({r['load_cpu']:.2f} s CPU)")  # fmt: skip
             print(f"{shape:<6} {r['steps']:>6} traced in {r['trace_s']:.1f} s, "
                   f"{r['boxes']} boxes drawn")  # fmt: skip
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (wall times grow "
+          "with it; CPU times much less)")  # fmt: skip
     return 0
 
 

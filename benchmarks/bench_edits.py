@@ -15,6 +15,10 @@ Part ``sweep`` (the ``gpt2-small`` preset, random weights, 64 tokens): ``tracing
 .sweep(over="heads")`` (12 x 12 = 144 patched runs, plus the shapes trace that finds the
 sites, the clean run and the corrupted run) against 144 plain forwards of the corrupted
 input, alternated; each figure is the median over ``--sweep-rounds``. Target: <= 1.3x.
+
+Part ``cells`` interleaves finer, for a machine whose load drifts: one plain forward and
+one patched run (a random head) alternated ABBA, and the sweep's fixed setup timed once;
+the sweep's ratio is estimated from the two medians.
 """
 
 from __future__ import annotations
@@ -52,13 +56,7 @@ def bench_trace(rounds: int) -> None:
 
 
 def bench_sweep(rounds: int, tokens: int) -> None:
-    from scratchformer import DecoderOnlyTransformer, ModelConfig
-
-    torch.manual_seed(0)
-    model = DecoderOnlyTransformer(ModelConfig.preset("gpt2-small")).eval()
-    clean = torch.randint(0, model.config.vocab_size, (1, tokens))
-    corrupted = clean.clone()
-    corrupted[0, tokens // 2] = (corrupted[0, tokens // 2] + 1) % model.config.vocab_size
+    model, clean, corrupted = _gpt2_small(tokens)
     n = model.config.n_layers * model.config.n_heads
     print(
         f"head sweep: gpt2-small preset, {tokens} tokens, {n} patched runs vs {n} plain "
@@ -87,13 +85,74 @@ def bench_sweep(rounds: int, tokens: int) -> None:
     print(f"  ratio {swept / plain:.3f}x")
 
 
+def bench_cells(pairs: int, tokens: int) -> None:
+    """Finer than whole sweeps: one plain forward and one patched run of a random head,
+    alternated ABBA, plus the sweep's fixed setup (shapes trace, clean run, corrupted run)
+    timed once; the ratio of a 12 x 12 sweep is estimated from the medians."""
+    import random
+
+    from tracing.edit_run import run_edited
+    from tracing.edits import EditPlan, Patch
+    from tracing.patching import _Keep, head_sites
+
+    model, clean, corrupted = _gpt2_small(tokens)
+    with torch.no_grad():
+        start = time.perf_counter()
+        sites = head_sites(tracing.trace(model, clean, capture="shapes"))
+        store: dict = {}
+        keep = EditPlan.of([Edit(s, _Keep(store), output=k) for s, k in sites])
+        run_edited(model, clean, edits=keep)
+        model(corrupted)
+        setup = time.perf_counter() - start
+        heads = model.config.n_heads
+        source = Patch(store)
+        plans = [
+            EditPlan.of([Edit(s, source, head=h, output=k)]) for s, k in sites for h in range(heads)
+        ]
+        plain, patched = [], []
+        rng = random.Random(0)
+        for i in range(pairs):
+            for which in (0, 1) if i % 2 == 0 else (1, 0):  # ABBA: load drift cancels
+                start = time.perf_counter()
+                if which == 0:
+                    model(corrupted)
+                    plain.append(time.perf_counter() - start)
+                else:
+                    run_edited(model, corrupted, edits=rng.choice(plans))
+                    patched.append(time.perf_counter() - start)
+    p, q = statistics.median(plain), statistics.median(patched)
+    n = len(plans)
+    print(
+        f"patched run vs plain forward: gpt2-small preset, {tokens} tokens, "
+        f"{torch.get_num_threads()} threads, {pairs} ABBA pairs"
+    )
+    print(f"  plain forward {p * 1e3:.1f} ms, patched run {q * 1e3:.1f} ms ({q / p:.3f}x)")
+    print(f"  sweep setup (shapes trace, clean run, corrupted run) {setup:.2f} s")
+    print(
+        f"  estimated sweep of {n} / {n} plain forwards = ({n} x {q:.3f} + {setup:.2f}) / "
+        f"({n} x {p:.3f}) = {(n * q + setup) / (n * p):.3f}x"
+    )
+
+
+def _gpt2_small(tokens: int):
+    from scratchformer import DecoderOnlyTransformer, ModelConfig
+
+    torch.manual_seed(0)
+    model = DecoderOnlyTransformer(ModelConfig.preset("gpt2-small")).eval()
+    clean = torch.randint(0, model.config.vocab_size, (1, tokens))
+    corrupted = clean.clone()
+    corrupted[0, tokens // 2] = (corrupted[0, tokens // 2] + 1) % model.config.vocab_size
+    return model, clean, corrupted
+
+
 def _list(values: list[float]) -> str:
     return ", ".join(f"{v:.2f}" for v in values)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--part", choices=("trace", "sweep", "both"), default="both")
+    parser.add_argument("--part", choices=("trace", "sweep", "cells", "both"), default="both")
+    parser.add_argument("--pairs", type=int, default=30, help="cells part: ABBA pairs")
     parser.add_argument("--rounds", type=int, default=150, help="trace part rounds")
     parser.add_argument("--sweep-rounds", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=64)
@@ -105,6 +164,8 @@ def main() -> None:
         bench_trace(args.rounds)
     if args.part in ("sweep", "both"):
         bench_sweep(args.sweep_rounds, args.tokens)
+    if args.part == "cells":
+        bench_cells(args.pairs, args.tokens)
 
 
 if __name__ == "__main__":

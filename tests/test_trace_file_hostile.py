@@ -290,3 +290,20 @@ def test_a_complex128_trace_saves_without_those_values_and_says_so(tmp_path):
     assert all(r.value_key is None for r in loaded.tensors if r.dtype == "complex128")
     assert "complex128" in loaded.meta["notes"][-1] and "not saved" in loaded.meta["notes"][-1]
     assert "notes" not in trace.meta  # the trace in memory is unchanged
+
+
+def test_writing_never_replaces_a_device_or_a_fifo(tmp_path):
+    """Saving over /dev/null or a FIFO must not rename a plain file over it (as root that
+    would turn /dev/null into a regular file for the whole machine)."""
+    import stat
+
+    from tracing import report
+
+    trace = tracing.trace(torch.nn.Linear(2, 2), torch.randn(1, 2))
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(tracing.TraceFileError, match="not a regular file"):
+        trace.save(fifo)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    report.write(trace, os.devnull, "md")  # written into the device, not renamed over it
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)

@@ -332,6 +332,12 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` as UTF-8 under a temporary name beside ``path``, then rename it
     over ``path``: a failed write leaves no empty or half-written report behind."""
     path = Path(path)
+    if os.path.lexists(path) and not path.is_file() and not path.is_dir():
+        # a device or a FIFO (/dev/null, a pipe): write into it; renaming over it would
+        # replace it with a plain file
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            f.write(_encodable(text))
+        return path
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:100]}.", suffix=".partial")
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:

@@ -196,6 +196,9 @@ def _partial_name(path: Path) -> Path:
     directory = path.parent if str(path.parent) else Path(".")
     if not directory.is_dir():
         raise TraceFileError(f"cannot write {path}: the folder {directory} does not exist")
+    if os.path.lexists(path) and not path.is_file():
+        # renaming over it would replace a device (/dev/null) or a FIFO with a plain file
+        raise TraceFileError(f"cannot write {path}: it exists and is not a regular file")
     return directory / f".{path.name}.{os.getpid()}.{threading.get_ident()}.partial"
 
 
