@@ -160,3 +160,28 @@ def test_background_run_and_sweep_dialog(window, qtbot, errors, tmp_path):
     dialog.corrupted_edit.setText("work")
     assert not dialog.run(background=False)
     assert "same length" in errors[-1][1]
+
+
+def test_right_click_on_a_box_asks_for_that_steps_menu(window):
+    from PySide6.QtGui import QContextMenuEvent
+
+    from app.diagram.items import BoxItem
+
+    view = window.diagram
+    view.stepContextMenu.disconnect()  # record the request instead of opening a menu
+    seen: list[int] = []
+    view.stepContextMenu.connect(lambda index, _where: seen.append(index))
+
+    def right_click(item) -> None:
+        pos = view.mapFromScene(item.sceneBoundingRect().center())
+        reason = QContextMenuEvent.Reason.Mouse
+        view.contextMenuEvent(QContextMenuEvent(reason, pos, view.mapToGlobal(pos)))
+
+    boxes = [(k, it) for k, it in view.items_by_key.items() if isinstance(it, BoxItem)]
+    key, item = next((k, it) for k, it in boxes if k >= 0)
+    right_click(item)
+    assert seen == [key]
+    outside = [it for k, it in boxes if k < 0]  # the input and output boxes
+    for item in outside:
+        right_click(item)
+    assert seen == [key]

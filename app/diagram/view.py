@@ -333,7 +333,7 @@ class DiagramView(QGraphicsView):
         item = self.itemAt(event.pos())
         while item is not None and not hasattr(item, "node"):
             item = item.parentItem()
-        if item is None:
+        if item is None or item.node.key < 0:  # the canvas, input/output, a folded run
             super().contextMenuEvent(event)
             return
         self.stepContextMenu.emit(item.node.key, event.globalPos())

@@ -184,7 +184,8 @@ class EditsController(QObject):
         )
 
     def show_step_menu(self, index: int, where: QPoint) -> None:
-        if self.window.trace is not None:
+        trace = self.window.trace
+        if trace is not None and 0 <= index < len(trace.steps):
             self.step_menu(index).exec(where)
 
     def show_head_menu(self, map_step: int, head: int, where: QPoint) -> None:
