@@ -73,6 +73,16 @@ def step_scores(
     return out
 
 
+def entry_place(entry: StepDiff) -> str:
+    """Where an aligned entry sits on each side: ``A step 3 · B step 4`` (one side if only one)."""
+    where = []
+    if entry.a_index is not None:
+        where.append(f"A step {entry.a_index + 1}")
+    if entry.b_index is not None:
+        where.append(f"B step {entry.b_index + 1}")
+    return " · ".join(where)
+
+
 def entry_score(entry: StepDiff | None) -> float | None:
     """One entry's divergence: its relative L2, ``inf`` for a structural change, or the
     statistics delta when no values were kept (None when nothing could be compared)."""
@@ -92,6 +102,7 @@ __all__ = [
     "LOG_FLOOR",
     "STATUS_TEXT",
     "divergence_fraction",
+    "entry_place",
     "entry_score",
     "score_text",
     "step_scores",

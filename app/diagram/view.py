@@ -385,6 +385,7 @@ class DiagramView(QGraphicsView):
         scene = self.scene()
         source = scene.itemsBoundingRect().adjusted(-20, -20, 20, 20)
         if path.suffix.lower() == ".svg":
+            # deferred: QtSvg loads only when someone exports an SVG, not at start-up
             from PySide6.QtSvg import QSvgGenerator
 
             generator = QSvgGenerator()

@@ -253,10 +253,25 @@ class BreakpointsPanel(QWidget):
         self.last_hit: BreakHit | None = None
         self._exhausted_from: int | None = None  # a run from here found nothing
 
-        SP = QStyle.StandardPixmap
-        style = self.style()
+        header = self._build_header()
+        self._build_list()
+        self._build_run()
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 6, 6)
+        layout.setSpacing(6)
+        layout.addLayout(header)
+        layout.addWidget(self.list, 1)
+        layout.addWidget(self.placeholder)
+        layout.addWidget(self.run_button)
+        layout.addWidget(self.result)
+        self.model.rowsInserted.connect(self._update_enabled)
+        self.model.rowsRemoved.connect(self._update_enabled)
+        self.model.modelReset.connect(self._update_enabled)
+        self.model.dataChanged.connect(self._on_data_changed)
+        self._update_enabled()
 
-        # ---- header: add / remove
+    def _build_header(self) -> QHBoxLayout:
+        """Add the current module, add a condition (a menu), remove one, clear all."""
         self.add_module_button = QToolButton(self)
         self.add_module_button.setObjectName("addModuleBreakpoint")
         self.add_module_button.setText("+ Module")
@@ -290,7 +305,9 @@ class BreakpointsPanel(QWidget):
 
         self.remove_button = QToolButton(self)
         self.remove_button.setObjectName("removeBreakpoint")
-        self.remove_button.setIcon(style.standardIcon(SP.SP_DialogDiscardButton))
+        self.remove_button.setIcon(
+            self.style().standardIcon(QStyle.StandardPixmap.SP_DialogDiscardButton)
+        )
         self.remove_button.setToolTip("Remove the selected breakpoint (Delete)")
         self.remove_button.clicked.connect(self.remove_selected)
         self.clear_button = QToolButton(self)
@@ -306,8 +323,10 @@ class BreakpointsPanel(QWidget):
         header.addStretch(1)
         header.addWidget(self.remove_button)
         header.addWidget(self.clear_button)
+        return header
 
-        # ---- the list
+    def _build_list(self) -> None:
+        """The breakpoints with their hit counts (Delete removes one), or a hint when none."""
         self.model = BreakpointListModel(self)
         self.list = QListView(self)
         self.list.setObjectName("breakpointList")
@@ -330,10 +349,11 @@ class BreakpointsPanel(QWidget):
         self.placeholder.setObjectName("hint")
         self.placeholder.setWordWrap(True)
 
-        # ---- run
+    def _build_run(self) -> None:
+        """Run to the next breakpoint, and what the last run found."""
         self.run_button = QPushButton("Run to next breakpoint", self)
         self.run_button.setObjectName("runToBreakpoint")
-        self.run_button.setIcon(style.standardIcon(SP.SP_MediaPlay))
+        self.run_button.setIcon(self.style().standardIcon(QStyle.StandardPixmap.SP_MediaPlay))
         self.run_button.setToolTip(
             "From the current step to the next step where a breakpoint holds (F5)"
         )
@@ -344,21 +364,6 @@ class BreakpointsPanel(QWidget):
         self.result.setWordWrap(True)
         self.result.setTextFormat(Qt.TextFormat.RichText)
         self.result.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(6, 6, 6, 6)
-        layout.setSpacing(6)
-        layout.addLayout(header)
-        layout.addWidget(self.list, 1)
-        layout.addWidget(self.placeholder)
-        layout.addWidget(self.run_button)
-        layout.addWidget(self.result)
-
-        self.model.rowsInserted.connect(self._update_enabled)
-        self.model.rowsRemoved.connect(self._update_enabled)
-        self.model.modelReset.connect(self._update_enabled)
-        self.model.dataChanged.connect(self._on_data_changed)
-        self._update_enabled()
 
     def sizeHint(self) -> QSize:
         return QSize(330, 420)
@@ -658,8 +663,6 @@ def attach(window) -> BreakpointsDock:
     The dock follows the window's trace and current step; "Run to next breakpoint" (F5,
     also in the Debug menu) moves the window to the step found.
     """
-    from PySide6.QtGui import QAction
-
     dock = BreakpointsDock(window)
     panel = dock.panel
     panel.stepRequested.connect(window.go_to)

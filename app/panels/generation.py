@@ -25,12 +25,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QObject, QRectF, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QFontMetrics, QKeyEvent, QMouseEvent, QPainter, QPen
+from PySide6.QtCore import QEvent, QObject, QRectF, QSize, Qt, Signal
+from PySide6.QtGui import (
+    QAction,
+    QColor,
+    QFont,
+    QFontMetrics,
+    QKeyEvent,
+    QKeySequence,
+    QMouseEvent,
+    QPainter,
+    QPen,
+)
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
     QDialog,
+    QDockWidget,
     QFrame,
     QHBoxLayout,
     QHeaderView,
@@ -48,6 +59,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+import tracing
 from app import theme
 from app.generation_session import MAX_NEW_TOKENS, GenerationOutcome, GenerationRequest
 from app.session import DEFAULT_CAPTURE, ModelSource
@@ -69,8 +81,6 @@ class TraceGenerationDialog(QDialog):
         super().__init__(parent)
         self.setWindowTitle("Trace generation")
         self.setMinimumWidth(480)
-        import tracing
-
         self.prompt_edit = QPlainTextEdit(self)
         self.prompt_edit.setPlaceholderText("Text the model continues…")
         self.prompt_edit.setPlainText(prompt)
@@ -295,8 +305,17 @@ class GenerationView(QWidget):
         self.setObjectName("generationView")
         self.generation: GenerationTrace | None = None
         self.current = -1
-        SP = QStyle.StandardPixmap
+        self._build_title()
+        self._build_timeline()
+        self._build_pass_table()
+        self._build_attention()
+        self._build_layout()
+        self.set_generation(None)
 
+    # --------------------------------------------------------------------- building
+
+    def _build_title(self) -> None:
+        """The heading: prompt → answer · passes."""
         self.title = QLabel("Generation")
         self.title.setObjectName("generationTitle")
         font = QFont(self.title.font())
@@ -304,6 +323,8 @@ class GenerationView(QWidget):
         font.setPointSizeF(font.pointSizeF() + 1)
         self.title.setFont(font)
 
+    def _build_timeline(self) -> None:
+        """The token chips in a scroll area, and the buttons that step between passes."""
         self.timeline = TokenTimeline()
         self.timeline.passClicked.connect(self.select_pass)
         self.scroll = QScrollArea()
@@ -312,33 +333,61 @@ class GenerationView(QWidget):
         self.scroll.setFrameShape(QFrame.Shape.NoFrame)
         self.scroll.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.scroll.setFixedHeight(self.timeline.height() + 12)
-
-        self.prev_button = QToolButton()
-        self.prev_button.setObjectName("prevPass")
-        self.prev_button.setIcon(self.style().standardIcon(SP.SP_MediaSeekBackward))
-        self.prev_button.setText("Prev pass")
-        self.prev_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-        self.prev_button.setToolTip("The pass before: one token less in the sequence")
-        self.prev_button.clicked.connect(lambda: self.select_pass(self.current - 1))
-        self.next_button = QToolButton()
-        self.next_button.setObjectName("nextPass")
-        self.next_button.setIcon(self.style().standardIcon(SP.SP_MediaSeekForward))
-        self.next_button.setText("Next pass")
-        self.next_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-        self.next_button.setToolTip("The pass after: one token more in the sequence")
-        self.next_button.clicked.connect(lambda: self.select_pass(self.current + 1))
+        self.prev_button = self._pass_button(
+            "prevPass",
+            QStyle.StandardPixmap.SP_MediaSeekBackward,
+            "Prev pass",
+            "The pass before: one token less in the sequence",
+            -1,
+        )
+        self.next_button = self._pass_button(
+            "nextPass",
+            QStyle.StandardPixmap.SP_MediaSeekForward,
+            "Next pass",
+            "The pass after: one token more in the sequence",
+            +1,
+        )
         self.info = QLabel(" ")
         self.info.setObjectName("generationInfo")
         self.info.setTextFormat(Qt.TextFormat.RichText)
 
-        nav = QHBoxLayout()
+        self.nav = nav = QHBoxLayout()
         nav.setSpacing(6)
         nav.addWidget(self.prev_button)
         nav.addWidget(self.next_button)
         nav.addSpacing(10)
         nav.addWidget(self.info, 1)
 
-        # ---- the selected pass's attention map: it grows with the sequence
+    def _pass_button(self, name: str, icon, text: str, tip: str, delta: int) -> QToolButton:
+        button = QToolButton()
+        button.setObjectName(name)
+        button.setIcon(self.style().standardIcon(icon))
+        button.setText(text)
+        button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        button.setToolTip(tip)
+        button.clicked.connect(lambda: self.select_pass(self.current + delta))
+        return button
+
+    def _build_pass_table(self) -> None:
+        """One row per pass: what it saw, what it chose, how sure it was."""
+        self.pass_table = QTableWidget(0, 5)
+        self.pass_table.setObjectName("passTable")
+        self.pass_table.setHorizontalHeaderLabels(["pass", "saw", "chose", "p", "steps"])
+        self.pass_table.verticalHeader().hide()
+        self.pass_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.pass_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.pass_table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.pass_table.setShowGrid(False)
+        self.pass_table.setAlternatingRowColors(True)
+        self.pass_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        self.pass_table.verticalHeader().setDefaultSectionSize(
+            self.pass_table.fontMetrics().height() + 6
+        )
+        self.pass_table.currentCellChanged.connect(lambda row, *_: self.select_pass(row))
+
+    def _build_attention(self) -> None:
+        """The selected pass's attention map, which grows with the sequence, and its
+        layer and head choosers."""
         self.layer_combo = QComboBox()
         self.layer_combo.setObjectName("generationLayer")
         self.layer_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
@@ -358,32 +407,7 @@ class GenerationView(QWidget):
         controls.addStretch(1)
         self.heatmap = HeatmapView()
         self.heatmap.setObjectName("generationHeatmap")
-
-        # one row per pass: what it saw, what it chose, how sure it was
-        self.pass_table = QTableWidget(0, 5)
-        self.pass_table.setObjectName("passTable")
-        self.pass_table.setHorizontalHeaderLabels(["pass", "saw", "chose", "p", "steps"])
-        self.pass_table.verticalHeader().hide()
-        self.pass_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.pass_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.pass_table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.pass_table.setShowGrid(False)
-        self.pass_table.setAlternatingRowColors(True)
-        self.pass_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
-        self.pass_table.verticalHeader().setDefaultSectionSize(
-            self.pass_table.fontMetrics().height() + 6
-        )
-        self.pass_table.currentCellChanged.connect(lambda row, *_: self.select_pass(row))
-
-        # timeline, navigation and passes on the left, the growing attention map on the right
-        left = QWidget()
-        left_layout = QVBoxLayout(left)
-        left_layout.setContentsMargins(0, 0, 0, 0)
-        left_layout.setSpacing(6)
-        left_layout.addWidget(self.scroll)
-        left_layout.addLayout(nav)
-        left_layout.addWidget(self.pass_table, 1)
-        right = QWidget()
+        self.attention_pane = right = QWidget()
         right_layout = QVBoxLayout(right)
         right_layout.setContentsMargins(0, 0, 0, 0)
         right_layout.setSpacing(4)
@@ -393,9 +417,19 @@ class GenerationView(QWidget):
         right_layout.addLayout(controls)
         right_layout.addWidget(self.heatmap, 1)
         right_layout.addWidget(self.attention_caption)
+
+    def _build_layout(self) -> None:
+        """Timeline, navigation and passes on the left, the attention map on the right."""
+        left = QWidget()
+        left_layout = QVBoxLayout(left)
+        left_layout.setContentsMargins(0, 0, 0, 0)
+        left_layout.setSpacing(6)
+        left_layout.addWidget(self.scroll)
+        left_layout.addLayout(self.nav)
+        left_layout.addWidget(self.pass_table, 1)
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.addWidget(left)
-        self.splitter.addWidget(right)
+        self.splitter.addWidget(self.attention_pane)
         self.splitter.setChildrenCollapsible(False)
         self.splitter.setStretchFactor(0, 1)
         self.splitter.setStretchFactor(1, 1)
@@ -406,7 +440,6 @@ class GenerationView(QWidget):
         layout.setSpacing(6)
         layout.addWidget(self.title)
         layout.addWidget(self.splitter, 1)
-        self.set_generation(None)
 
     # --------------------------------------------------------------------- input
 
@@ -547,9 +580,6 @@ class GenerationController(QObject):
 
     def __init__(self, window):
         super().__init__(window)
-        from PySide6.QtGui import QAction, QKeySequence
-        from PySide6.QtWidgets import QDockWidget
-
         self.window = window
         self.job: GenerationJob | None = None
         self.progress_dialog = None
@@ -578,8 +608,6 @@ class GenerationController(QObject):
             self.start(dialog.request(source))
 
     def eventFilter(self, watched, event) -> bool:
-        from PySide6.QtCore import QEvent
-
         if watched is self.window and event.type() == QEvent.Type.Close:
             self.shutdown()
         return False

@@ -36,6 +36,7 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelInd
 from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QDockWidget,
     QHeaderView,
     QLabel,
     QSplitter,
@@ -45,11 +46,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import theme
+from app import session, theme
 from app.theme import PROBABILITY_CMAP
 from app.widgets.common import titled
 from app.widgets.heatmap import HeatmapView, colormap
 from app.widgets.tensor_view import token_label
+from tracing.lens import find_attention_modules, head_contributions, logit_lens
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch.nn as nn
@@ -210,6 +212,11 @@ class LensTableModel(QAbstractTableModel):
 # --------------------------------------------------------------------------- the view
 
 
+def _titled(title: str, widget: QWidget, hint: str) -> QWidget:
+    """A titled pane, packed tighter than the main window's (the lens dock is short)."""
+    return titled(title, widget, hint, margins=(0, 6, 0, 0), spacing=3)
+
+
 class LensView(QWidget):
     """Logit lens grid, final-token probability per layer, head contributions.
 
@@ -257,32 +264,26 @@ class LensView(QWidget):
         mono = QFont("DejaVu Sans Mono")
         mono.setStyleHint(QFont.StyleHint.Monospace)
         self.grid.setFont(mono)
-        grid_box = titled(
+        grid_box = _titled(
             "Top prediction per position and layer",
             self.grid,
             "colour = probability · ✓ = the prompt's next token",
-            margins=(0, 6, 0, 0),
-            spacing=3,
         )
 
         # ---- heatmaps
         self.final_heatmap = HeatmapView()
         self.final_heatmap.setObjectName("lensFinalHeatmap")
-        final_box = titled(
+        final_box = _titled(
             "P(final prediction) per layer",
             self.final_heatmap,
             "how sure each layer already is of the token the model ends up predicting",
-            margins=(0, 6, 0, 0),
-            spacing=3,
         )
         self.heads_heatmap = HeatmapView()
         self.heads_heatmap.setObjectName("headContributions")
-        heads_box = titled(
+        heads_box = _titled(
             "Head contributions",
             self.heads_heatmap,
             "mean ‖what each head writes into the residual stream‖ (through W_o)",
-            margins=(0, 6, 0, 0),
-            spacing=3,
         )
         right = QSplitter(Qt.Orientation.Vertical)
         right.addWidget(final_box)
@@ -351,8 +352,6 @@ class LensView(QWidget):
 
     def refresh(self) -> None:
         """Compute the read-outs for the current trace and model, and show them."""
-        from tracing.lens import head_contributions, logit_lens
-
         self._dirty = False
         trace, model = self.trace, self.model
         if trace is None or not trace.steps:
@@ -393,8 +392,6 @@ class LensView(QWidget):
         self.table_model.set_lens(lens)
         self._fill_final_heatmap(lens)
         try:
-            from tracing.lens import find_attention_modules
-
             self.head_layers = find_attention_modules(trace)
             self.contributions = head_contributions(model, trace)
         except (ValueError, KeyError, RuntimeError) as e:
@@ -466,10 +463,6 @@ def attach(window):
     ``id(trace)`` to a model already at hand (a traced generation fills it). A trace opened
     from a file has no model, and the dock says so.
     """
-    from PySide6.QtWidgets import QDockWidget
-
-    from app import session
-
     dock = QDockWidget("Lens", window)
     dock.setObjectName("lensDock")
     view = LensView(dock)

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import theme
+from app.diagram.layout import shape_label
 from app.widgets.common import make_scroll_area_opaque
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -81,8 +82,6 @@ class ModuleTreeModel(QStandardItemModel):
             self._build(trace)
 
     def _build(self, trace: Trace) -> None:
-        from app.diagram.layout import shape_label
-
         modules = trace.modules
         self._info = dict(modules)
         output: dict[str, str] = {}

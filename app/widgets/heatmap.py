@@ -337,11 +337,23 @@ class HeatmapView(QWidget):
         self._ticks_shown: dict[str, tuple] = {}  # axis -> (labels, first, last, every)
         self._widest: tuple = (None, 0)  # (labels, pixel width of the widest)
 
+        self._build_plot()
+        self._build_message_page()
+        self._build_legend()
+        self._build_hover_line()
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
+        layout.addLayout(self._pages, 1)
+        layout.addWidget(self._legend)
+        layout.addWidget(self._hover)
+
+    def _build_plot(self) -> None:
+        """One image with left and top axes and a colour bar on the right, in the palette's
+        colours; hover and zoom refresh the hover line and the tick labels."""
         palette = self.palette()
         background = palette.color(QPalette.ColorRole.Base)
         foreground = palette.color(QPalette.ColorRole.Text)
-
-        # ---- the plot: one image, left/top axes, colour bar on the right
         self._canvas = pg.GraphicsLayoutWidget()
         self._canvas.setBackground(background)
         self._canvas.setMinimumSize(160, 120)
@@ -380,7 +392,8 @@ class HeatmapView(QWidget):
         self._plot.getViewBox().sigRangeChanged.connect(self._update_ticks)
         self._plot.getViewBox().sigResized.connect(self._update_ticks)
 
-        # ---- message page (no values captured, scalar, empty step ...)
+    def _build_message_page(self) -> None:
+        """The page shown instead of the plot (no values captured, a scalar, an empty step)."""
         self._message = QLabel()
         self._message.setObjectName("heatmapMessage")
         self._message.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -394,27 +407,22 @@ class HeatmapView(QWidget):
         self._pages.addWidget(self._canvas)
         self._pages.addWidget(self._message)
 
-        # ---- legend line for mask fills (hidden when there are none)
+    def _build_legend(self) -> None:
+        """The legend line for mask fills (hidden when there are none)."""
         self._legend = QLabel()
         self._legend.setObjectName("heatmapMaskedLegend")
         self._legend.setTextFormat(Qt.TextFormat.RichText)
         self._legend.hide()
         self._masked: np.ndarray | None = None
 
-        # ---- hover line under the plot
+    def _build_hover_line(self) -> None:
+        """``(row, col) = value`` under the mouse, in a small muted line under the plot."""
         self._hover = ElidedLabel()
         self._hover.setObjectName("heatmapHover")
         font = self._hover.font()
         font.setPointSizeF(max(7.0, font.pointSizeF() - 1))
         self._hover.setFont(font)
         self._hover.setForegroundRole(QPalette.ColorRole.PlaceholderText)
-
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(2)
-        layout.addLayout(self._pages, 1)
-        layout.addWidget(self._legend)
-        layout.addWidget(self._hover)
 
     # ---- parts, for callers and tests
 
@@ -666,6 +674,7 @@ class HeatmapView(QWidget):
 
     def export(self, path: str | Path) -> Path:
         """Write the plot (image, axes, colour bar) as PNG or SVG, chosen by the suffix."""
+        # deferred: pyqtgraph's exporters load only on export, not at start-up
         from pyqtgraph import exporters
 
         path = Path(path)
@@ -691,6 +700,7 @@ class HeatmapView(QWidget):
         return path
 
     def _export_svg_with_qt(self, path: Path) -> None:
+        # deferred: QtSvg loads only when someone exports an SVG, not at start-up
         from PySide6.QtSvg import QSvgGenerator
 
         source = self._plot.sceneBoundingRect()

@@ -54,6 +54,7 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QFileDialog,
     QFrame,
     QGraphicsItem,
     QHBoxLayout,
@@ -74,7 +75,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import theme
+from app import session, theme
 from app.diagram.items import FrameItem
 from app.diagram.view import DiagramView
 from app.panels.step_bar import StepBar
@@ -85,6 +86,7 @@ from app.windows import dialogs
 from tracing.divergence import (
     STATUS_TEXT,
     divergence_fraction,
+    entry_place,
     entry_score,
     score_text,
     step_scores,
@@ -362,15 +364,48 @@ class CompareWindow(QMainWindow):
         self._syncing = False
         self._tokens_a = token_labels(trace_a)
 
-        # ---- the two diagrams
+        self._build_diagrams()
+        self._build_right_panel()
+        self._build_step_bar()
+        self._build_layout()
+        self._wire()
+        self._actions()
+        self._show_first()
+
+    # --------------------------------------------------------------------- building
+
+    def _build_diagrams(self) -> None:
+        """A diagram per side, each with its divergence rings and badges."""
         self.diagram_a = DiagramView(self)
         self.diagram_b = DiagramView(self)
-        self.overlay_a = DivergenceOverlay(self.diagram_a, step_scores(self.diff, trace_a, "a"))
-        self.overlay_b = DivergenceOverlay(self.diagram_b, step_scores(self.diff, trace_b, "b"))
-        side_a = self._side_pane("A", name_a, trace_a, self.diagram_a)
-        side_b = self._side_pane("B", name_b, trace_b, self.diagram_b)
+        self.overlay_a = DivergenceOverlay(
+            self.diagram_a, step_scores(self.diff, self.trace_a, "a")
+        )
+        self.overlay_b = DivergenceOverlay(
+            self.diagram_b, step_scores(self.diff, self.trace_b, "b")
+        )
 
-        # ---- right panel: first divergence, this step, A − B
+    def _build_right_panel(self) -> None:
+        """First divergence, this step, A − B: the panel right of the diagrams."""
+        buttons = self._build_summary()
+        self._build_step_card()
+        self._build_tabs()
+        self.right_panel = right = QWidget()
+        right_layout = QVBoxLayout(right)
+        right_layout.setContentsMargins(8, 6, 8, 6)
+        right_layout.setSpacing(6)
+        self.right_layout = right_layout  # add_card inserts above the first card
+        right_layout.addWidget(_card_title("First divergence"))
+        right_layout.addWidget(self.summary)
+        right_layout.addLayout(buttons)
+        right_layout.addWidget(_separator())
+        right_layout.addWidget(_card_title("This step"))
+        right_layout.addWidget(self.step_title)
+        right_layout.addWidget(self.metrics)
+        right_layout.addWidget(self.tabs, 1)
+
+    def _build_summary(self) -> QHBoxLayout:
+        """The first divergence in words, and the buttons that jump between divergences."""
         self.summary = QLabel()
         self.summary.setObjectName("compareSummary")
         self.summary.setWordWrap(True)
@@ -387,7 +422,10 @@ class CompareWindow(QMainWindow):
         buttons.addWidget(self.first_button)
         buttons.addWidget(self.next_div_button)
         buttons.addStretch(1)
+        return buttons
 
+    def _build_step_card(self) -> None:
+        """This step's title and the metrics of each of its outputs."""
         self.step_title = QLabel(" ")
         self.step_title.setObjectName("compareStepTitle")
         self.step_title.setTextFormat(Qt.TextFormat.RichText)
@@ -408,6 +446,22 @@ class CompareWindow(QMainWindow):
         self.metrics.verticalHeader().setDefaultSectionSize(self.metrics.fontMetrics().height() + 8)
         self.metrics.setFixedHeight(3 * (self.metrics.fontMetrics().height() + 8) + 30)
 
+    def _build_tabs(self) -> None:
+        """A − B and the list of divergent steps, as tabs."""
+        self.divergent_list = QListWidget()
+        self.divergent_list.setObjectName("divergentSteps")
+        self.divergent_list.setUniformItemSizes(True)
+        self.divergent_list.itemActivated.connect(self._on_divergent_item)
+        self.divergent_list.itemClicked.connect(self._on_divergent_item)
+        self._fill_divergent_list()
+
+        self.tabs = QTabWidget()
+        self.tabs.setDocumentMode(True)
+        self.tabs.addTab(self._build_difference_page(), "A − B")
+        self.tabs.addTab(self.divergent_list, f"Divergent steps ({len(self.divergent)})")
+
+    def _build_difference_page(self) -> QWidget:
+        """A − B as a heatmap, with a slice bar for the leading axes."""
         self.slice_bar = _SliceBar()
         self.slice_bar.changed.connect(self._render_difference)
         self.difference_heatmap = HeatmapView()
@@ -421,74 +475,55 @@ class CompareWindow(QMainWindow):
         diff_layout.addWidget(self.slice_bar)
         diff_layout.addWidget(self.difference_heatmap, 1)
         diff_layout.addWidget(self.difference_caption)
+        return diff_page
 
-        self.divergent_list = QListWidget()
-        self.divergent_list.setObjectName("divergentSteps")
-        self.divergent_list.setUniformItemSizes(True)
-        self.divergent_list.itemActivated.connect(self._on_divergent_item)
-        self.divergent_list.itemClicked.connect(self._on_divergent_item)
-        self._fill_divergent_list()
-
-        self.tabs = QTabWidget()
-        self.tabs.setDocumentMode(True)
-        self.tabs.addTab(diff_page, "A − B")
-        self.tabs.addTab(self.divergent_list, f"Divergent steps ({len(self.divergent)})")
-
-        right = QWidget()
-        right_layout = QVBoxLayout(right)
-        right_layout.setContentsMargins(8, 6, 8, 6)
-        right_layout.setSpacing(6)
-        self.right_layout = right_layout  # add_card inserts above the first card
-        right_layout.addWidget(_card_title("First divergence"))
-        right_layout.addWidget(self.summary)
-        right_layout.addLayout(buttons)
-        right_layout.addWidget(_separator())
-        right_layout.addWidget(_card_title("This step"))
-        right_layout.addWidget(self.step_title)
-        right_layout.addWidget(self.metrics)
-        right_layout.addWidget(self.tabs, 1)
-
-        self.splitter = QSplitter(Qt.Orientation.Horizontal)
-        self.splitter.addWidget(side_a)
-        self.splitter.addWidget(side_b)
-        self.splitter.addWidget(right)
-        self.splitter.setChildrenCollapsible(False)
-        self.splitter.setHandleWidth(5)
-        self.splitter.setSizes([560, 560, 480])
-
-        # ---- step bar over the aligned entries (reused; the module-stepping buttons hidden)
+    def _build_step_bar(self) -> None:
+        """The step bar over the aligned entries (reused; the module-stepping buttons
+        hidden), with the colour legend beside it."""
         self.step_bar = StepBar(self)
         for b in (self.step_bar.over_button, self.step_bar.out_button, self.step_bar.nan_button):
             b.hide()
         self.step_bar.stepRequested.connect(self.go_to)
         self.legend = DivergenceLegend()
-        bottom = QWidget()
+        self.bottom_bar = bottom = QWidget()
         bottom.setObjectName("stepBar")
         bottom_layout = QHBoxLayout(bottom)
         bottom_layout.setContentsMargins(0, 0, 8, 0)
         bottom_layout.addWidget(self.step_bar, 1)
         bottom_layout.addWidget(self.legend, 0, Qt.AlignmentFlag.AlignVCenter)
 
+    def _build_layout(self) -> None:
+        """Side A, side B and the right panel in a splitter, the step bar below."""
+        side_a = self._side_pane("A", self.name_a, self.trace_a, self.diagram_a)
+        side_b = self._side_pane("B", self.name_b, self.trace_b, self.diagram_b)
+        self.splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.splitter.addWidget(side_a)
+        self.splitter.addWidget(side_b)
+        self.splitter.addWidget(self.right_panel)
+        self.splitter.setChildrenCollapsible(False)
+        self.splitter.setHandleWidth(5)
+        self.splitter.setSizes([560, 560, 480])
         central = QWidget()
         layout = QVBoxLayout(central)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
         layout.addWidget(self.splitter, 1)
-        layout.addWidget(bottom)
+        layout.addWidget(self.bottom_bar)
         self.setCentralWidget(central)
         self.counts_label = QLabel(self._counts_text())
         self.statusBar().addWidget(self.counts_label, 1)
 
-        # ---- wiring
+    def _wire(self) -> None:
+        """Clicks and expansions on either diagram move both sides."""
         self.diagram_a.stepActivated.connect(lambda i: self.go_to_step("a", i))
         self.diagram_b.stepActivated.connect(lambda i: self.go_to_step("b", i))
         self.diagram_a.layoutChanged.connect(lambda: self._sync_expansion("a"))
         self.diagram_b.layoutChanged.connect(lambda: self._sync_expansion("b"))
-        self._actions()
 
-        # ---- content
-        self.diagram_a.set_trace(trace_a)
-        self.diagram_b.set_trace(trace_b)
+    def _show_first(self) -> None:
+        """Both traces drawn, the summary filled, and the first divergence on show."""
+        self.diagram_a.set_trace(self.trace_a)
+        self.diagram_b.set_trace(self.trace_b)
         self.overlay_a.apply()
         self.overlay_b.apply()
         self._fill_summary()
@@ -496,8 +531,6 @@ class CompareWindow(QMainWindow):
         start = self._position_of[id(self.first)] if self.first is not None else 0
         if self.entries:
             self.go_to(start)
-
-    # --------------------------------------------------------------------- building
 
     def add_card(self, title: str, widget: QWidget) -> None:
         """Put a titled card at the top of the right panel (the edit view's prediction)."""
@@ -508,8 +541,6 @@ class CompareWindow(QMainWindow):
     @classmethod
     def from_files(cls, path_a: str | Path, path_b: str | Path, **kwargs) -> CompareWindow:
         """Open two trace files (``app.session.SessionError`` names a bad one)."""
-        from app import session
-
         a = session.open_trace(path_a)
         b = session.open_trace(path_b)
         return cls(a, b, Path(path_a).name, Path(path_b).name, **kwargs)
@@ -635,13 +666,8 @@ class CompareWindow(QMainWindow):
 
     def _show_entry(self, e: StepDiff) -> None:
         colour = divergence_colour(entry_score(e)).name()
-        where = []
-        if e.a_index is not None:
-            where.append(f"A step {e.a_index + 1}")
-        if e.b_index is not None:
-            where.append(f"B step {e.b_index + 1}")
         self.step_title.setText(
-            f"<b>{html.escape(e.label)}</b> · {' · '.join(where)}<br>"
+            f"<b>{html.escape(e.label)}</b> · {entry_place(e)}<br>"
             f"<span style='color:{colour}'>● {STATUS_TEXT.get(e.status, e.status)}</span>"
         )
         self.metrics.setRowCount(len(e.outputs))
@@ -786,15 +812,10 @@ class CompareWindow(QMainWindow):
             return
         step = self._step_of(first)
         colour = divergence_colour(entry_score(first)).name()
-        where = []
-        if first.a_index is not None:
-            where.append(f"A step {first.a_index + 1}")
-        if first.b_index is not None:
-            where.append(f"B step {first.b_index + 1}")
         lines = [
             f"<span style='color:{colour}; font-size:12pt'><b>● {html.escape(first.label)}"
             f"</b></span>",
-            f"{' · '.join(where)} · {STATUS_TEXT.get(first.status, first.status)}",
+            f"{entry_place(first)} · {STATUS_TEXT.get(first.status, first.status)}",
         ]
         if first.rel_l2 is not None:
             lines.append(
@@ -880,7 +901,6 @@ def open_compare(
     trace_a: Trace, trace_b: Trace, name_a: str = "A", name_b: str = "B", parent=None
 ) -> CompareWindow:
     """Build and show a compare window (kept alive by its parent, or by the caller)."""
-
     window = CompareWindow(trace_a, trace_b, name_a, name_b, parent=parent)
     dialogs.show_child_window(window, parent)
     return window
@@ -919,8 +939,6 @@ class CompareLauncher(QObject):
         self.action.setEnabled(trace is not None and bool(trace.steps))
 
     def open_dialog(self) -> None:
-        from PySide6.QtWidgets import QFileDialog
-
         start = self.window.trace_path.parent if self.window.trace_path else Path.cwd()
         path, _ = QFileDialog.getOpenFileName(
             self.window,
@@ -933,8 +951,6 @@ class CompareLauncher(QObject):
 
     def open_with(self, path: str | Path) -> CompareWindow | None:
         """Compare the window's trace (A) with the trace file at ``path`` (B)."""
-        from app import session
-
         trace = self.window.trace
         if trace is None:
             return None
@@ -948,7 +964,6 @@ class CompareLauncher(QObject):
 
     def show_pair(self, trace_a, trace_b, name_a: str, name_b: str) -> CompareWindow | None:
         """A CompareWindow of two traces in memory, owned by the main window."""
-
         try:
             compare = CompareWindow(trace_a, trace_b, name_a, name_b, parent=self.window)
         except Exception as e:  # two traces the diff cannot align: say so, keep going

@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+import tracing
 from app.session import DEFAULT_CAPTURE, PRESETS, CheckedValues, ModelSource, TraceRequest
 
 
@@ -144,8 +145,6 @@ class NewTraceDialog(QDialog):
         super().__init__(parent)
         self.setWindowTitle("New trace")
         self.setMinimumWidth(520)
-        import tracing
-
         self.prompt_edit = QPlainTextEdit(self)
         self.prompt_edit.setPlaceholderText("Text to feed the model…")
         self.prompt_edit.setPlainText(prompt)

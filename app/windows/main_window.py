@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+import scratchformer
 from app import session
 from app.diagram.view import DiagramView
 from app.panels import breakpoints, edits, generation, lens, retrace
@@ -39,6 +40,7 @@ from app.panels.step_bar import StepBar
 from app.widgets.common import LayoutFirewall, titled
 from app.windows import compare_window, dialogs, rank_window
 from app.workers import TraceJob
+from tracing import report
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracing import Trace
@@ -577,8 +579,6 @@ class MainWindow(QMainWindow):
     def export_report(self, path: str | Path, fmt: str | None = None) -> bool:
         if self.trace is None:
             return False
-        from tracing import report
-
         try:
             report.write(self.trace, path, fmt)
         except Exception as e:
@@ -693,8 +693,6 @@ class MainWindow(QMainWindow):
     # --------------------------------------------------------------------- tracing
 
     def new_trace_dialog(self) -> None:
-        import scratchformer
-
         dialog = dialogs.NewTraceDialog(self, self._last_prompt or scratchformer.DEMO_PROMPT)
         if dialog.exec():
             request = dialog.request()
@@ -703,8 +701,6 @@ class MainWindow(QMainWindow):
 
     def load_demo(self, background: bool = True) -> None:
         """Trace the bundled demo model on its prompt (what a bare ``scratchformer app`` does)."""
-        import scratchformer
-
         request = session.TraceRequest(
             prompt=scratchformer.DEMO_PROMPT, source=session.ModelSource("demo")
         )
