@@ -95,3 +95,28 @@ def test_format_count():
     assert format_count(24_576) == "24.6K"
     assert format_count(512) == "512"
     assert format_count(0) == ""
+
+
+def test_a_large_model_builds_its_rows_on_demand(qtbot, trace, monkeypatch, qtmodeltester):
+    """Above LAZY_ABOVE modules, deeper rows are built when expanded, selected or filtered,
+    and the tree then holds exactly what the eager one does."""
+    import app.panels.module_tree as module_tree
+
+    monkeypatch.setattr(module_tree, "LAZY_ABOVE", 0)
+    tree = ModuleTree()
+    qtbot.addWidget(tree)
+    tree.set_trace(trace)
+    built = set(tree.model._items)
+    assert "blocks" in built and "blocks.0" not in built  # only the first levels
+    qtmodeltester.check(tree.model, force_py=True)
+    tree.select_module("blocks.1.ff.fc2")  # a step inside builds the rows down to it
+    assert tree.selected_path() == "blocks.1.ff.fc2"
+    assert "blocks.0" in tree.model._items and "blocks.0.attn" not in tree.model._items
+    block0 = tree.proxy.mapFromSource(tree.model.index_for_path("blocks.0"))
+    tree.view.expand(block0)  # expanding builds one more level
+    assert "blocks.0.attn" in tree.model._items
+    tree.filter_edit.setText("layernorm")  # a filter sees every row
+    norms = {p for p, m in trace.modules.items() if m.type == "LayerNorm"}
+    assert norms <= set(tree.visible_paths())
+    tree.filter_edit.setText("")
+    assert sorted(tree.visible_paths()) == sorted(trace.modules)

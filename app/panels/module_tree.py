@@ -48,11 +48,21 @@ def format_count(n: int) -> str:
     return str(n) if n else ""
 
 
+#: models with more modules than this build their tree rows level by level, on demand
+LAZY_ABOVE = 2000
+
+
 class ModuleTreeModel(QStandardItemModel):
     """Rows are modules, children in definition order; columns name, type, output, params.
 
     Built once per trace as standard items, so painting the tree (on every step) never
     calls back into Python. ``PATH_ROLE`` holds each row's dotted module path.
+
+    A model with more than :data:`LAZY_ABOVE` modules (a 1,000-layer stack has 8,000) is
+    built lazily: the root and its children first, each deeper level when its parent is
+    expanded, a step selects a module inside it (:meth:`index_for_path`) or a filter is
+    typed (:meth:`build_all`). An unbuilt row holds one empty placeholder child, so it
+    still shows its expand arrow.
     """
 
     def __init__(self, parent=None):
@@ -60,12 +70,14 @@ class ModuleTreeModel(QStandardItemModel):
         self._items: dict[str, QStandardItem] = {}
         self._info: dict[str, Any] = {}
         self._paths: list[str] = []
+        self._unbuilt: dict[str, QStandardItem] = {}  # rows whose children wait to be built
+        self._row_for = None
         self.setHorizontalHeaderLabels(list(COLUMNS))
 
     def set_trace(self, trace: Trace | None) -> None:
         self.clear()
         self.setHorizontalHeaderLabels(list(COLUMNS))
-        self._items, self._info, self._paths = {}, {}, []
+        self._items, self._info, self._paths, self._unbuilt = {}, {}, [], {}
         if trace is not None:
             self._build(trace)
 
@@ -117,26 +129,65 @@ class ModuleTreeModel(QStandardItemModel):
             items[3].setTextAlignment(right)
             return items
 
+        self._row_for = row_for
+        lazy = len(modules) > LAZY_ABOVE
         roots = [
             p for p, info in modules.items() if info.parent is None or info.parent not in modules
         ]
-        stack: list[tuple[str, QStandardItem]] = [
-            (p, self.invisibleRootItem()) for p in reversed(roots)
-        ]
+        for root in roots:
+            if root not in self._items:
+                self._add_row(root, self.invisibleRootItem(), levels=1 if lazy else None)
+
+    def _add_row(self, path: str, parent: QStandardItem, levels: int | None) -> None:
+        """The row of ``path`` under ``parent``, its subtree ``levels`` deep (None: all)."""
+        stack: list[tuple[str, QStandardItem, int]] = [(path, parent, 0)]
+        modules = self._info
         while stack:
-            path, parent = stack.pop()
+            path, parent, depth = stack.pop()
             if path in self._items:
                 continue
-            row = row_for(path)
+            row = self._row_for(path)
             parent.appendRow(row)
             self._items[path] = row[0]
             self._paths.append(path)
             kids = [c for c in modules[path].children if c in modules]
-            stack.extend((c, row[0]) for c in reversed(kids))
+            if not kids:
+                continue
+            if levels is not None and depth >= levels:
+                self._unbuilt[path] = row[0]
+                row[0].appendRow([QStandardItem("") for _ in COLUMNS])  # keeps the arrow
+                continue
+            stack.extend((c, row[0], depth + 1) for c in reversed(kids))
+
+    def build_children(self, path: str) -> None:
+        """Build the rows under ``path`` if they wait (one level; theirs wait in turn)."""
+        item = self._unbuilt.pop(path, None)
+        if item is None:
+            return
+        item.removeRows(0, item.rowCount())
+        for child in self._info[path].children:
+            if child in self._info:
+                self._add_row(child, item, levels=0)
+
+    def build_all(self) -> None:
+        """Every row (a filter has to see all of them)."""
+        while self._unbuilt:
+            self.build_children(next(iter(self._unbuilt)))
+
+    def _build_down_to(self, path: str) -> None:
+        chain = []
+        info = self._info.get(path)
+        while info is not None and info.parent is not None:
+            chain.append(info.parent)
+            info = self._info.get(info.parent)
+        for ancestor in reversed(chain):
+            self.build_children(ancestor)
 
     # ---- lookup
 
     def index_for_path(self, path: str) -> QModelIndex:
+        if path not in self._items and path in self._info:
+            self._build_down_to(path)
         item = self._items.get(path)
         return item.index() if item is not None else QModelIndex()
 
@@ -200,6 +251,7 @@ class ModuleTree(QWidget):
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.view.setColumnHidden(3, True)  # parameter counts live in the tooltip
         self.view.selectionModel().currentChanged.connect(self._on_current_changed)
+        self.view.expanded.connect(self._on_expanded)
         make_scroll_area_opaque(self.view, QColor(theme.BASE))
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -231,6 +283,8 @@ class ModuleTree(QWidget):
         if self.filter_edit.text() != text:
             self.filter_edit.setText(text)  # comes back here through textChanged
             return
+        if text.strip():
+            self.model.build_all()
         self.proxy.set_text(text)
         if text.strip():
             self.view.expandAll()
@@ -242,7 +296,9 @@ class ModuleTree(QWidget):
         def walk(parent: QModelIndex) -> None:
             for row in range(self.proxy.rowCount(parent)):
                 index = self.proxy.index(row, 0, parent)
-                out.append(self.proxy.data(index, PATH_ROLE))
+                path = self.proxy.data(index, PATH_ROLE)
+                if path is not None:  # not a placeholder of rows still to be built
+                    out.append(path)
                 walk(index)
 
         walk(QModelIndex())
@@ -285,6 +341,11 @@ class ModuleTree(QWidget):
         rect = self.view.visualRect(index)
         if not self.view.viewport().rect().contains(rect):
             self.view.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtCenter)
+
+    def _on_expanded(self, index: QModelIndex) -> None:
+        path = self.proxy.data(index, PATH_ROLE)
+        if path is not None:
+            self.model.build_children(path)
 
     def _on_current_changed(self, current: QModelIndex, previous: QModelIndex) -> None:
         if self._syncing or not current.isValid():
