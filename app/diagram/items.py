@@ -25,6 +25,16 @@ if TYPE_CHECKING:  # pragma: no cover
 # --------------------------------------------------------------------------- items
 
 
+def _activate_step(item: BoxItem | FrameItem, event) -> None:
+    """A left click on a box or a frame's title asks the view to go to its step."""
+    if event.button() == Qt.MouseButton.LeftButton:
+        event.accept()
+        if item.node.step is not None:
+            item._view.stepActivated.emit(item.node.step)
+    else:
+        event.ignore()
+
+
 class BoxItem(QGraphicsItem):
     """A module call or an op: name, type, output shape; highlighted when current."""
 
@@ -122,12 +132,7 @@ class BoxItem(QGraphicsItem):
         self.update()
 
     def mousePressEvent(self, event) -> None:
-        if event.button() == Qt.MouseButton.LeftButton:
-            event.accept()
-            if self.node.step is not None:
-                self._view.stepActivated.emit(self.node.step)
-        else:
-            event.ignore()
+        _activate_step(self, event)
 
     def mouseDoubleClickEvent(self, event) -> None:
         event.accept()
@@ -191,12 +196,7 @@ class FrameItem(QGraphicsItem):
             self.update()
 
     def mousePressEvent(self, event) -> None:
-        if event.button() == Qt.MouseButton.LeftButton:
-            event.accept()
-            if self.node.step is not None:
-                self._view.stepActivated.emit(self.node.step)
-        else:
-            event.ignore()
+        _activate_step(self, event)
 
     def mouseDoubleClickEvent(self, event) -> None:
         event.accept()

@@ -253,8 +253,8 @@ class EditsController(QObject):
         path, _ = QFileDialog.getOpenFileName(
             self.window,
             "Patch from a trace file (captured at values)",
-            "",
-            "Trace files (*.safetensors *.sftrace *.sft *.trace);;All files (*)",
+            self.window.start_dir(),
+            dialogs.TRACE_FILTER,
         )
         if not path:
             return None

@@ -939,12 +939,8 @@ class CompareLauncher(QObject):
         self.action.setEnabled(trace is not None and bool(trace.steps))
 
     def open_dialog(self) -> None:
-        start = self.window.trace_path.parent if self.window.trace_path else Path.cwd()
         path, _ = QFileDialog.getOpenFileName(
-            self.window,
-            "Compare with trace",
-            str(start),
-            "Trace files (*.safetensors *.sftrace *.trace);;All files (*)",
+            self.window, "Compare with trace", self.window.start_dir(), dialogs.TRACE_FILTER
         )
         if path:
             self.open_with(path)

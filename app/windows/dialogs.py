@@ -32,6 +32,9 @@ from PySide6.QtWidgets import (
 import tracing
 from app.session import DEFAULT_CAPTURE, PRESETS, CheckedValues, ModelSource, TraceRequest
 
+#: the file dialogs' filter for trace files (``.sft`` is the suffix the README uses)
+TRACE_FILTER = "Trace files (*.sft *.safetensors *.sftrace *.trace);;All files (*)"
+
 
 def show_child_window(window: QWidget, parent: QWidget | None, keep: list | None = None) -> None:
     """Show ``window`` as a window of its own, owned by ``parent`` and deleted when closed;

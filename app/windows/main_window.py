@@ -46,7 +46,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from tracing import Trace
 
 APP_NAME = "Scratchformer"
-TRACE_FILTER = "Trace files (*.safetensors *.sftrace *.trace);;All files (*)"
 REPORT_FILTERS = {
     "md": "Markdown (*.md)",
     "csv": "CSV (*.csv)",
@@ -607,23 +606,26 @@ class MainWindow(QMainWindow):
 
     # ---- the dialogs around them
 
-    def _start_dir(self) -> str:
+    def start_dir(self) -> str:
+        """Where file dialogs start: the open trace's folder, else the working folder."""
         return str(self.trace_path.parent) if self.trace_path else str(Path.cwd())
 
     def open_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Open trace", self._start_dir(), TRACE_FILTER)
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Open trace", self.start_dir(), dialogs.TRACE_FILTER
+        )
         if path:
             self.open_path(path)
 
     def save_dialog(self) -> None:
-        default = str(Path(self._start_dir()) / "trace.safetensors")
-        path, _ = QFileDialog.getSaveFileName(self, "Save trace as", default, TRACE_FILTER)
+        default = str(Path(self.start_dir()) / "trace.safetensors")
+        path, _ = QFileDialog.getSaveFileName(self, "Save trace as", default, dialogs.TRACE_FILTER)
         if path:
             self.save_to(path)
 
     def export_report_dialog(self) -> None:
         filters = ";;".join(REPORT_FILTERS.values())
-        default = str(Path(self._start_dir()) / "shapes.md")
+        default = str(Path(self.start_dir()) / "shapes.md")
         path, chosen = QFileDialog.getSaveFileName(self, "Export shape report", default, filters)
         if not path:
             return
@@ -635,7 +637,7 @@ class MainWindow(QMainWindow):
         self.export_report(path, fmt)
 
     def export_diagram_dialog(self) -> None:
-        default = str(Path(self._start_dir()) / "diagram.png")
+        default = str(Path(self.start_dir()) / "diagram.png")
         path, _ = QFileDialog.getSaveFileName(
             self, "Export diagram", default, "PNG image (*.png);;SVG drawing (*.svg)"
         )
@@ -643,7 +645,7 @@ class MainWindow(QMainWindow):
             self.export_diagram(path)
 
     def export_heatmap_dialog(self) -> None:
-        default = str(Path(self._start_dir()) / "heatmap.png")
+        default = str(Path(self.start_dir()) / "heatmap.png")
         path, _ = QFileDialog.getSaveFileName(
             self, "Export heatmap", default, "PNG image (*.png);;SVG drawing (*.svg)"
         )

@@ -383,12 +383,8 @@ class RanksLauncher(QObject):
     def open_dialog(self) -> None:
         from PySide6.QtWidgets import QFileDialog
 
-        start = self.window.trace_path.parent if self.window.trace_path else Path.cwd()
         paths, _ = QFileDialog.getOpenFileNames(
-            self.window,
-            "Open rank files",
-            str(start),
-            "Trace files (*.sft *.safetensors);;All files (*)",
+            self.window, "Open rank files", self.window.start_dir(), dialogs.TRACE_FILTER
         )
         if paths:
             self.open_with([Path(p) for p in paths])
