@@ -618,3 +618,29 @@ def test_value_is_none_when_no_copy_was_kept_or_its_entry_is_gone(model, tokens)
     assert t.value(kept.id) is None
     shapes = tracing.trace(model, tokens, capture="shapes")
     assert all(shapes.value(r.id) is None for r in shapes.tensors if r.role != "attention")
+
+
+def test_frozen_records_are_those_their_constructors_make(model, tokens):
+    """Records are built without their dataclass ``__init__`` (``record.built``): every
+    field is set, and each equals, hashes and prints as its constructor's."""
+    import dataclasses
+
+    t = tracing.trace(model, tokens, capture="stats")
+    for record in [*t.steps, *t.tensors, *(r.stats for r in t.tensors if r.stats)]:
+        fields = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+        assert set(vars(record)) == set(fields)
+        rebuilt = type(record)(**fields)
+        assert rebuilt == record and hash(rebuilt) == hash(record)
+        assert repr(rebuilt) == repr(record)
+
+
+def test_a_trace_is_freed_without_the_cyclic_collector(model, tokens):
+    """Nothing of the tracer keeps a finished trace in a reference cycle: dropping it
+    frees it (and its values' memory) at once, not at the next full collection."""
+    gc.disable()
+    try:
+        for level in ("shapes", "stats", "values"):
+            ref = weakref.ref(tracing.trace(model, tokens, capture=level))
+            assert ref() is None, level
+    finally:
+        gc.enable()

@@ -11,7 +11,7 @@ import torch
 
 import tracing
 from tracing import stats as stats_mod
-from tracing.stats import BLOCK, PendingStats, StatsCollector, tensor_stats
+from tracing.stats import BLOCK, PendingStats, StatsCollector, batch_stats, tensor_stats
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -63,11 +63,20 @@ def _deferred(t: torch.Tensor):
     return collector.resolve(pending)
 
 
-@pytest.mark.parametrize("how", ["at once", "deferred"])
+def _batched(t: torch.Tensor):
+    """``t``'s statistics from a batch that also holds other dtypes and sizes."""
+    others = [torch.arange(3), torch.randn(7), torch.tensor([True, False]), torch.randn(7)]
+    return batch_stats([others[0], others[1], t, others[2], others[3]])[2]
+
+
+_HOW = {"at once": tensor_stats, "deferred": lambda t: _deferred(t), "batched": _batched}
+
+
+@pytest.mark.parametrize("how", list(_HOW))
 @pytest.mark.parametrize("name", list(_cases()))
 def test_std_accurate_to_1e5_relative_against_float64_std_mean(name, how):
     t = _cases()[name]
-    st = tensor_stats(t) if how == "at once" else _deferred(t)
+    st = _HOW[how](t)
     lo, hi, mean, std, (nan, inf) = _reference(t)
     assert (st.nan, st.inf) == (nan, inf)
     assert (st.min, st.max) == (lo, hi)
@@ -78,10 +87,35 @@ def test_std_accurate_to_1e5_relative_against_float64_std_mean(name, how):
 def test_constant_and_all_nonfinite():
     st = tensor_stats(torch.full((3, 5), 0.1))
     assert st.std == 0.0 and st.mean == st.min == pytest.approx(0.1)
-    for collect in (tensor_stats, _deferred):
+    for collect in (tensor_stats, _deferred, _batched):
         st = collect(torch.tensor([NAN, POS_INF, NEG_INF]))
         assert (st.nan, st.inf) == (1, 2) and math.isnan(st.mean) and math.isnan(st.std)
     assert _deferred(torch.full((4,), 2.5)).std == 0.0
+    assert _batched(torch.full((3, 5), 0.1)) == tensor_stats(torch.full((3, 5), 0.1))
+
+
+def test_small_cpu_tensors_wait_for_one_batch_from_their_own_copy():
+    """A small CPU tensor is copied when added (an in-place change afterwards does not
+    reach its statistics) and computed with the others in ``finish``; a kept value
+    (``private``) is not copied again; one read before ``finish`` is computed alone."""
+    collector = StatsCollector()
+    x = torch.randn(4, 8)
+    expected = tensor_stats(x)
+    pending = collector.add(x)
+    assert isinstance(pending, PendingStats) and pending.copy is not x
+    x.mul_(100)  # the model goes on and changes it in place
+    kept = torch.arange(6.0)
+    assert collector.add(kept, private=True).copy is kept
+    early = collector.add(torch.tensor([1.0, NAN]))
+    assert collector.resolve(early).nan == 1  # read alone, mid-run
+    large = collector.add(torch.randn(stats_mod.BATCH + 1))
+    assert not isinstance(large, PendingStats)  # large ones at once
+    collector.finish()
+    st = collector.resolve(pending)
+    assert (st.min, st.max, st.nan, st.inf) == (expected.min, expected.max, 0, 0)
+    assert st.mean == pytest.approx(expected.mean, rel=1e-6, abs=1e-7)
+    assert st.std == pytest.approx(expected.std, rel=1e-6)
+    assert collector.resolve(early).nan == 1
 
 
 def test_deferred_stats_never_read_a_value_back(monkeypatch):
@@ -167,7 +201,7 @@ def test_no_full_size_temporary_on_the_nonfinite_path(monkeypatch):
     assert max(sizes, default=0) <= BLOCK
 
 
-@pytest.mark.parametrize("collect", [tensor_stats, _deferred])
+@pytest.mark.parametrize("collect", [tensor_stats, _deferred, _batched])
 def test_values_near_the_float32_limit_do_not_overflow(collect):
     """Hugging Face masks hold ``finfo.min``: their sum and squares overflow float32."""
     low = torch.finfo(torch.float32).min

@@ -90,6 +90,7 @@ from tracing.record import (
     Step,
     TensorRecord,
     Trace,
+    built,
 )
 from tracing.source import caller_location, location_from_traceback
 from tracing.stats import StatsCollector, resolve_stats
@@ -511,10 +512,17 @@ class _StepDraft:
         self.error = None
 
     def freeze(self, index: int, input_names: tuple[str, ...] | None = None) -> Step:
-        return Step(
-            index, self.kind, self.module, self.op, self.source, tuple(self.inputs),
-            tuple(self.outputs), self.input_names if input_names is None else input_names,
-            self.output_names, self.depth, self.parent, self.end, self.call, self.error,
+        return built(  # Step(...), 2.5x faster
+            Step,
+            {
+                "index": index, "kind": self.kind, "module": self.module, "op": self.op,
+                "source": self.source, "inputs": tuple(self.inputs),
+                "outputs": tuple(self.outputs),
+                "input_names": self.input_names if input_names is None else input_names,
+                "output_names": self.output_names, "depth": self.depth,
+                "parent": self.parent, "end": self.end, "call": self.call,
+                "error": self.error, "forward": None,
+            },
         )  # fmt: skip
 
 
@@ -535,11 +543,15 @@ class _TensorDraft:
         self.role = None
 
     def freeze(self, rid: int, dims=None, shape: tuple[int, ...] | None = None) -> TensorRecord:
-        return TensorRecord(
-            rid, tuple(self.shape) if shape is None else shape, _dtype_name(self.dtype),
-            _device_name(self.device), dims, resolve_stats(self.stats), self.value_key,
-            self.producer,
-            self.role,
+        return built(  # TensorRecord(...), 2.5x faster
+            TensorRecord,
+            {
+                "id": rid, "shape": tuple(self.shape) if shape is None else shape,
+                "dtype": _dtype_name(self.dtype), "device": _device_name(self.device),
+                "dims": dims, "stats": resolve_stats(self.stats),
+                "value_key": self.value_key, "producer": self.producer, "role": self.role,
+                "grad_of": None,
+            },
         )  # fmt: skip
 
 
@@ -896,6 +908,9 @@ class Tracer:
         try:
             return self._exit(exc, tb)
         finally:
+            # the recorders close over this tracer: dropped, no cycle keeps the trace (and
+            # the arena chunk of its values) alive until the next full collection
+            self._enter_module = self._exit_module = None
             if self._gc_paused:
                 self._gc_paused = False
                 gc.enable()
@@ -1133,10 +1148,16 @@ class Tracer:
                 view = _view_of(t, source[0]) if source is not None and source[0] is not t else None
                 if view is not None:
                     self._derive_from_view(record, rid, t, view, *source)
-                if record.stats is None:
-                    record.stats = self._stats.add(t)  # on an accelerator: pending, no sync
                 if self._keep_values and record.value_key is None:
                     self._keep_value(rid, t)
+                if record.stats is None:
+                    # a small tensor's stats wait for the batch in _finish, from a copy (the
+                    # kept one when there is one); on an accelerator: pending, no sync
+                    kept = self._values.get(record.value_key) if self._keep_values else None
+                    if kept is not None and kept.dtype == t.dtype:
+                        record.stats = self._stats.add(kept, private=True)
+                    else:
+                        record.stats = self._stats.add(t)
             except _UNSUPPORTED as e:  # meta, sparse, masked... tensors: shapes only
                 record.stats = None
                 self._note_unsupported(t, e)
