@@ -120,8 +120,9 @@ def main() -> int:
         print(f"  write {clock:<4}: Trace.save {save * 1e3:8.1f} ms ({size / save:6.0f} MB/s)   "
               f"streamed writer {stream * 1e3:8.1f} ms   ratio streamed/saved "
               f"{stream / save:5.2f}  target <= 1.00  {ok}")  # fmt: skip
-    print(f"  whole capture: trace + save {med('memory_total'):.2f} s, traced streamed "
-          f"{med('streamed_total'):.2f} s (ratio {med('streamed_total') / med('memory_total'):.2f})")  # fmt: skip
+    memory, streamed = med("memory_total"), med("streamed_total")
+    print(f"  whole capture: trace + save {memory:.2f} s, traced streamed {streamed:.2f} s "
+          f"(ratio {streamed / memory:.2f})")  # fmt: skip
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     return 0
 
