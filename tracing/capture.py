@@ -1148,12 +1148,16 @@ class Tracer:
                 view = _view_of(t, source[0]) if source is not None and source[0] is not t else None
                 if view is not None:
                     self._derive_from_view(record, rid, t, view, *source)
+                # a small CPU tensor's stats wait for the batch in _finish, from a copy: the
+                # kept one for a plain tensor at "values" (a subclass's stats come first:
+                # they are what raises for a kind without them); on an accelerator: pending
+                from_kept = self._keep_values and type(t) is _Tensor
+                if record.stats is None and not from_kept:
+                    record.stats = self._stats.add(t)
                 if self._keep_values and record.value_key is None:
                     self._keep_value(rid, t)
-                if record.stats is None:
-                    # a small tensor's stats wait for the batch in _finish, from a copy (the
-                    # kept one when there is one); on an accelerator: pending, no sync
-                    kept = self._values.get(record.value_key) if self._keep_values else None
+                if record.stats is None and from_kept:
+                    kept = self._values.get(record.value_key)
                     if kept is not None and kept.dtype == t.dtype:
                         record.stats = self._stats.add(kept, private=True)
                     else:
