@@ -25,6 +25,10 @@ or the loss computed outside the model) belongs to the node that passed it its g
 Such internal gradients keep their shape only; gradients of recorded tensors and of
 parameters get statistics and values as the capture level says.
 
+Under ``torch.distributed`` the backward's collectives are steps too, where they ran:
+``DistributedDataParallel``'s gradient all-reduces (one per bucket) and whatever a backward
+hook runs through ``torch.distributed`` (see ``tracing.backward_collectives``).
+
 The parameters' gradients are the ``AccumulateGrad`` steps (one per parameter, whatever
 the number of uses: tied weights arrive summed). They are *this step's* gradient: if
 ``.grad`` already held something (no ``zero_grad()``), ``.grad`` is the sum and the
@@ -35,11 +39,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 from typing import Any
 
 import torch
 from torch import nn
 
+from tracing.backward_collectives import backward_collectives
 from tracing.capture import DEFAULT_VALUE_CAP, Tracer
 from tracing.errors import TraceError
 from tracing.record import Step, TensorRecord, Trace
@@ -408,7 +414,8 @@ def record_step(
         handles: list = []
         try:
             handles = recorder.instrument(loss)
-            loss.backward()
+            with backward_collectives(recorder, model) or nullcontext():
+                loss.backward()
         except Exception as e:
             trace.error = f"{type(e).__name__}: {e}"
             raise TraceError(f"the backward pass failed: {trace.error}", trace) from e
