@@ -188,17 +188,23 @@ class BackwardCollectives(RankCapture):
         for path, ddp in _ddp_modules(model):
             self._prepare(path, ddp)
 
+    def _note(self, text: str) -> None:
+        """Say in ``meta["notes"]`` what this trace cannot show."""
+        notes = self.trace.meta.setdefault("notes", [])
+        if text not in notes:
+            notes.append(text)
+
     def _prepare(self, path: str, ddp: Any) -> None:
         hook = ddp._get_ddp_logging_data().get("comm_hook")
         if hook:
-            self.recorder.notes.add(
+            self._note(
                 f"DDP has a communication hook ({hook}): its gradient buckets show only "
                 "where the hook calls torch.distributed's collectives (a built-in C++ hook "
                 "is not seen)"
             )
             return
         if not ddp.require_backward_grad_sync:
-            self.recorder.notes.add(
+            self._note(
                 "DDP's no_sync(): this backward reduces no gradients (they accumulate "
                 "locally; the next synchronized step all-reduces their sum)"
             )
