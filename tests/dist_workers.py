@@ -185,8 +185,8 @@ def ddp_training_step(rank: int, world_size: int, folder: Path) -> None:
         sgd[id(model)].zero_grad()
     plain_step(plain, x)
     sgd[id(plain)].step()
-    trace = tracing.trace_step(traced, x, demo_loss, sgd[id(traced)], targets=x, capture="values")
-    trace.save(output_path(folder / "ddp_step.sft"))
+    tracing.trace_step(traced, x, demo_loss, sgd[id(traced)], targets=x, capture="values",
+                       out=folder / "ddp_step.sft")  # streamed, one file per rank  # fmt: skip
     _save_twins(folder / f"ddp_step_grads.rank{rank}.safetensors", traced, plain, save_file)
     # gradient accumulation: a local micro-step, then the synchronized one
     for model in (traced, plain):
