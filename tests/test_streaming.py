@@ -3,7 +3,6 @@ an interruption or a failing forward leaves behind."""
 
 from __future__ import annotations
 
-import gc
 import os
 from dataclasses import replace
 
@@ -158,7 +157,8 @@ def test_stats_level_with_out_writes_the_trace_and_its_attention_maps(tmp_path):
     assert tracing.load(tmp_path / "s.sft").attention_maps().keys() == maps.keys()
 
 
-def test_the_arena_reuses_memory_once_a_trace_is_gone():
+def test_the_arena_reuses_memory_once_a_trace_is_gone(monkeypatch):
+    monkeypatch.setattr(values, "SMALL_COPY_BYTES", 0)  # this model's tensors are all small
     model, ids = _model(), torch.randint(0, 50, (1, 8))
     values.release_pool()
     first = tracing.trace(model, ids, capture="values")
@@ -167,12 +167,27 @@ def test_the_arena_reuses_memory_once_a_trace_is_gone():
     second = tracing.trace(model, ids, capture="values")  # first is alive: a new chunk
     assert {v.untyped_storage().data_ptr() for v in second.values.values()} != pointers
     kept = {k: v.clone() for k, v in second.values.items()}
-    del first
-    gc.collect()  # a finished Tracer sits in a reference cycle with its closures
+    del first  # freed at once: no reference cycle holds a finished trace
     third = tracing.trace(model, ids, capture="values")
     assert {v.untyped_storage().data_ptr() for v in third.values.values()} == pointers
     assert all(torch.equal(second.values[k], v) for k, v in kept.items())  # untouched
     values.release_pool()
+
+
+def test_small_values_are_plain_clones_and_large_ones_share_a_chunk():
+    model, ids = _model(), torch.randint(0, 50, (1, 8))
+    trace = tracing.trace(model, ids, capture="values", value_dtype=torch.float16)
+    for key, v in trace.values.items():  # (a view's value views its source's copy)
+        assert v.untyped_storage().nbytes() <= values.SMALL_COPY_BYTES  # not in a chunk
+        record = next(r for r in trace.tensors if r.value_key == key)
+        assert v.dtype == (torch.float16 if record.dtype == "float32" else v.dtype)
+        assert str(v.dtype)[6:] == record.dtype or record.dtype == "float32"
+    big = nn.Linear(512, 512)
+    x = torch.randn(2, 40, 512)  # 160 KB per activation: over SMALL_COPY_BYTES
+    kept = tracing.trace(nn.Sequential(big, nn.ReLU()), x, capture="values").values
+    big_ones = [v for v in kept.values() if v.numel() * 4 > values.SMALL_COPY_BYTES]
+    assert len(big_ones) >= 2
+    assert len({v.untyped_storage().data_ptr() for v in big_ones}) == 1
 
 
 def test_a_streamed_trace_with_no_values_at_all(tmp_path):

@@ -1508,10 +1508,10 @@ def _view_of(t: torch.Tensor, src: torch.Tensor) -> str | None:
     """``"all"`` if ``t`` views exactly the elements of ``src``, ``"part"`` if a subset of
     them, ``None`` if it is not a view into ``src``'s elements (or ``src`` is strided).
     """
-    if t.dtype != src.dtype or not src.is_contiguous():
-        return None
-    base = t._base
+    base = t._base  # first: most outputs are not views
     if base is None or (base is not src and base is not src._base):
+        return None
+    if t.dtype != src.dtype or not src.is_contiguous():
         return None
     low = t.storage_offset()
     high = low

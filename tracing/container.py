@@ -14,10 +14,16 @@ layout allows:
   or truncated underneath an open trace gives a clear :class:`ContainerError` (the size
   or modification time changed, or a read came back short), never a ``SIGBUS``;
 - each entry may carry a CRC-32 (``checksums`` in the header's ``__metadata__``, written
-  by :func:`tracing.trace_file.write_safetensors`), verified on every read from disk, so
-  a flipped byte or swapped offsets is an error rather than a wrong heatmap. Files
-  without checksums (older writers, plain safetensors) still open; their values are
-  read unverified.
+  by :func:`tracing.trace_file.write_safetensors`), verified on the first read of that
+  entry from this open file, so a flipped byte or swapped offsets is an error rather
+  than a wrong heatmap. A later read of the same entry (its copy was dropped from a
+  cache) is not checked again: the file is the same one (size and modification time are
+  checked on every read). Files without checksums (older writers, plain safetensors)
+  still open; their values are read unverified.
+
+Reading is one ``preadv`` per entry into the tensor's own memory; a large entry is read
+in ``PIPELINE_CHUNK`` pieces, each checksummed on a helper thread while the next is read
+(``zlib.crc32`` releases the GIL), so checking costs little more than the read alone.
 
 ``Container`` knows nothing of traces: :mod:`tracing.trace_file` builds on it.
 """
@@ -30,6 +36,7 @@ import stat
 import struct
 import threading
 import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
@@ -45,6 +52,13 @@ CHECKSUM_KEY = "checksums"
 """``__metadata__`` key holding ``{"algorithm": "crc32", "entries": {name: "8 hex"}}``."""
 
 CHECKSUM_ALGORITHM = "crc32"
+
+PIPELINE_CHUNK = 1 << 20
+"""Bytes per piece of a large entry: read, then checksummed on the helper thread while
+the next piece is read (small enough to be still in cache when checksummed)."""
+
+PIPELINE_MIN = 4 * PIPELINE_CHUNK
+"""Entries smaller than this are checksummed inline (handing work to a thread costs more)."""
 
 # safetensors dtype code -> (torch dtype name, bytes per element)
 DTYPES: dict[str, tuple[str, int]] = {
@@ -134,6 +148,7 @@ class Container:
         self.path = Path(path)
         self._fd: int | None = open_regular_file(self.path)
         self._lock = threading.Lock()
+        self._verified: set[str] = set()  # entries whose checksum held, read from this file
         try:
             info = os.fstat(self._fd)
             self._identity = _identity(info)
@@ -221,7 +236,8 @@ class Container:
 
     def read_bytes(self, name: str) -> torch.Tensor:
         """Entry ``name``'s bytes as a fresh uint8 tensor, checked against its checksum
-        and against the file having changed since it was opened."""
+        (the first time it is read from this file) and against the file having changed
+        since it was opened."""
         entry = self.entries[name]
         n = entry.end - entry.start
         with self._lock:
@@ -236,26 +252,61 @@ class Container:
                     "the file changed on disk after it was opened (it was overwritten or "
                     "truncated); open it again"
                 )
+            verify = entry.checksum is not None and name not in self._verified
         out = torch.empty(n, dtype=torch.uint8)
-        if n:
-            view = memoryview(out.numpy())
-            done = 0
-            while done < n:
-                try:
-                    got = os.preadv(self._fd, [view[done:]], entry.start + done)
-                except (OSError, TypeError) as e:  # TypeError: closed meanwhile (fd None)
-                    raise ContainerError(f"cannot read: {getattr(e, 'strerror', e)}") from None
-                if got == 0:
-                    raise ContainerError(
-                        "the file changed on disk after it was opened (it is shorter now); "
-                        "open it again"
-                    )
-                done += got
-            if entry.checksum is not None and zlib.crc32(view) != entry.checksum:
-                raise ContainerError(
-                    f"entry {name!r} fails its checksum: the file is corrupt or was changed"
-                )
+        if not n:
+            return out
+        view = memoryview(out.numpy())
+        if not verify:
+            self._read_into(view, entry.start)
+            return out
+        if n < PIPELINE_MIN:
+            self._read_into(view, entry.start)
+            crc = zlib.crc32(view)
+        else:
+            crc = self._read_checksummed(view, entry.start)
+        if crc != entry.checksum:
+            raise ContainerError(
+                f"entry {name!r} fails its checksum: the file is corrupt or was changed"
+            )
+        with self._lock:
+            self._verified.add(name)
         return out
+
+    def _read_into(self, view: memoryview, offset: int) -> None:
+        """Fill ``view`` with the file's bytes from ``offset`` (``preadv`` until full)."""
+        n, done = len(view), 0
+        while done < n:
+            try:
+                got = os.preadv(self._fd, [view[done:]], offset + done)
+            except (OSError, TypeError) as e:  # TypeError: closed meanwhile (fd None)
+                raise ContainerError(f"cannot read: {getattr(e, 'strerror', e)}") from None
+            if got == 0:
+                raise ContainerError(
+                    "the file changed on disk after it was opened (it is shorter now); "
+                    "open it again"
+                )
+            done += got
+
+    def _read_checksummed(self, view: memoryview, offset: int) -> int:
+        """Read ``view`` piece by piece; each piece's CRC-32 is chained on the helper thread
+        while the next one is read. Returns the CRC-32 of all of it."""
+        state = [0]
+        last: Future | None = None
+
+        def add(piece: memoryview) -> None:  # runs on the helper thread, pieces in order
+            state[0] = zlib.crc32(piece, state[0])
+
+        worker = _checksum_worker()
+        try:
+            for start in range(0, len(view), PIPELINE_CHUNK):
+                piece = view[start : start + PIPELINE_CHUNK]
+                self._read_into(piece, offset + start)
+                last = worker.submit(add, piece)
+        finally:
+            if last is not None:
+                last.result()  # every piece before it ran too (one worker, in order)
+        return state[0]
 
     def get_tensor(self, name: str) -> torch.Tensor:
         """Entry ``name`` as a tensor of its dtype and shape (a fresh, writable copy)."""
@@ -286,6 +337,21 @@ class Container:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+_WORKER: dict[int, ThreadPoolExecutor] = {}  # process id -> its helper
+
+
+def _checksum_worker() -> ThreadPoolExecutor:
+    """The one helper thread that checksums pieces of large entries (made on first use,
+    again in a forked child, which has no threads; one worker, so the pieces of one entry
+    are chained in the order they were read)."""
+    pid = os.getpid()
+    worker = _WORKER.get(pid)
+    if worker is None:  # (no lock: two made at once would each still keep their order)
+        _WORKER.clear()
+        worker = _WORKER[pid] = ThreadPoolExecutor(1, thread_name_prefix="crc32")
+    return worker
 
 
 def _identity(info: os.stat_result) -> tuple[int, int, int, int]:

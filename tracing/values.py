@@ -6,7 +6,8 @@ Two sinks with one method, ``keep(key, tensor, dtype)``:
   per copy lands on fresh pages, and the page faults cost more than the copy itself
   (471 MB of gpt2-small values: ~115,000 faults). Chunks are taken from a small pool
   that outlives each trace: once the values of an earlier trace are gone, the next one
-  reuses the same (already mapped) memory, so a re-trace copies at memory speed.
+  reuses the same (already mapped) memory, so a re-trace copies at memory speed. Small
+  CPU tensors are simply cloned (``SMALL_COPY_BYTES``).
 - :class:`StreamedValues` writes each copy to the trace file as it is produced (a
   :class:`tracing.trace_file.TraceWriter`), so memory stays flat whatever the trace size.
 
@@ -31,6 +32,12 @@ STREAM_PENDING_BYTES = 256 * 2**20
 """A streamed trace from an accelerator waits for its queued copies past this many bytes."""
 
 ALIGN = 64  # bytes: every copy starts on a cache line (and so on its element size)
+
+SMALL_COPY_BYTES = 64 * 2**10
+"""A CPU tensor up to this size is copied with one ``clone`` (the allocator's free lists
+serve it without page faults; packing it into a chunk would cost four calls, not one)."""
+
+_CONTIGUOUS = torch.contiguous_format
 
 _POOL: list[torch.Tensor] = []  # uint8 chunks, CPU (plain or pinned)
 
@@ -102,6 +109,10 @@ class ValueArena:
     def keep(self, key: str, t: torch.Tensor, dtype: torch.dtype) -> tuple[str, torch.Tensor]:
         nbytes = t.numel() * dtype.itemsize
         on_host = t.device.type == "cpu"
+        if on_host and nbytes <= SMALL_COPY_BYTES:
+            if dtype == t.dtype:
+                return key, t.detach().clone(memory_format=_CONTIGUOUS)
+            return key, t.detach().to(dtype, memory_format=_CONTIGUOUS, copy=True)
         chunk = self._chunk
         if chunk is None or self._offset + nbytes > chunk.numel():
             chunk = self._chunk = _take_chunk(nbytes, pinned=not on_host)
