@@ -206,7 +206,7 @@ class DivergenceOverlay:
                 continue
             node = layout.nodes[key]
             score, status = self.scores[key]
-            size = QSize(int(node.rect.width()), int(node.rect.height()))
+            size = QSize(int(node.rect.width), int(node.rect.height))
             self.marks[key] = DivergenceMark(
                 item, size, score, status, frame=isinstance(item, FrameItem)
             )
