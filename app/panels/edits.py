@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
 
 from app import edit_session, theme
 from app.session import SessionError
+from app.widgets.common import hint_label
 from app.windows import dialogs
 from app.workers import BackgroundJob, JobWithProgress
 from tracing.edits import Action, Edit, EditError
@@ -61,9 +62,7 @@ class EditsPanel(QWidget):
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
-        self.status = QLabel(" ")
-        self.status.setObjectName("hint")
-        self.status.setWordWrap(True)
+        self.status = hint_label(wrap=True)
         self.list = QListWidget()
         self.list.setObjectName("editsList")
         self.remove_button = QPushButton("Remove")
@@ -348,9 +347,7 @@ class EditsController(QObject):
         compare.setWindowTitle(f"Edit: {described} — Scratchformer")
         rows = edit_session.prediction_change(original, edited, token_label)
         compare.add_card("Prediction (last position)", prediction_card(rows))
-        edits_label = QLabel(html.escape(described))
-        edits_label.setWordWrap(True)
-        edits_label.setObjectName("hint")
+        edits_label = hint_label(html.escape(described), wrap=True)
         compare.add_card("Edits", edits_label)
         heads = [e.head for e in self.active_edits() if isinstance(e.head, int)]
         if heads:  # A − B on the edited head, not on head 0

@@ -1,4 +1,5 @@
-"""Small widgets every pane uses: a quiet one-line label, a layout firewall, a titled box.
+"""Small widgets every pane uses: a quiet one-line label, a layout firewall, a titled box,
+and the few text styles panes share (a heading, a hint, the monospace font).
 
 They exist for speed as much as looks. Stepping through a trace changes texts and sizes on
 every step; a plain ``QLabel`` or a layout would pass each change up and re-lay out (and
@@ -9,7 +10,7 @@ widget, and :func:`make_opaque` keeps a repaint inside the widget that changed.
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QSize, Qt
-from PySide6.QtGui import QColor, QPainter, QPalette
+from PySide6.QtGui import QColor, QFont, QPainter, QPalette
 from PySide6.QtWidgets import QAbstractScrollArea, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 
@@ -152,9 +153,29 @@ def titled(
     label.setObjectName("paneTitle")
     layout.addWidget(label)
     if hint:
-        sub = QLabel(hint)
-        sub.setObjectName("hint")
-        sub.setWordWrap(True)
-        layout.addWidget(sub)
+        layout.addWidget(hint_label(hint, wrap=True))
     layout.addWidget(widget, 1)
     return box
+
+
+def make_heading(label: QLabel | ElidedLabel, *, bold: bool = True) -> None:
+    """A pane's heading: ``label``'s font a point larger (and bold)."""
+    font = QFont(label.font())
+    font.setBold(bold)
+    font.setPointSizeF(font.pointSizeF() + 1)
+    label.setFont(font)
+
+
+def hint_label(text: str = " ", *, wrap: bool = False) -> QLabel:
+    """A secondary line in the muted ``hint`` style (``text`` " " keeps its height)."""
+    label = QLabel(text)
+    label.setObjectName("hint")
+    label.setWordWrap(wrap)
+    return label
+
+
+def monospace_font() -> QFont:
+    """The font for tokens, tables of numbers and step counters."""
+    font = QFont("DejaVu Sans Mono")
+    font.setStyleHint(QFont.StyleHint.Monospace)
+    return font
