@@ -63,7 +63,7 @@ import tracing
 from app import theme
 from app.generation_session import MAX_NEW_TOKENS, GenerationOutcome, GenerationRequest
 from app.session import DEFAULT_CAPTURE, ModelSource
-from app.widgets.common import hint_label, make_heading, monospace_font
+from app.widgets.common import column, hint_label, make_heading, monospace_font
 from app.widgets.heatmap import HeatmapView
 from app.widgets.tensor_view import token_label
 from app.windows import dialogs
@@ -415,13 +415,7 @@ class GenerationView(QWidget):
 
     def _build_layout(self) -> None:
         """Timeline, navigation and passes on the left, the attention map on the right."""
-        left = QWidget()
-        left_layout = QVBoxLayout(left)
-        left_layout.setContentsMargins(0, 0, 0, 0)
-        left_layout.setSpacing(6)
-        left_layout.addWidget(self.scroll)
-        left_layout.addLayout(self.nav)
-        left_layout.addWidget(self.pass_table, 1)
+        left = column(self.scroll, self.nav, (self.pass_table, 1), spacing=6)
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.addWidget(left)
         self.splitter.addWidget(self.attention_pane)

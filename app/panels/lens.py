@@ -42,13 +42,12 @@ from PySide6.QtWidgets import (
     QSplitter,
     QStackedWidget,
     QTableView,
-    QVBoxLayout,
     QWidget,
 )
 
 from app import session, theme
 from app.theme import PROBABILITY_CMAP
-from app.widgets.common import hint_label, make_heading, monospace_font, titled
+from app.widgets.common import column, hint_label, make_heading, monospace_font, titled
 from app.widgets.heatmap import HeatmapView, colormap
 from app.widgets.tensor_view import token_label
 from tracing.lens import find_attention_modules, head_contributions, logit_lens
@@ -304,12 +303,7 @@ class LensView(QWidget):
         self.pages.addWidget(self.splitter)
         self.pages.addWidget(self.message)
 
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(8, 8, 8, 8)
-        layout.setSpacing(4)
-        layout.addWidget(self.title)
-        layout.addWidget(self.subtitle)
-        layout.addWidget(self.pages, 1)
+        column(self.title, self.subtitle, (self.pages, 1), margins=(8, 8, 8, 8), spacing=4, on=self)
         self._show_message("Open or trace a prompt to see the logit lens.")
 
     # --------------------------------------------------------------------- input

@@ -78,7 +78,7 @@ from app import session, theme
 from app.diagram.items import FrameItem
 from app.diagram.view import DiagramView
 from app.panels.step_bar import StepBar
-from app.widgets.common import hint_label, make_heading
+from app.widgets.common import column, hint_label, make_heading
 from app.widgets.heatmap import HeatmapView
 from app.widgets.masked_cells import masked_cells
 from app.widgets.tensor_view import as_matrix, axis_names, leading_axes, token_labels
@@ -501,13 +501,7 @@ class CompareWindow(QMainWindow):
         self.splitter.setChildrenCollapsible(False)
         self.splitter.setHandleWidth(5)
         self.splitter.setSizes([560, 560, 480])
-        central = QWidget()
-        layout = QVBoxLayout(central)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(0)
-        layout.addWidget(self.splitter, 1)
-        layout.addWidget(self.bottom_bar)
-        self.setCentralWidget(central)
+        self.setCentralWidget(column((self.splitter, 1), self.bottom_bar, spacing=0))
         self.counts_label = QLabel(self._counts_text())
         self.statusBar().addWidget(self.counts_label, 1)
 
