@@ -247,6 +247,8 @@ def run_trace(
                 model,
                 lambda: model(*args, **kwargs),
                 lambda output: next_token_loss(output, targets),
+                loss_type="next_token_loss",  # recorded as the step `loss`
+                loss_targets=targets,
                 capture=request.capture,
                 meta=meta,
             )

@@ -10,6 +10,7 @@ in-place ops, ``no_grad`` regions, a module called twice and ``torch.utils.check
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Mapping
 
@@ -235,9 +236,11 @@ def test_backward_steps_follow_forward_in_execution_order_and_link_back():
     assert all(s.kind != "backward" for s in trace.steps[:start])
     backward = trace.steps[start:]
     assert all(s.kind == "backward" for s in backward)
-    assert backward[0].op == "NllLossBackward0" and backward[0].forward is None  # the loss
-    # the model's output node comes first among linked ones: the LM head
-    linked = [s for s in backward if s.forward is not None]
+    # the loss first: its cross_entropy op (a forward step of the `loss` step) made it
+    assert backward[0].op == "NllLossBackward0" and backward[0].module == "loss"
+    assert trace.steps[backward[0].forward].op == "cross_entropy"
+    # then the model's output node: the LM head
+    linked = [s for s in backward if s.forward is not None and s.module != "loss"]
     assert trace.steps[linked[0].forward].module == "lm_head"
     for s in linked:
         fwd = trace.steps[s.forward]
@@ -484,12 +487,52 @@ def test_compare_two_training_steps_lines_up_backward_steps():
     assert any(e.status == "changed" for e in backward)
 
 
-def test_reentrant_checkpoint_is_said_not_hidden():
+class Checkpointed(nn.Module):
+    """A BatchNorm (its running statistics move in the forward), dropout (draws from the
+    random state) and a checkpointed block, reentrant or not."""
+
+    def __init__(self, use_reentrant):
+        super().__init__()
+        self.norm = nn.BatchNorm1d(4)
+        self.drop = nn.Dropout(0.5)
+        self.block = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 4))
+        self.use_reentrant = use_reentrant
+
+    def forward(self, x):
+        h = self.drop(self.norm(x))
+        kwargs = {} if self.use_reentrant is None else {"use_reentrant": self.use_reentrant}
+        return checkpoint(self.block, h, **kwargs) * 2
+
+
+@pytest.mark.parametrize("use_reentrant", [True, None], ids=["reentrant", "legacy-default"])
+def test_reentrant_checkpoint_is_refused_before_the_step(use_reentrant, tmp_path):
     torch.manual_seed(0)
-    block = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 4))
-    model = nn.Sequential(nn.Linear(4, 4), block)
-    model.forward = lambda x: checkpoint(block, model[0](x), use_reentrant=True)
-    trace = trace_step(model, torch.randn(2, 4), lambda out: out.square().sum())
-    assert any("reentrant" in n for n in trace.meta["notes"])
-    assert trace.param_grad("0.weight") is not None  # outside the block: recorded
-    assert block[0].weight.grad is not None  # inside: .grad as usual, no record
+    model = Checkpointed(use_reentrant).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    state = copy.deepcopy(model.state_dict())
+    x = torch.randn(6, 4)
+    rng = torch.get_rng_state()
+    out = tmp_path / "refused.trace"
+    warns = pytest.warns(UserWarning) if use_reentrant is None else contextlib.nullcontext()
+    with warns, pytest.raises(tracing.ReentrantCheckpointError, match="use_reentrant=False"):
+        trace_step(model, x, lambda o: o.square().mean(), opt, out=out)
+    # nothing changed: weights, buffers (running stats), .grad, optimizer, random state
+    after = model.state_dict()
+    assert all(torch.equal(v, after[k]) for k, v in state.items())
+    assert all(p.grad is None for p in model.parameters())
+    assert not opt.state
+    assert torch.equal(torch.get_rng_state(), rng)
+    # nothing attached, nothing written
+    for m in model.modules():
+        assert "forward" not in m.__dict__ and not m._forward_hooks
+    assert not list(tmp_path.iterdir())
+    # the fix the message names works, and equals plain autograd bit for bit
+    model.use_reentrant = False
+    twin = copy.deepcopy(model)
+    torch.manual_seed(1)
+    trace = trace_step(model, x, lambda o: o.square().mean(), capture="values")
+    torch.manual_seed(1)
+    twin(x).square().mean().backward()
+    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+        assert torch.equal(trace.value(trace.param_grad(name).id), q.grad), name
+        assert torch.equal(p.grad, q.grad), name

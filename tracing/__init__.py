@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from tracing.errors import TraceError, TraceFileError
+from tracing.errors import ReentrantCheckpointError, TraceError, TraceFileError
 from tracing.record import (
     CAPTURE_LEVELS,
     SCHEMA_VERSION,
@@ -57,6 +57,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "Failure",
     "ModuleInfo",
+    "ReentrantCheckpointError",
     "SourceLocation",
     "Step",
     "TensorRecord",

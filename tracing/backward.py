@@ -18,12 +18,24 @@ run before node pre-hooks; ``retain_grad`` runs last among those). Hooks only re
 gradients, ``.grad`` of the parameters and the optimizer state are those of an untraced
 step, bit for bit. Every handle is removed in ``finally``.
 
+The loss: a ``loss_fn`` given to :func:`trace_step` is called inside the same tracer, as
+a module-like step ``loss`` of its own after the model's call (``trace.modules["loss"]``
+says which function), so its ops are forward steps and the backward starts at them.
+
 Which forward step a node belongs to: the one whose output it made. A node no recorded
-tensor came from (the inside of one op, such as the weight transpose of ``F.linear``,
-or the loss computed outside the model) belongs to the node that passed it its gradient
-(``forward`` is then that node's step), or to no step (the loss: ``module == ""``).
-Such internal gradients keep their shape only; gradients of recorded tensors and of
-parameters get statistics and values as the capture level says.
+tensor came from (the inside of one op, such as the weight transpose of ``F.linear``)
+belongs to the node that passed it its gradient (``forward`` is then that node's step),
+or to no step (``module == ""``: a loss computed outside the trace, by
+:func:`record_step`'s ``loss_of`` without ``loss_type``). Such internal gradients keep
+their shape only; gradients of recorded tensors and of parameters get statistics and
+values as the capture level says, kept the way the forward keeps its values: in memory,
+or (``out=PATH``) written to the file as each is produced.
+
+What cannot be recorded is refused before anything changes: a reentrant
+``torch.utils.checkpoint`` block (its inside runs without autograd) shows as a
+``CheckpointFunctionBackward`` node in the graph walk, which raises
+:class:`tracing.ReentrantCheckpointError` before any hook, backward or optimizer step,
+and puts back the buffers and random state the forward moved.
 
 The parameters' gradients are the ``AccumulateGrad`` steps (one per parameter, whatever
 the number of uses: tied weights arrive summed). They are *this step's* gradient: if
@@ -34,27 +46,50 @@ record is the new part.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
+import torch.utils.checkpoint
 from torch import nn
 
+from tracing import distributed as distributed_mod
 from tracing.capture import DEFAULT_VALUE_CAP, Tracer
-from tracing.errors import TraceError
-from tracing.record import Step, TensorRecord, Trace
+from tracing.errors import ReentrantCheckpointError, TraceError
+from tracing.record import ModuleInfo, Step, TensorRecord, Trace
 from tracing.stats import tensor_stats
 
 _ACCUMULATE = "AccumulateGrad"
 _REENTRANT = "CheckpointFunctionBackward"
+_REENTRANT_NODE = getattr(
+    getattr(torch.utils.checkpoint, "CheckpointFunction", None), "_backward_cls", None
+)  # the class of a reentrant checkpoint's autograd node
+
+REENTRANT_MESSAGE = (
+    "trace_step cannot record a reentrant torch.utils.checkpoint block: with "
+    "use_reentrant=True (the default when use_reentrant is not given) the block runs "
+    "without autograd, so its gradients cannot be traced. Pass use_reentrant=False to "
+    "checkpoint() (the same gradients, and PyTorch's recommended form; for a Hugging Face "
+    "model: gradient_checkpointing_enable(gradient_checkpointing_kwargs="
+    '{"use_reentrant": False})). Nothing was changed: no backward ran, no optimizer step '
+    "was taken, .grad, the model's buffers and the random state are as they were."
+)
+
+
+def _is_reentrant(node: Any) -> bool:
+    return type(node) is _REENTRANT_NODE or _node_name(node) == _REENTRANT
 
 
 class _StepTracer(Tracer):
-    """A :class:`Tracer` that also notes each recorded tensor's autograd node."""
+    """A :class:`Tracer` for a training step: it notes each recorded tensor's autograd
+    node, records the loss function's call as a step of its own (:meth:`record_loss`),
+    and leaves a streamed file open for the backward (:meth:`close_file`)."""
 
     def _reset(self) -> None:
         super()._reset()
         self.nodes: list[tuple[int, Any, int]] = []  # (record id, grad_fn, output_nr)
+        self.loss_info: ModuleInfo | None = None  # the loss step's module, once it ran
 
     def _new_tensor(self, t, producer, version, source=None) -> int:
         rid = super()._new_tensor(t, producer, version, source)
@@ -62,6 +97,41 @@ class _StepTracer(Tracer):
         if fn is not None:
             self.nodes.append((rid, fn, t.output_nr))
         return rid
+
+    def record_loss(self, type_name: str, loss_of: Callable, output: Any, inputs: tuple) -> Any:
+        """``loss_of(output)`` as a forward step of its own, like a module call: a step
+        ``loss`` (``loss_fn`` if the model has a ``loss``) with ``inputs`` as its inputs,
+        the loss as its output and the loss function's ops inside it."""
+        taken = {path for path, _ in self._named}
+        path = next(p for p in ("loss", "loss_fn", "<loss>") if p not in taken)
+        spec = (path, type_name, False, ("output", "targets"))
+        with torch._C.DisableTorchFunction():  # our own calls: not the loss's ops
+            frame = self._enter_module(spec, loss_of, inputs, {})
+        self.loss_info = ModuleInfo(path, type_name, None)
+        loss = loss_of(output)
+        with torch._C.DisableTorchFunction():
+            return self._exit_module(frame, loss)
+
+    def _finish(self, error: str | None) -> Trace:
+        trace = super()._finish(error)
+        if self.loss_info is not None:
+            trace.modules[self.loss_info.path] = self.loss_info
+        return trace
+
+    def _close_file(self, trace: Trace) -> None:
+        """Not yet: the backward's gradients stream into the same file."""
+
+    def close_file(self, trace: Trace) -> None:
+        """Finish the kept values (and a streamed file: its header, then ``trace.values``
+        reads from it lazily)."""
+        self._sink.finish()
+        if self.out is not None and not self._sink.aborted:
+            Tracer._close_file(self, trace)
+
+    def abort_file(self) -> None:
+        """No file (not even a partial one): the step was refused."""
+        if not self._sink.aborted:
+            self._sink.abort()
 
 
 def _node_name(node: Any) -> str:
@@ -142,6 +212,7 @@ class _BackwardRecorder:
         self.capture = capture
         self.value_cap = tracer.value_cap
         self.value_dtype = tracer.value_dtype
+        self.sink = tracer._sink  # the forward's: memory, or the file being streamed
         self.param_names = tracer._param_names  # id(parameter) -> dotted name
         self.param_rids = {name: rid for rid, name in tracer._param_rids.items()}
         self.first_use: dict[int, int] = {}  # parameter record id -> first step using it
@@ -151,7 +222,6 @@ class _BackwardRecorder:
                     self.first_use.setdefault(rid, step.index)
         self.param_grads: dict[str, int] = {}
         self.skipped_values = 0
-        self.notes: set[str] = set()  # what the trace cannot show, said in meta["notes"]
         self.hit = None  # the BreakHit that stopped the recording, if any
         self.condition = None
         if break_on:
@@ -170,15 +240,12 @@ class _BackwardRecorder:
 
     def instrument(self, loss: torch.Tensor) -> list:
         """Pre-hooks on every node of the loss's graph; returns their handles."""
+        nodes = _graph_nodes(loss.grad_fn)
+        if any(_is_reentrant(node) for node, _ in nodes):  # its inside ran without autograd
+            raise ReentrantCheckpointError(REENTRANT_MESSAGE)
         handles = []
         link = self.link
-        for node, parent in _graph_nodes(loss.grad_fn):
-            if _node_name(node) == _REENTRANT:  # its inside ran without autograd
-                self.notes.add(
-                    "a reentrant torch.utils.checkpoint block (use_reentrant=True): its "
-                    "tensors and parameters have no gradient records (their .grad is "
-                    "filled as usual); use_reentrant=False records them"
-                )
+        for node, parent in nodes:
             if id(node) not in link:  # inside one op, or the loss: its consumer's step
                 link[id(node)] = None if parent is None else link.get(id(parent))
             handles.append(node.register_prehook(self._hook(node)))
@@ -256,14 +323,19 @@ class _BackwardRecorder:
         return rid
 
     def _keep(self, rid: int, g: torch.Tensor) -> str | None:
+        """A copy of ``g`` the way the forward keeps its values: into the arena, or
+        written to the streamed file at once (then nothing stays in memory)."""
         dtype = self.value_dtype if self.value_dtype is not None else g.dtype
         if not g.is_floating_point():
             dtype = g.dtype
-        if g.numel() * dtype.itemsize > self.value_cap:
+        if self.value_cap is not None and g.numel() * dtype.itemsize > self.value_cap:
             self.skipped_values += 1
             return None
-        key = f"t{rid}"
-        self.trace.values[key] = g.detach().to(device="cpu", dtype=dtype, copy=True)
+        key, kept = self.sink.keep(f"t{rid}", g, dtype)
+        if key is None:  # streaming, and the file cannot hold this dtype
+            self.skipped_values += 1
+        elif kept is not None:
+            self.trace.values[key] = kept
         return key
 
     def _check(self, step: Step, live: list[torch.Tensor]) -> None:
@@ -320,10 +392,11 @@ def trace_step(
     before_step: Callable[[], Any] | None = None,
     capture: str = "stats",
     break_on: Any = None,
-    value_cap: int = DEFAULT_VALUE_CAP,
+    value_cap: int | None = DEFAULT_VALUE_CAP,
     value_dtype: torch.dtype | None = None,
     dims: Mapping[str, int] | None = None,
     meta: Mapping[str, Any] | None = None,
+    out: str | os.PathLike | None = None,
 ) -> Trace:
     """Run one training step — forward, loss, backward, and ``optimizer.step()`` if given —
     and return it as one :class:`Trace` whose backward steps follow the forward ones.
@@ -333,8 +406,10 @@ def trace_step(
         inputs: what the model is called with: a tensor, a tuple (``model(*inputs)``) or a
             dict (``model(**inputs)``, e.g. a Hugging Face batch with ``labels``).
         loss_fn: ``loss_fn(output)`` or, with ``targets``, ``loss_fn(output, targets)``;
+            its call is recorded as a forward step of its own, ``loss`` (after the model's
+            call, like a module: its ops inside, the backward of those ops linked to them).
             None when the model's output is the loss, has ``.loss`` / ``["loss"]``, or
-            is a ``(logits, loss)`` tuple.
+            is a ``(logits, loss)`` tuple (the loss is then among the model's steps).
         optimizer: stepped after the backward (the caller's training goes on); at
             ``stats`` and ``values`` the trace keeps each module's update ratio |Δw|/|w|
             in ``meta["update_ratios"]`` (a copy of the weights is taken before the step;
@@ -344,27 +419,48 @@ def trace_step(
             clipping: ``lambda: clip_grad_norm_(model.parameters(), 1.0)``).
         capture, value_cap, value_dtype, dims, meta: as for :func:`tracing.trace`; the
             gradients follow the same level, cap and dtype.
+        out: write the trace to this file as it records: every kept value, forward and
+            gradient, goes to the file when it is produced (memory stays flat), the header
+            last, and ``trace.values`` then reads lazily from the file. A step that raises
+            leaves the partial trace in the file (with its error).
         break_on: breakpoint conditions. Forward ones stop the forward (no backward then);
             gradient ones (``NonFinite()``, ``GradNormAbove(1e3)``...) end the recording at
             the first backward step that meets one. The backward still completes (``.grad``
             is whole) but the optimizer step is *not* taken. ``meta["stopped_at"]`` says where.
 
     Raises:
-        TraceError: the forward or the loss raised (``.trace`` holds the forward so far).
+        TraceError: the forward, the loss or the backward raised (``.trace`` holds the
+            step so far).
+        ReentrantCheckpointError: the model uses ``torch.utils.checkpoint`` with
+            ``use_reentrant=True`` (or without ``use_reentrant``), whose gradients cannot
+            be recorded; raised before any backward, with the model, its buffers,
+            ``.grad``, the optimizer and the CPU random state as they were.
         TypeError / ValueError: no scalar loss that requires grad.
     """
     options = dict(
         capture=capture, break_on=break_on, value_cap=value_cap, value_dtype=value_dtype,
-        dims=dims, meta=meta,
+        dims=dims, meta=meta, out=out,
     )  # fmt: skip
+    if loss_fn is not None:
+        options["loss_type"] = loss_fn_name(loss_fn)
     return record_step(
         model,
         lambda: _call(model, inputs),
         lambda output: _compute_loss(output, loss_fn, targets),
         optimizer,
         before_step=before_step,
+        loss_targets=targets,
         **options,
     )
+
+
+def loss_fn_name(loss_fn: Callable) -> str:
+    """What the ``loss`` step calls its loss function: ``CrossEntropyLoss`` for a module,
+    ``cross_entropy`` for a named function, ``loss_fn`` for a lambda."""
+    if isinstance(loss_fn, nn.Module):
+        return type(loss_fn).__name__
+    name = getattr(loss_fn, "__name__", "")
+    return name if name.isidentifier() else "loss_fn"
 
 
 def record_step(
@@ -373,42 +469,97 @@ def record_step(
     loss_of: Callable[[Any], Any],
     optimizer: torch.optim.Optimizer | None = None,
     *,
+    loss_type: str | None = None,
+    loss_targets: Any = None,
     before_step: Callable[[], Any] | None = None,
     capture: str = "stats",
     break_on: Any = None,
-    value_cap: int = DEFAULT_VALUE_CAP,
+    value_cap: int | None = DEFAULT_VALUE_CAP,
     value_dtype: torch.dtype | None = None,
     dims: Mapping[str, int] | None = None,
     meta: Mapping[str, Any] | None = None,
+    out: str | os.PathLike | None = None,
 ) -> Trace:
     """:func:`trace_step` for a forward given as a function: ``run()`` calls the model,
-    ``loss_of(output)`` returns the loss (``tracing.watch`` replays a user's step so)."""
+    ``loss_of(output)`` returns the loss (``tracing.watch`` replays a user's step so).
+    With ``loss_type`` (the loss function's name) the ``loss_of`` call is recorded as the
+    step ``loss``, with ``loss_targets`` among its inputs; without, it only looks the
+    loss up in the output."""
+    if out is not None:
+        out = distributed_mod.output_path(out)  # one file per rank under torch.distributed
     tracer = _StepTracer(
         model, capture, dims=dims, value_cap=value_cap, value_dtype=value_dtype,
-        train=model.training, meta=meta,
+        train=model.training, meta=meta, out=out,
         break_on=[c for c in _as_list(break_on) if not _gradient_only(c)] or None,
     )  # fmt: skip
+    undo = _Undo(model)
+    try:
+        trace = _run_step(tracer, run, loss_of, optimizer, before_step, capture, break_on,
+                          loss_type, loss_targets)  # fmt: skip
+    except BaseException as e:
+        if isinstance(e, ReentrantCheckpointError):  # refused: nothing kept, nothing changed
+            tracer.abort_file()
+            undo.restore()
+            raise
+        trace = getattr(e, "trace", None) or tracer.trace
+        if trace is not None and isinstance(e, (Exception, KeyboardInterrupt)):
+            trace.error = trace.error or f"{type(e).__name__}: {e}"
+            tracer.close_file(trace)  # a streamed file keeps the step so far
+        else:
+            tracer.abort_file()
+        raise
+    tracer.close_file(trace)
+    return trace
+
+
+class _Undo:
+    """What a refused step puts back: the model's buffers (a forward moves BatchNorm's
+    running statistics) and the CPU random state (dropout drew from it). Boolean buffers
+    (masks) are never written by a forward, so they are not copied."""
+
+    def __init__(self, model: nn.Module):
+        self.rng = torch.get_rng_state()
+        self.buffers = [(b, b.detach().clone()) for b in model.buffers() if b.dtype != torch.bool]
+
+    def restore(self) -> None:
+        with torch.no_grad():
+            for b, kept in self.buffers:
+                b.copy_(kept)
+        torch.set_rng_state(self.rng)
+
+
+def _run_step(tracer, run, loss_of, optimizer, before_step, capture, break_on, loss_type,
+              loss_targets) -> Trace:  # fmt: skip
+    """The step itself: forward (and loss) under ``tracer``, backward, optimizer step."""
+    model = tracer.model
     with torch.enable_grad():
         with tracer:
             output = run()
+            if loss_type is not None:
+                inputs = (output,) if loss_targets is None else (output, loss_targets)
+                loss = tracer.record_loss(loss_type, loss_of, output, inputs)
         trace = tracer.trace
         assert trace is not None
         trace.meta["phase"] = "training step"
         if "stopped_at" in trace.meta:
             return trace  # a forward breakpoint: no loss, no backward
-        try:
-            loss = loss_of(output)
-        except Exception as e:
-            trace.error = f"{type(e).__name__}: {e}"
-            raise TraceError(f"the loss could not be computed: {trace.error}", trace) from e
+        if loss_type is None:
+            try:
+                loss = loss_of(output)
+            except Exception as e:
+                trace.error = f"{type(e).__name__}: {e}"
+                raise TraceError(f"the loss could not be computed: {trace.error}", trace) from e
         _check_loss(loss)
         trace.meta["loss"] = float(loss.detach())
         trace.meta["forward_steps"] = len(trace.steps)
         recorder = _BackwardRecorder(trace, tracer, capture, break_on)
+        trace.meta["param_grads"] = recorder.param_grads  # filled as the backward runs
         handles: list = []
         try:
             handles = recorder.instrument(loss)
             loss.backward()
+        except ReentrantCheckpointError:
+            raise
         except Exception as e:
             trace.error = f"{type(e).__name__}: {e}"
             raise TraceError(f"the backward pass failed: {trace.error}", trace) from e
@@ -416,9 +567,6 @@ def record_step(
             for h in handles:
                 h.remove()
             tracer.nodes = []  # no autograd node outlives the step
-    trace.meta["param_grads"] = recorder.param_grads
-    if recorder.notes:
-        trace.meta["notes"] = sorted(recorder.notes)
     if recorder.skipped_values:
         trace.meta["values_skipped"] = trace.meta.get("values_skipped", 0) + recorder.skipped_values
     if recorder.hit is not None:
@@ -451,4 +599,4 @@ def _gradient_only(condition: Any) -> bool:
     return bool(getattr(condition, "gradient_only", False))
 
 
-__all__ = ["loss_from_output", "record_step", "trace_step", "update_ratios"]
+__all__ = ["loss_fn_name", "loss_from_output", "record_step", "trace_step", "update_ratios"]

@@ -1446,9 +1446,15 @@ class Tracer:
             sources=embed_sources(records, self._failure),
         )
         if self.out is not None and not self._sink.aborted:
-            self._sink.writer.close(trace)  # the header, then the file takes its name
-            trace.values = trace_file.load(self.out).values
+            self._close_file(trace)
         return trace
+
+    def _close_file(self, trace: Trace) -> None:
+        """A streamed trace's header, then the file takes its name and ``trace.values``
+        reads from it lazily. (``tracing.backward`` closes it later: the backward streams
+        into the same file.)"""
+        self._sink.writer.close(trace)
+        trace.values = trace_file.load(self.out).values
 
     def _tensor_records(self, namer) -> list[TensorRecord]:
         """Every tensor record, frozen, with its axes named (``namer``, tracing.dims)."""

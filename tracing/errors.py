@@ -22,3 +22,9 @@ class TraceError(RuntimeError):
 
 class TraceFileError(ValueError):
     """A trace file cannot be read: truncated, foreign, a newer schema, inconsistent."""
+
+
+class ReentrantCheckpointError(RuntimeError):
+    """``trace_step`` met a reentrant ``torch.utils.checkpoint`` block (``use_reentrant=True``,
+    or no ``use_reentrant`` given): its inside runs without autograd, so its gradients cannot
+    be recorded. Raised before any backward or optimizer step; nothing was changed."""

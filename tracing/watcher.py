@@ -17,7 +17,7 @@ pass (NaN and Inf propagate into the max). That check runs *before* the optimize
 the weights, so when it fires the model and optimizer are still in the state the bad
 step started from: the step is replayed from there under :func:`tracing.trace_step`
 (same arguments, same random state, so bit for bit the same forward and gradients),
-saved to ``path``, and the loop's own gradients are put back before its ``step()`` goes on.
+streamed to ``path``, and the loop's own gradients are put back before its ``step()`` goes on.
 
 ``loss_fn(output)`` gives the loss from the model's output; a lambda that reads the
 loop's current targets (``y`` above) works, as it is called during that step. Without
@@ -35,7 +35,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from tracing.backward import loss_from_output, record_step
+from tracing.backward import loss_fn_name, loss_from_output, record_step
+from tracing.distributed import output_path
 
 When = str | int | Callable[[int], bool]
 
@@ -63,6 +64,7 @@ class Watcher:
         self.model, self.optimizer, self.when = model, optimizer, when
         self.path = Path(path)
         self.loss_fn = loss_fn or loss_from_output
+        self.loss_type = None if loss_fn is None else loss_fn_name(loss_fn)  # its own step
         self.capture, self.once, self.options = capture, once, trace_options
         self.step = 0
         self.traces: list[Path] = []
@@ -122,16 +124,17 @@ class Watcher:
             for p in params:
                 p.grad = None
             torch.set_rng_state(self._rng)
-            trace = record_step(
+            path = output_path(self._path_for(self.step))  # a rank's own file under DDP
+            record_step(  # streamed to the file as it records
                 model,
                 lambda: model(*args, **kwargs),
                 self.loss_fn,
+                loss_type=self.loss_type,
                 capture=self.capture,
                 meta={"watch": {"step": self.step, "reason": reason}},
+                out=path,
                 **self.options,
             )
-            path = self._path_for(self.step)
-            trace.save(path)
             self.traces.append(path)
             self.reasons.append(reason)
         finally:
