@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
 
+import tracing
 from scratchformer import DecoderOnlyTransformer, ModelConfig
 from tracing.errors import TraceFileError
 from tracing.generation import load_generation, trace_generate
@@ -108,3 +110,101 @@ def test_bad_input_and_bad_folders(model, tmp_path):
     (tmp_path / "index.json").write_text("{not json")
     with pytest.raises(TraceFileError, match="unreadable"):
         load_generation(tmp_path)
+
+
+# --------------------------------------------------------------------------- streamed to a folder
+
+
+class _Flaky(torch.nn.Module):
+    """The model, raising ``error`` in the pass that sees ``at`` tokens (after its blocks ran)."""
+
+    def __init__(self, inner, at: int, error: BaseException):
+        super().__init__()
+        self.inner, self.at, self.error = inner, at, error
+
+    def forward(self, idx):
+        logits = self.inner(idx)
+        if idx.size(1) >= self.at:
+            raise self.error
+        return logits
+
+
+def _same_passes(a, b) -> None:
+    """Equal records and values (the root step's source is the caller's line, so apart)."""
+    assert a.steps[1:] == b.steps[1:] and a.tensors == b.tensors and a.error == b.error
+    assert replace(a.steps[0], source=None) == replace(b.steps[0], source=None)
+    assert set(a.values) == set(b.values) and len(a.values) > 0
+    for key in a.values:
+        assert torch.equal(a.values[key], b.values[key]), key
+
+
+def test_a_streamed_generation_equals_one_kept_in_memory(model, tmp_path):
+    from tracing.trace_file import LazyValues
+
+    prompt = torch.tensor([[5, 17, 42]])
+    memory = trace_generate(model, prompt, 3, capture="values")
+    streamed = trace_generate(model, prompt, 3, capture="values", out=tmp_path / "run.gen")
+    assert streamed.tokens == memory.tokens and streamed.probs == memory.probs
+    assert all(isinstance(t.values, LazyValues) for t in streamed.passes)  # read from the files
+    loaded = load_generation(tmp_path / "run.gen")
+    assert loaded.complete and loaded.tokens == memory.tokens
+    for m, s, f in zip(memory.passes, streamed.passes, loaded.passes, strict=True):
+        _same_passes(m, s)
+        _same_passes(m, f)
+    names = sorted(p.name for p in (tmp_path / "run.gen").iterdir())
+    assert names == ["index.json", "pass_000.trace", "pass_001.trace", "pass_002.trace"]
+    # stream=False: the same folder, written at the end
+    saved = trace_generate(
+        model, prompt, 3, capture="values", out=tmp_path / "saved.gen", stream=False
+    )
+    assert isinstance(saved.passes[0].values, dict)
+    for m, f in zip(memory.passes, load_generation(tmp_path / "saved.gen").passes, strict=True):
+        _same_passes(m, f)
+
+
+def test_a_pass_that_raises_leaves_a_valid_partial_folder(model, tmp_path):
+    flaky = _Flaky(model, at=5, error=ValueError("boom"))  # prompt of 3: the 3rd pass raises
+    with pytest.raises(tracing.TraceError, match="boom") as info:
+        trace_generate(flaky, torch.tensor([[5, 17, 42]]), 4, capture="values", out=tmp_path)
+    partial = info.value.generation
+    assert len(partial.passes) == 2 and len(partial.tokens) == 2 and "boom" in partial.error
+    loaded = load_generation(tmp_path)
+    assert not loaded.complete and "boom" in loaded.error and loaded.tokens == partial.tokens
+    assert not loaded.failed.complete and loaded.failed.meta["generation_pass"] == 2
+    _same_passes(partial.failed, loaded.failed)  # the failing pass's values up to the raise
+    assert any(s.module == "inner.blocks.1" for s in loaded.failed.steps)
+
+
+def test_an_interrupted_generation_says_so_and_one_stopped_from_outside_is_no_generation(
+    model, tmp_path
+):
+    prompt = torch.tensor([[5, 17, 42]])
+    trace_generate(model, prompt, 2, out=tmp_path)  # a complete folder first ...
+    with pytest.raises(KeyboardInterrupt):  # ... rewritten by a generation Ctrl-C stops
+        trace_generate(_Flaky(model, 4, KeyboardInterrupt()), prompt, 3, out=tmp_path)
+    loaded = load_generation(tmp_path)
+    assert not loaded.complete and "KeyboardInterrupt" in loaded.error
+    assert len(loaded.passes) == 1 and loaded.failed is not None
+    with pytest.raises(SystemExit):  # stopped from outside: the stale index is gone too
+        trace_generate(_Flaky(model, 4, SystemExit(3)), prompt, 3, out=tmp_path)
+    with pytest.raises(TraceFileError, match=r"no index\.json"):
+        load_generation(tmp_path)
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".partial")]
+
+
+def test_generate_command_traces_to_a_folder(tmp_path, capsys):
+    from app.cli import main
+
+    argv = ["generate", "--demo", "--prompt", "hello|", "--temperature", "0"]
+    argv += ["--max-new-tokens", "3"]
+    assert main(argv) == 0
+    plain = capsys.readouterr().out
+    folder = tmp_path / "run.gen"
+    assert main([*argv, "--trace", str(folder), "--capture", "values"]) == 0
+    assert capsys.readouterr().out == plain  # the same text, traced
+    generation = load_generation(folder)
+    assert generation.complete and 1 <= len(generation.passes) <= 3
+    assert generation.passes[0].values  # values streamed into the pass files
+    (tmp_path / "file").write_text("x")
+    assert main([*argv, "--trace", str(tmp_path / "file")]) == 2
+    assert "not a folder" in capsys.readouterr().err

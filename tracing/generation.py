@@ -11,16 +11,23 @@ model has a ``config.block_size``, as ``generate()`` does); there is no key-valu
 so pass ``n`` holds the complete computation that chose token ``n``.
 
 On disk a generation is a folder: one trace file per pass (``pass_000.trace``...) and an
-``index.json`` with the prompt, the chosen tokens and the settings. No pickle.
+``index.json`` with the prompt, the chosen tokens and the settings. No pickle. With
+``out=FOLDER`` each pass is streamed into its file while it runs (``tracing.trace``'s
+``out``: values go to the disk as they are produced, memory stays flat) and the index is
+written last, so a folder without one is not a generation. A generation that fails (a pass
+raises, or Ctrl-C) still leaves a valid folder: the passes done, the failing pass's
+partial trace, and an index whose ``error`` says what happened.
 
 >>> g = trace_generate(model, idx, 5, capture="stats")       # doctest: +SKIP
 >>> g.tokens, len(g.passes)                                  # doctest: +SKIP
 ([17, 4, 99, 99, 3], 5)
 >>> g.save("run.gen"); g2 = load_generation("run.gen")       # doctest: +SKIP
+>>> g = trace_generate(model, idx, 5, capture="values", out="run.gen")  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -68,6 +75,12 @@ class GenerationTrace:
     passes: list[Trace] = field(default_factory=list)
     probs: list[float | None] = field(default_factory=list)  # of each chosen token
     settings: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None  # why the generation stopped early; None when it finished
+    failed: Trace | None = None  # the partial trace of the pass that raised, if it left one
+
+    @property
+    def complete(self) -> bool:
+        return self.error is None
 
     @property
     def sequence(self) -> list[int]:
@@ -122,26 +135,48 @@ class GenerationTrace:
     def save(self, folder: str | os.PathLike) -> Path:
         """Write the folder: ``pass_NNN.trace`` per pass, then ``index.json`` (written last,
         under a temporary name then renamed, so a folder without it is incomplete)."""
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        files = []
+        folder = _fresh_folder(folder)
         for n, t in enumerate(self.passes):
-            name = f"pass_{n:03d}.trace"
-            t.save(folder / name)
-            files.append(name)
-        index = {
-            "format": FORMAT,
-            "version": FORMAT_VERSION,
-            "prompt": self.prompt,
-            "tokens": self.tokens,
-            "probs": self.probs,
-            "settings": to_jsonable(self.settings),
-            "passes": files,
-        }
-        tmp = folder / (INDEX_FILE + ".tmp")
-        tmp.write_text(json.dumps(index, indent=2))
-        tmp.replace(folder / INDEX_FILE)
-        return folder
+            t.save(folder / pass_file(n))
+        if self.failed is not None:
+            self.failed.save(folder / pass_file(len(self.passes)))
+        return write_index(folder, self)
+
+
+def pass_file(n: int) -> str:
+    """The name of pass ``n``'s trace file in a generation folder."""
+    return f"pass_{n:03d}.trace"
+
+
+def _fresh_folder(folder: str | os.PathLike) -> Path:
+    """``folder``, created, without an index: a stale one would make the folder look
+    complete while its passes are being (re)written."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / INDEX_FILE).unlink(missing_ok=True)
+    return folder
+
+
+def write_index(folder: Path, generation: GenerationTrace) -> Path:
+    """Write ``index.json`` for ``generation``, whose pass files are already in ``folder``
+    (under a temporary name, then renamed: the folder is a generation once it exists)."""
+    index = {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "prompt": generation.prompt,
+        "tokens": generation.tokens,
+        "probs": generation.probs,
+        "settings": to_jsonable(generation.settings),
+        "passes": [pass_file(n) for n in range(len(generation.passes))],
+    }
+    if generation.error is not None:
+        index["error"] = generation.error
+        if generation.failed is not None:
+            index["failed_pass"] = pass_file(len(generation.passes))
+    tmp = folder / (INDEX_FILE + ".tmp")
+    tmp.write_text(json.dumps(index, indent=2))
+    tmp.replace(folder / INDEX_FILE)
+    return folder
 
 
 def load_generation(folder: str | os.PathLike) -> GenerationTrace:
@@ -166,9 +201,12 @@ def load_generation(folder: str | os.PathLike) -> GenerationTrace:
         )
     passes, tokens = index.get("passes"), index.get("tokens")
     prompt, probs = index.get("prompt"), index.get("probs", [])
+    error, failed_pass = index.get("error"), index.get("failed_pass")
     ok = (
         isinstance(passes, list)
-        and all(isinstance(p, str) and "/" not in p and "\\" not in p for p in passes)
+        and all(_plain_name(p) for p in passes)
+        and (error is None or isinstance(error, str))
+        and (failed_pass is None or (error is not None and _plain_name(failed_pass)))
         and isinstance(tokens, list)
         and all(isinstance(t, int) for t in tokens)
         and isinstance(prompt, list)
@@ -179,7 +217,7 @@ def load_generation(folder: str | os.PathLike) -> GenerationTrace:
     if not ok:
         raise TraceFileError(f"{index_path}: malformed generation index")
     traces = []
-    for name in passes:
+    for name in [*passes, *([failed_pass] if failed_pass else [])]:
         path = folder / name
         if not path.is_file():
             raise TraceFileError(f"{index_path}: pass file {name} is missing")
@@ -187,10 +225,17 @@ def load_generation(folder: str | os.PathLike) -> GenerationTrace:
     return GenerationTrace(
         prompt=prompt,
         tokens=tokens,
-        passes=traces,
+        passes=traces[: len(passes)],
         probs=probs,
         settings=dict(index.get("settings") or {}),
+        error=error,
+        failed=traces[len(passes)] if failed_pass else None,
     )
+
+
+def _plain_name(name: Any) -> bool:
+    """A file name inside the folder (no path: an index cannot point elsewhere)."""
+    return isinstance(name, str) and name not in ("", ".", "..") and not {"/", "\\"} & set(name)
 
 
 # --------------------------------------------------------------------------- tracing
@@ -222,6 +267,9 @@ def trace_generate(
     capture: str = "stats",
     block_size: int | None = None,
     decode: Callable[[list[int]], str] | None = None,
+    stop_token: int | None = None,
+    out: str | os.PathLike | None = None,
+    stream: bool = True,
     **trace_kwargs: Any,
 ) -> GenerationTrace:
     """Generate ``max_new_tokens`` tokens after ``idx`` ``(1, T)``, tracing every pass.
@@ -229,9 +277,21 @@ def trace_generate(
     The choice of token follows ``generate()`` in ``scratchformer``: temperature 0 is
     argmax; otherwise logits / temperature, optionally cut to the ``top_k`` best, and one
     ``torch.multinomial`` draw with ``generator``. ``decode`` (token ids -> text, e.g. a
-    tokenizer's ``decode``) fills each pass's ``meta["text"]``. ``trace_kwargs`` go to
+    tokenizer's ``decode``) fills each pass's ``meta["text"]``; generation stops after
+    ``stop_token`` (as ``generate()`` does). ``trace_kwargs`` go to
     :class:`tracing.Tracer` (``dims``, ``meta``, ``value_cap``...). Like every trace, the
     passes run in eval mode (dropout off) unless ``train=True`` is passed.
+
+    ``out``: write the generation to this folder (what :meth:`GenerationTrace.save`
+    writes). Each pass is streamed into its file while it runs, so memory stays flat and
+    ``passes[n].values`` reads from the file; ``index.json`` is written last.
+    ``stream=False`` keeps the passes in memory and saves them at the end instead.
+
+    If a pass raises, the exception goes on up (a :class:`tracing.TraceError` for the
+    forward, ``KeyboardInterrupt`` for Ctrl-C) with the generation so far as its
+    ``.generation``: the passes done, ``failed`` (the raising pass's partial trace) and
+    ``error``; with ``out``, that is also what the folder then holds. Stopped any other
+    way (``SystemExit``...), the folder is left without an index: not a generation.
     """
     from tracing.capture import Tracer
 
@@ -258,8 +318,11 @@ def trace_generate(
             "capture": capture,
             "block_size": block_size,
             "max_new_tokens": max_new_tokens,
+            "stop_token": stop_token,
         },
     )
+    folder = None if out is None else _fresh_folder(out)
+    streamed = folder if stream else None  # passes go to their files as they run
     seq = idx
     extra_meta = dict(trace_kwargs.pop("meta", None) or {})
     for n in range(max_new_tokens):
@@ -268,16 +331,54 @@ def trace_generate(
         meta = {**extra_meta, "generation_pass": n, "tokens": ids}
         if decode is not None:
             meta["text"] = decode(ids)
-        with torch.no_grad(), Tracer(model, capture=capture, meta=meta, **trace_kwargs) as tr:
-            output = model(context)
-        t = tr.trace
-        last = _logits_of(output)[:, -1, :].detach().float()  # (1, V): the next token's scores
-        next_token, prob = _choose(last, temperature, top_k, generator)
-        result.passes.append(t)
+        pass_out = None if streamed is None else streamed / pass_file(n)
+        tracer = Tracer(model, capture=capture, meta=meta, out=pass_out, **trace_kwargs)
+        try:
+            with torch.no_grad(), tracer:
+                output = model(context)
+            last = _logits_of(output)[:, -1, :].detach().float()  # (1, V): next token's scores
+            next_token, prob = _choose(last, temperature, top_k, generator)
+        except (Exception, KeyboardInterrupt) as e:
+            _stopped(result, e, tracer.trace, folder, stream)
+            raise
+        result.passes.append(tracer.trace)
         result.tokens.append(next_token)
         result.probs.append(prob)
         seq = torch.cat([seq, torch.tensor([[next_token]], dtype=seq.dtype)], dim=1)
+        if next_token == stop_token:
+            break
+    if folder is not None:
+        if stream:
+            write_index(folder, result)
+        else:
+            result.save(folder)
     return result
+
+
+def _stopped(
+    result: GenerationTrace,
+    error: BaseException,
+    partial: Trace | None,
+    folder: Path | None,
+    streamed: bool,
+) -> None:
+    """Record why the generation stopped on ``result`` (and on ``error``, as
+    ``.generation``) and, with a folder, leave it valid and saying so."""
+    if partial is not None and not partial.complete:
+        result.failed = partial  # the raising pass's trace, as far as it got
+    result.error = (
+        partial.error
+        if result.failed is not None and partial.error
+        else f"{type(error).__name__}: {error}".rstrip(": ")
+    )
+    with contextlib.suppress(AttributeError):  # some exception types take no attributes
+        error.generation = result  # type: ignore[attr-defined]
+    if folder is None:
+        return
+    if streamed:
+        write_index(folder, result)
+    else:
+        result.save(folder)
 
 
 def _choose(

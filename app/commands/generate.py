@@ -2,9 +2,14 @@
 
     scratchformer generate --demo --prompt "hello|" --temperature 0
     scratchformer generate --checkpoint nano.safetensors --prompt "The " --max-new-tokens 200
+    scratchformer generate --demo --prompt "hello|" --trace run.gen --capture values
 
 Prints the prompt followed by the generated text. ``--temperature 0`` is greedy
-(deterministic); otherwise ``--seed`` makes sampling reproducible.
+(deterministic); otherwise ``--seed`` makes sampling reproducible. ``--trace FOLDER``
+traces every pass and writes the generation folder (``tracing.generation.load_generation``
+reads it): each pass's values go to its file as they are produced, so memory stays flat
+(``--no-stream``: keep them in memory and save at the end). A pass that raises, or Ctrl-C,
+still leaves a valid folder with the passes so far and the partial one.
 """
 
 from __future__ import annotations
@@ -37,6 +42,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--top-k", type=int_between(1, 2**31), help="sample among the k most likely tokens only"
     )
     p.add_argument("--seed", type=SEED, default=0, help="random seed for sampling")
+    p.add_argument(
+        "--trace",
+        metavar="FOLDER",
+        help="trace every pass and write the generation to this folder (streamed)",
+    )
+    p.add_argument(
+        "--capture",
+        choices=("shapes", "stats", "values"),
+        default="stats",
+        help="with --trace: what to keep per tensor (default: stats)",
+    )
+    p.add_argument(
+        "--no-stream",
+        action="store_true",
+        help="with --trace: keep values in memory and save at the end",
+    )
     p.add_argument(
         "--stop",
         help="stop after this character (default: the task's end marker '.' for a model "
@@ -85,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
 
     idx = torch.tensor([tok.encode(args.prompt)], dtype=torch.long)
     generator = torch.Generator().manual_seed(args.seed)
+    if args.trace:
+        return _traced(model, idx, args, temperature, generator, stop_token, tok)
     out = model.generate(
         idx,
         args.max_new_tokens,
@@ -95,4 +118,45 @@ def run(args: argparse.Namespace) -> int:
     )
     new = out[0, idx.size(1) :].tolist()
     print(args.prompt + tok.decode(new))
+    return 0
+
+
+def _traced(model, idx, args, temperature, generator, stop_token, tok) -> int:
+    """``generate --trace``: one traced pass per token, written to the folder as it goes."""
+    import sys
+    from pathlib import Path
+
+    import tracing
+    from app.cli import UserError
+    from app.progress import ProgressBar
+    from tracing.generation import trace_generate
+
+    folder = Path(args.trace)
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"cannot write the generation to {folder}: it exists and is not a folder")
+    if not folder.parent.is_dir():
+        raise UserError(f"cannot write {folder}: the folder {folder.parent} does not exist")
+    bar = ProgressBar(args.max_new_tokens, "trace generation")
+    handle = model.register_forward_hook(lambda *_: bar.update(1))
+    try:
+        generation = trace_generate(
+            model, idx, args.max_new_tokens, temperature=temperature, top_k=args.top_k,
+            generator=generator, capture=args.capture, stop_token=stop_token,
+            decode=tok.decode, out=folder, stream=not args.no_stream,
+        )  # fmt: skip
+    except (tracing.TraceError, KeyboardInterrupt) as e:
+        bar.close()
+        partial = getattr(e, "generation", None)
+        done = len(partial.passes) if partial is not None else 0
+        print(f"error: {e}; {done} pass(es) and the partial one were saved to {folder}",
+              file=sys.stderr)  # fmt: skip
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        return 1
+    finally:
+        handle.remove()
+    bar.close()
+    print(args.prompt + tok.decode(generation.tokens))
+    print(f"wrote {folder}: {len(generation.passes)} traced passes, "
+          f"{generation.step_count()} steps", file=sys.stderr)  # fmt: skip
     return 0
