@@ -57,6 +57,26 @@ def placements_text(placements: list) -> str:
     return ", ".join(one(p) for p in placements)
 
 
+def collective_detail(c: dict[str, Any]) -> str:
+    """What a collectives table says of one collective beyond its op: the reduce op or the
+    placements it moved between, src/dst, and for one of a training step's backward its
+    phase and DDP bucket (``bucket 2: 4 gradients``)."""
+    parts = []
+    if c["op"] == "redistribute":
+        src, dst = c["placements"]
+        parts.append(f"{placements_text(src)} → {placements_text(dst)}")
+    elif c.get("reduce_op"):
+        parts.append(str(c["reduce_op"]))
+    parts += [f"{key}={c[key]}" for key in ("src", "dst") if key in c]
+    if c.get("phase") == "backward":
+        parts.append("backward")
+        if "bucket" in c:
+            parts.append(f"bucket {c['bucket']}: {len(c['params'])} gradients")
+        elif c.get("what"):
+            parts.append(c["what"])
+    return ", ".join(parts)
+
+
 def _outputs_text(ranks: RankSet, rank: int, step_index: int | None) -> str | None:
     if step_index is None:
         return None
@@ -167,13 +187,7 @@ def _render_md(report: RankReport) -> str:
     if report.collectives:
         rows = []
         for c in report.collectives:
-            detail = c.get("reduce_op") or ""
-            if c["op"] == "redistribute":
-                src, dst = c["placements"]
-                detail = f"{placements_text(src)} → {placements_text(dst)}"
-            for key in ("src", "dst"):
-                if key in c:
-                    detail += f" {key}={c[key]}"
+            detail = collective_detail(c)
             shapes = "; ".join(
                 f"r{r}: {_shapes(c['inputs'].get(r))} → {_shapes(c['outputs'].get(r))}"
                 for r in c["outputs"]
@@ -184,7 +198,7 @@ def _render_md(report: RankReport) -> str:
             )  # fmt: skip
         lines += _md_table(["step", "module", "op", "api", "group", "detail", "shapes"], rows)
     else:
-        lines.append("No collective ran inside the traced forward.")
+        lines.append("No collective ran in the trace.")
     lines += ["", "## Output shapes per rank", ""]
     ranks = [r["rank"] for r in report.ranks]
     rows = []
@@ -202,4 +216,12 @@ def _shapes(shapes: list | None) -> str:
     return ", ".join(format_shape(shape) for shape in shapes)
 
 
-__all__ = ["FORMATS", "RankReport", "RankRow", "compute", "placements_text", "render"]
+__all__ = [
+    "FORMATS",
+    "RankReport",
+    "RankRow",
+    "collective_detail",
+    "compute",
+    "placements_text",
+    "render",
+]

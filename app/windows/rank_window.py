@@ -53,7 +53,7 @@ from app.widgets.tensor_view import as_matrix, axis_names
 from app.windows import dialogs
 from app.windows.compare_window import CompareWindow, divergence_colour
 from tracing.divergence import entry_score, score_text
-from tracing.rank_report import placements_text
+from tracing.rank_report import collective_detail, placements_text
 from tracing.ranks import RankDivergence, RankSet, collectives_of, layout_of, load_ranks
 
 
@@ -257,10 +257,7 @@ class RankWindow(QMainWindow):
         rows = [c for c in collectives_of(first) if "step" in c]
         self.collectives.setRowCount(len(rows))
         for row, c in enumerate(rows):
-            detail = c.get("reduce_op", "")
-            if c["op"] == "redistribute":
-                src, dst = c["placements"]
-                detail = f"{placements_text(src)} → {placements_text(dst)}"
+            detail = collective_detail(c)
             module = first.steps[c["step"]].module or "<root>"
             cells = [str(c["step"]), module, c["op"], f"{c['group']} {c['ranks']}", detail]
             for col, text in enumerate(cells):
