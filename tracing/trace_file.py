@@ -58,10 +58,11 @@ import shutil
 import struct
 import threading
 import zlib
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterator, Mapping
 from dataclasses import MISSING as MISSING_FIELD
 from dataclasses import fields
+from functools import partial
 from itertools import chain, repeat
 from operator import attrgetter
 from pathlib import Path
@@ -99,9 +100,12 @@ GRAPH_TENSOR = "__scratchformer_graph__"
 
 RESERVED_PREFIX = "__scratchformer"
 
-MANIFEST_INLINE_LIMIT = 40_000_000
-"""Most characters of manifest + graph kept in the header; safetensors refuses headers
-over 100 MB, and escaping them as JSON strings can grow them by a half."""
+MANIFEST_INLINE_LIMIT = 2**20
+"""Most characters of manifest + graph kept in the header; larger ones are stored as
+``uint8`` entries. A header is parsed whole on every open, each string in it unescaped:
+a 50,000-step trace's manifest and graph (28 MB) cost 0.1 s there, and the graph is not
+needed to open a trace; as entries, the manifest is one read and the graph is read only
+when asked for. (Files with larger inline manifests, written before, open as ever.)"""
 
 VALUE_CACHE_SIZE = 16
 """How many tensors a loaded trace keeps in memory after reading them (least recent out)."""
@@ -999,7 +1003,12 @@ _PLAIN_KINDS: dict[Any, set[type]] = {
     _as_opt_str: {str, type(None)},
 }
 # converters of lists of one element type, decoded a whole column at once
-_LIST_KINDS: dict[Any, type] = {_as_int_tuple: int, _as_size_tuple: int, _as_str_tuple: str}
+_LIST_KINDS: dict[Any, type] = {
+    _as_int_tuple: int,
+    _as_size_tuple: int,
+    _as_str_tuple: str,
+    _as_opt_str_tuple: str,
+}
 
 
 # field name -> converter, per record type; "source" and "stats" are decoded apart
@@ -1048,7 +1057,8 @@ def _decode_rows(
 
     Fields are matched by name (a file may list them in any order; unknown ones are
     ignored; missing ones take the dataclass default or are an error if it has none).
-    ``special`` maps a field name to a converter ``(value) -> value`` for nested records.
+    ``special`` maps a field name to a whole-column decoder ``(column) -> list`` for
+    nested records (raising ``_Bad`` on a bad value).
     """
     t = manifest.get(table)
     if not isinstance(t, dict):
@@ -1061,17 +1071,17 @@ def _decode_rows(
     if len(rows) > MAX_RECORDS:
         raise _Invalid(f"the {table} table has more than {MAX_RECORDS:,} rows")
     special = special or {}
-    plan = []  # (field name, column or None, converter, default)
+    plan = []  # (field name, column or None, column decoder, default)
     for f in fields(cls):
-        convert = special.get(f.name) or rules.get(f.name, _as_any)
+        decode = special.get(f.name) or partial(_decode_column, rules.get(f.name, _as_any))
         if f.name in names:
-            plan.append((f.name, names.index(f.name), convert, None))
+            plan.append((f.name, names.index(f.name), decode, None))
         elif f.default is not MISSING_FIELD:
             plan.append((f.name, None, None, f.default))
         else:
             raise _Invalid(f"the {table} table has no {f.name!r} field")
     width = len(names)
-    if any(type(row) is not list or len(row) != width for row in rows):
+    if not set(map(type, rows)) <= {list} or not set(map(len, rows)) <= {width}:
         i = next(i for i, r in enumerate(rows) if type(r) is not list or len(r) != width)
         raise _Invalid(f"row {i} of the {table} table does not have {width} fields")
     # column by column: a whole column of plain ints or strings is checked in one C-speed
@@ -1079,12 +1089,25 @@ def _decode_rows(
     columns = list(zip(*rows)) if rows else [() for _ in names]
     try:
         decoded = [
-            repeat(default, len(rows)) if col is None else _decode_column(conv, columns[col])
-            for _, col, conv, default in plan
+            repeat(default, len(rows)) if col is None else decode(columns[col])
+            for _, col, decode, default in plan
         ]
     except _Bad:
         _raise_first_bad(rows, plan, what)
-    return list(map(cls, *decoded))
+    return _build(cls, [name for name, *_ in plan], decoded, len(rows))
+
+
+def _build(cls: type, names: list[str], columns: list, n: int) -> list[Any]:
+    """``n`` frozen dataclass objects from checked columns, without calling ``__init__``.
+
+    Equal to ``list(map(cls, *columns))`` (the records hold no ``__post_init__``), in
+    about half the time: a frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``, here each object gets its finished ``__dict__`` at once.
+    """
+    objects = list(map(object.__new__, repeat(cls, n)))
+    dicts = map(dict, map(zip, repeat(names), zip(*columns)))
+    deque(map(object.__setattr__, objects, repeat("__dict__"), dicts), maxlen=0)
+    return objects
 
 
 def _decode_column(convert, column: tuple) -> Any:
@@ -1104,13 +1127,17 @@ def _decode_column(convert, column: tuple) -> Any:
         if _in_range(numbers, -MAX_INT):
             return column
     element = _LIST_KINDS.get(convert)
-    if element is not None and kinds <= {list}:
-        flat = list(chain.from_iterable(column))
+    optional = convert is _as_opt_str_tuple and type(None) in kinds
+    lists = [v for v in column if v is not None] if optional else column
+    if element is not None and (kinds - {type(None)} if optional else kinds) <= {list}:
+        flat = list(chain.from_iterable(lists))
         ok = set(map(type, flat)) <= {element}
         if ok and element is int:
             ok = _in_range(flat, 0 if convert is _as_size_tuple else -MAX_INT)
         if ok and convert is _as_size_tuple:
             ok = max(map(len, column), default=0) <= 64
+        if ok and optional:
+            return [None if v is None else tuple(v) for v in column]
         if ok:
             return list(map(tuple, column))
     return list(map(convert, column))
@@ -1123,11 +1150,11 @@ def _in_range(numbers, low: int) -> bool:
 def _raise_first_bad(rows: list, plan: list, what: str) -> None:
     """The slow path for an error message: the first row and field that fails."""
     for i, row in enumerate(rows):
-        for name, col, conv, _ in plan:
+        for name, col, decode, _ in plan:
             if col is None:
                 continue
             try:
-                conv(row[col])
+                decode((row[col],))
             except _Bad as e:
                 raise _Invalid(f"{what} {i}: {name} {row[col]!r} is not {e}") from None
     raise AssertionError("no bad value found")  # pragma: no cover
@@ -1167,20 +1194,11 @@ def _validate(
     ):
         raise _Invalid("the manifest's stats_fields is not a list of distinct names")
 
-    def as_stats(v: Any) -> TensorStats | None:
-        return None if v is None else _stats(v, stats_names)
-
     tensors = _decode_rows(
-        manifest, "tensors", TensorRecord, _TENSOR_RULES, "tensor record", {"stats": as_stats}
-    )
-
-    def as_source(v: Any) -> SourceLocation | None:
-        if v is None:
-            return None
-        if type(v) is not int or not 0 <= v < len(sources):
-            raise _Bad("an entry of the source table")
-        return sources[v]
-
+        manifest, "tensors", TensorRecord, _TENSOR_RULES, "tensor record",
+        {"stats": partial(_stats_column, names=stats_names)},
+    )  # fmt: skip
+    as_source = partial(_source_column, sources=sources)
     steps = _decode_rows(manifest, "steps", Step, _STEP_RULES, "step", {"source": as_source})
     try:
         failure = failure_from_json(manifest.get("failure"), len(steps))
@@ -1239,6 +1257,55 @@ def _source(row: Any, i: int) -> SourceLocation:
     ):
         raise _Invalid(f"source entry {i} is not [file, line, text, function]")
     return SourceLocation(file=row[0], line=row[1], text=row[2], function=row[3])
+
+
+def _source_column(column: tuple, sources: list[SourceLocation]) -> list:
+    """A steps table's source column (indices into the source table, or null) as
+    ``SourceLocation`` objects (shared, one per source)."""
+    if not set(map(type, column)) <= {int, type(None)}:
+        raise _Bad("an entry of the source table")
+    table: dict[int | None, SourceLocation | None] = dict(enumerate(sources))
+    table[None] = None
+    try:
+        return list(map(table.__getitem__, column))
+    except KeyError:
+        raise _Bad("an entry of the source table") from None
+
+
+def _stats_column(column: tuple, names: list[str]) -> list:
+    """A tensors table's stats column (a list of numbers per row, in the order of the
+    manifest's ``stats_fields``, or null) as ``TensorStats``, checked a field at a time;
+    a column with anything unusual goes value by value (:func:`_stats` names the bad one)."""
+
+    def one_by_one() -> list:
+        return [None if v is None else _stats(v, names) for v in column]
+
+    present = [v for v in column if v is not None]
+    if not set(_STATS_FIELDS) <= set(names) or not set(map(type, present)) <= {list}:
+        return one_by_one()
+    if not set(map(len, present)) <= {len(names)}:
+        return one_by_one()
+    by_name = dict(zip(names, zip(*present))) if present else dict.fromkeys(names, ())
+    values = []
+    for name in _STATS_FIELDS:
+        col = by_name[name]
+        kinds = set(map(type, col))
+        if name in ("nan", "inf"):  # counts
+            if not kinds <= {int} or not _in_range(col, 0):
+                return one_by_one()
+        else:
+            if not kinds <= {float, int}:
+                return one_by_one()
+            if int in kinds:
+                if not _in_range([v for v in col if type(v) is int], -MAX_INT):
+                    return one_by_one()
+                col = list(map(float, col))
+        values.append(col)
+    built = _build(TensorStats, list(_STATS_FIELDS), values, len(present))
+    if len(built) == len(column):
+        return built
+    it = iter(built)
+    return [None if v is None else next(it) for v in column]
 
 
 def _stats(v: Any, names: Any) -> TensorStats:
