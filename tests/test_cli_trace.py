@@ -235,3 +235,13 @@ def test_bench_quick_prints_every_figure_with_its_target(capsys):
     assert "target <= 1.2x" in out  # memory
     for figure in ("trace_step shapes", "trace_step stats", "trace_step values", "watched loop"):
         assert f"  {figure}" in out, figure  # the training-step section
+    assert "peak memory of a training step: not with --quick" in out
+
+
+def test_training_step_memory_child_reports_its_peak(tmp_path):
+    """One child measurement of the training-step memory benchmark, run in-process."""
+    from app.commands.bench_training import memory_child
+
+    spec = {"preset": "nano", "tokens": 8, "threads": 1, "mode": "streamed"}
+    fig = memory_child(spec | {"file": str(tmp_path / "s.sft")})
+    assert fig["peak_rss"] > 0 and fig["values"] > 0 and fig["file_bytes"] > 0

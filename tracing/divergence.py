@@ -73,6 +73,48 @@ def step_scores(
     return out
 
 
+def gradient_scores(
+    d: TraceDiff, trace: Trace, side: str
+) -> dict[int, tuple[float | None, str | None]]:
+    """For a training-step trace: score and status of the *gradients* at each forward box.
+
+    A forward step gets the largest score of the backward steps that differentiate it
+    (``Step.forward``); a module call the largest over the steps inside it. A forward step
+    no gradient reached (an input, a ``no_grad`` region) is absent."""
+    lookup = d.for_step_a if side == "a" else d.for_step_b
+    steps = trace.steps
+    best: dict[int, tuple[float | None, str | None]] = {}
+
+    def take(index: int, score: float | None, status: str | None) -> None:
+        old = best.get(index)
+        if old is None or _worse(score, old[0]):
+            best[index] = (score, status)
+
+    for s in steps:
+        if s.kind != "backward" or s.forward is None:
+            continue
+        entry = lookup(s.index)
+        if entry is None:
+            continue
+        score = math.inf if entry.one_sided else entry_score(entry)
+        take(s.forward, score, entry.status)
+    for index, (score, status) in list(best.items()):  # up to every enclosing module call
+        parent = steps[index].parent
+        while parent is not None:
+            take(parent, score, status)
+            parent = steps[parent].parent
+    return best
+
+
+def _worse(score: float | None, than: float | None) -> bool:
+    """Whether ``score`` should show over ``than``: a larger score, NaN over any number."""
+    if score is None:
+        return False
+    if than is None or math.isnan(score):
+        return True
+    return not math.isnan(than) and score > than
+
+
 def entry_place(entry: StepDiff) -> str:
     """Where an aligned entry sits on each side: ``A step 3 · B step 4`` (one side if only one)."""
     where = []
@@ -104,6 +146,7 @@ __all__ = [
     "divergence_fraction",
     "entry_place",
     "entry_score",
+    "gradient_scores",
     "score_text",
     "step_scores",
 ]

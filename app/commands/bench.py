@@ -17,7 +17,9 @@ Prints, with the target beside each figure:
   tensors it keeps;
 - a training step (forward + backward + AdamW) of the large model traced at each level,
   and a loop watched by ``tracing.watch`` that does not fire, against the plain step
-  (``app/commands/bench_training.py``).
+  (``app/commands/bench_training.py``); then (not with ``--quick``) the peak memory of
+  the traced step, in memory and streamed to a file, against the plain step's, each in
+  its own process.
 
 Benchmarks print; they never fail a build. See also ``benchmarks/``.
 """
@@ -437,4 +439,12 @@ def run(args: argparse.Namespace) -> int:
     clock = time.perf_counter if args.clock == "wall" else time.process_time
     label = models[1][0].split(",")[0]  # "gpt2-small preset (random weights)"
     bench_training.report(say, large_model, large_ids, label, min(repeat, 5), warmup, clock)
+    del large_model
+    gc.collect()
+    if args.quick:  # four fresh processes: not for a quick look
+        say("  (peak memory of a training step: not with --quick)")
+        return 0
+    preset = label.split(" ")[0]
+    threads = torch.get_num_threads()
+    bench_training.report_memory(say, preset, large_ids.shape[1], threads, args.tmp)
     return 0

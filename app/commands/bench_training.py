@@ -9,12 +9,21 @@ Used by ``scratchformer bench`` (its training section) and ``benchmarks/bench_tr
   serve every run, so the weights move a little each time, as in training.
 - **Watched loop**: the same plain step, with and without a :func:`tracing.watch`
   (``when="nonfinite"``, never firing) attached, interleaved the same way.
+- **Peak memory** (:func:`report_memory`): the peak resident set of a process that takes
+  one plain step (which allocates the optimizer's state) and then the measured step:
+  plain, traced at ``stats``, at ``values`` kept in memory, or at ``values`` streamed to a
+  file (``out=``). Each in a fresh child process, so no figure hides in another's memory.
 """
 
 from __future__ import annotations
 
 import gc
+import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -124,4 +133,101 @@ def report(say: Callable[[str], None], model, ids, label: str, repeat: int, warm
             f"  {what:<26} {fig.ratios[name]:6.2f}x  ({fig.traced_ms[name]:8.1f} ms)  "
             f"target <= {bound:g}x  {verdict}"
         )
+    return fig
+
+
+# --------------------------------------------------------------------------- peak memory
+
+MEMORY_MODES = ("plain", "stats", "values", "streamed")
+
+
+def memory_child(spec: dict) -> dict:
+    """One measurement, in this (fresh) process: build the preset's model (random weights)
+    and AdamW, take a plain step, then the step ``spec["mode"]`` says; report the peak
+    resident set (``ru_maxrss``) and what the traced step kept."""
+    import resource
+
+    import torch
+
+    import tracing
+    from scratchformer import DecoderOnlyTransformer, ModelConfig
+
+    torch.set_num_threads(spec["threads"])
+    torch.manual_seed(0)
+    config = ModelConfig.preset(spec["preset"])
+    model = DecoderOnlyTransformer(config).train()
+    tokens = min(spec["tokens"], config.block_size)
+    ids = torch.randint(0, config.vocab_size, (1, tokens))
+    targets = torch.roll(ids, -1, dims=1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    _plain_step(model, ids, targets, optimizer)  # the optimizer's state exists from here
+    out: dict = {"params": sum(p.numel() for p in model.parameters())}
+    mode = spec["mode"]
+    start = time.perf_counter()
+    if mode == "plain":
+        _plain_step(model, ids, targets, optimizer)
+    else:
+        optimizer.zero_grad(set_to_none=True)
+        level = "stats" if mode == "stats" else "values"
+        file = spec["file"] if mode == "streamed" else None
+        trace = tracing.trace_step(model, (ids, targets), None, optimizer, capture=level, out=file)
+        out["values"] = len(trace.values)
+        if file is not None:
+            out["file_bytes"] = os.path.getsize(file)
+    out["seconds"] = time.perf_counter() - start
+    out["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    return out
+
+
+def _run_child(spec: dict) -> dict:
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    code = (
+        "import json, sys; from app.commands.bench_training import memory_child; "
+        "print(json.dumps(memory_child(json.loads(sys.argv[1]))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(spec)],
+        capture_output=True, text=True, check=False, env=env,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"memory measurement {spec['mode']} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def measure_step_memory(preset: str, tokens: int, threads: int, folder: str | None = None):
+    """Peak RSS per mode (:data:`MEMORY_MODES`), each from its own child process."""
+    figures = {}
+    with tempfile.TemporaryDirectory(dir=folder, prefix="scratchformer-step-") as tmp:
+        for mode in MEMORY_MODES:
+            spec = {"preset": preset, "tokens": tokens, "threads": threads, "mode": mode}
+            spec["file"] = os.path.join(tmp, "step.sft")
+            figures[mode] = _run_child(spec)
+    return figures
+
+
+def report_memory(say: Callable[[str], None], preset: str, tokens: int, threads: int, folder=None):
+    """Measure and print the peak memory of a traced training step against the plain one."""
+    fig = measure_step_memory(preset, tokens, threads, folder)
+    plain = fig["plain"]
+    say()
+    say(
+        f"peak memory of a training step (AdamW) of the {preset} preset, {tokens} tokens "
+        f"({plain['params'] / 1e6:.1f} M parameters; each in its own process): plain "
+        f"{plain['peak_rss'] / 1e6:,.0f} MB"
+    )
+    for mode in MEMORY_MODES[1:]:
+        f = fig[mode]
+        what = {"stats": "trace_step stats", "values": "trace_step values (memory)"}.get(
+            mode, "trace_step values, out=FILE"
+        )
+        extra = (f["peak_rss"] - plain["peak_rss"]) / 1e6
+        line = (
+            f"  {what:<29} {f['peak_rss'] / plain['peak_rss']:5.2f}x  "
+            f"({f['peak_rss'] / 1e6:,.0f} MB = plain {extra:+,.0f} MB"
+        )
+        if "file_bytes" in f:
+            line += f"; file {f['file_bytes'] / 1e6:,.0f} MB"
+        say(line + ")")
     return fig

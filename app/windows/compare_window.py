@@ -28,10 +28,15 @@ and compares every aligned pair of outputs. This window only shows it:
   slice bar for the leading axes, and the metrics of every output in a table.
 - **First divergence**: the earliest step, in execution order, whose outputs differ — when
   one weight changed, the op that first used it. The window opens there.
+- **Training steps** (``tracing.trace_step``): the step bar shows the forward and the
+  backward phase; a backward entry reads ``∇ module · MmBackward0 ← matmul``, its outputs
+  are gradients (``∇ output``) and A − B is the difference of the two gradients. "First
+  divergent gradient" (G) jumps to the earliest backward step whose gradient differs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import html
 import itertools
 import math
@@ -88,6 +93,7 @@ from tracing.divergence import (
     divergence_fraction,
     entry_place,
     entry_score,
+    gradient_scores,
     score_text,
     step_scores,
 )
@@ -196,6 +202,15 @@ class DivergenceOverlay:
         self.marks: dict[int, DivergenceMark] = {}
         view.layoutChanged.connect(self.apply)
 
+    def clear(self) -> None:
+        """Take the marks off the boxes (before marking them by other scores)."""
+        for mark in self.marks.values():
+            with contextlib.suppress(RuntimeError):  # gone with a rebuilt scene
+                scene = mark.scene()
+                if scene is not None:
+                    scene.removeItem(mark)
+        self.marks = {}
+
     def apply(self) -> None:
         self.marks = {}
         layout = self.view.layout_
@@ -217,33 +232,43 @@ class DivergenceOverlay:
 
 class DivergenceLegend(QWidget):
     """The colour scale: identical · 1e-5 · 1e-3 · ≥ 1 (relative L2); structural; n/a (not
-    compared: no values or statistics kept)."""
+    compared: no values or statistics kept). ``title`` says of what: the outputs, or the
+    gradients (:data:`GRADIENT_TITLE`) in a training step's backward phase."""
+
+    TITLE = "rel. L2 (A − B)"
+    GRADIENT_TITLE = "rel. L2 of ∇ (A − B)"
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
+        self.title = self.TITLE
         self.setFixedHeight(34)
         self.setMinimumWidth(self.sizeHint().width())
         self.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
 
-    def sizeHint(self) -> QSize:
+    def _small_font(self) -> QFont:
         font = QFont(self.font())
         font.setPointSizeF(max(7.0, font.pointSizeF() - 1.5))
-        metrics = QFontMetricsF(font)
+        return font
+
+    def _bar_left(self, metrics: QFontMetricsF) -> float:
+        """Where the scale starts: after the longer of the two titles."""
+        return 6 + max(metrics.horizontalAdvance(t) for t in (self.TITLE, self.GRADIENT_TITLE))
+
+    def sizeHint(self) -> QSize:
+        metrics = QFontMetricsF(self._small_font())
         labels = sum(metrics.horizontalAdvance(t) + 28 for t in ("shape / one side", "n/a"))
-        return QSize(int(336 + labels + 8), 34)
+        return QSize(int(self._bar_left(metrics) + 236 + labels + 8), 34)
 
     def paintEvent(self, event) -> None:
         painter = QPainter(self)
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        font = QFont(self.font())
-        font.setPointSizeF(max(7.0, font.pointSizeF() - 1.5))
+        font = self._small_font()
         painter.setFont(font)
+        left = self._bar_left(QFontMetricsF(font))
         muted = QColor(theme.TEXT_MUTED)
         painter.setPen(muted)
-        painter.drawText(
-            QRectF(0, 0, 96, 20), int(Qt.AlignmentFlag.AlignVCenter), "rel. L2 (A − B)"
-        )
-        bar = QRectF(100, 5, 220, 10)
+        painter.drawText(QRectF(0, 0, left - 4, 20), int(Qt.AlignmentFlag.AlignVCenter), self.title)
+        bar = QRectF(left, 5, 220, 10)
         gradient = QLinearGradient(bar.topLeft(), bar.topRight())
         for t, c in theme.DIVERGENCE_STOPS:
             gradient.setColorAt(t, QColor(c))
@@ -359,8 +384,17 @@ class CompareWindow(QMainWindow):
         self.entries: list[StepDiff] = list(self.diff.entries)
         self.divergent: list[StepDiff] = self.diff.divergent(atol)
         self.first: StepDiff | None = self.divergent[0] if self.divergent else None
+        # training-step traces: where the backward entries start, and the first gradient
+        # that differs (None for forward-only traces)
+        self.backward_position: int | None = next(
+            (i for i, e in enumerate(self.entries) if e.kind == "backward"), None
+        )
+        self.first_backward: StepDiff | None = next(
+            (e for e in self.divergent if e.kind == "backward"), None
+        )
         self._position_of = {id(e): i for i, e in enumerate(self.entries)}
         self.position = -1
+        self.showing_gradients = False  # the rings: outputs (forward) or gradients
         self._syncing = False
         self._tokens_a = token_labels(trace_a)
 
@@ -418,9 +452,16 @@ class CompareWindow(QMainWindow):
         self.next_div_button.setObjectName("nextDivergence")
         self.next_div_button.setToolTip("The next aligned step whose outputs differ (D)")
         self.next_div_button.clicked.connect(self.next_divergence)
+        self.first_backward_button = QPushButton("First divergent gradient")
+        self.first_backward_button.setObjectName("goToFirstGradientDivergence")
+        self.first_backward_button.setToolTip(
+            "The earliest backward step whose gradient differs (G)"
+        )
+        self.first_backward_button.clicked.connect(self.go_to_first_backward_divergence)
         buttons = QHBoxLayout()
         buttons.addWidget(self.first_button)
         buttons.addWidget(self.next_div_button)
+        buttons.addWidget(self.first_backward_button)
         buttons.addStretch(1)
         return buttons
 
@@ -528,6 +569,7 @@ class CompareWindow(QMainWindow):
         self.overlay_b.apply()
         self._fill_summary()
         self.step_bar.set_count(len(self.entries))
+        self.step_bar.set_phases(self.backward_position, len(self.entries))
         start = self._position_of[id(self.first)] if self.first is not None else 0
         if self.entries:
             self.go_to(start)
@@ -589,6 +631,9 @@ class CompareWindow(QMainWindow):
         )
         self.next_div_action = action("Next divergence", ["D"], self.next_divergence)
         self.prev_div_action = action("Previous divergence", ["Shift+D"], self.prev_divergence)
+        self.first_backward_action = action(
+            "First divergent gradient", ["G"], self.go_to_first_backward_divergence
+        )
         self.fit_action = action("Fit both diagrams", ["F"], self.fit)
         self.close_action = action("Close", ["Ctrl+W", "Escape"], self.close)
 
@@ -613,9 +658,10 @@ class CompareWindow(QMainWindow):
         source = ""
         if step is not None and step.source is not None:
             source = f"{Path(step.source.file).name}:{step.source.line} · {step.source.text}"
-        status = f"{position + 1} / {len(self.entries)} · {e.label}"
+        status = f"{position + 1} / {len(self.entries)} · {self.entry_label(e)}"
         self.step_bar.set_position(position, status, source)
         self.step_bar.status.set_colour(theme.CURRENT if e.differs(self.atol) else theme.TEXT)
+        self._show_phase(e.kind == "backward")
         self._show_entry(e)
         self.entryChanged.emit(position)
 
@@ -634,6 +680,57 @@ class CompareWindow(QMainWindow):
     def go_to_first_divergence(self) -> None:
         if self.first is not None:
             self.go_to(self._position_of[id(self.first)])
+
+    def _show_phase(self, backward: bool) -> None:
+        """The rings say how the outputs differ in the forward phase, how the gradients
+        differ in the backward phase (each box: the worst gradient that reached it)."""
+        if backward == self.showing_gradients:
+            return
+        self.showing_gradients = backward
+        for overlay, trace, side in ((self.overlay_a, self.trace_a, "a"),
+                                     (self.overlay_b, self.trace_b, "b")):  # fmt: skip
+            overlay.clear()
+            if backward:
+                overlay.scores = gradient_scores(self.diff, trace, side)
+            else:
+                overlay.scores = step_scores(self.diff, trace, side)
+            overlay.apply()
+        self.legend.title = self.legend.GRADIENT_TITLE if backward else self.legend.TITLE
+        self.legend.update()
+
+    def go_to_first_backward_divergence(self) -> None:
+        """Jump to the earliest backward step whose gradient differs."""
+        if self.first_backward is not None:
+            self.go_to(self._position_of[id(self.first_backward)])
+        elif self.backward_position is not None:
+            self.statusBar().showMessage("No gradient differs.", 3000)
+
+    def entry_label(self, e: StepDiff) -> str:
+        """``blocks.1 · linear``; a backward entry ``∇ blocks.1 · MmBackward0 ← linear``."""
+        if e.kind != "backward":
+            return e.label
+        trace = self.trace_a if e.a_index is not None else self.trace_b
+        step = self._step_of(e)
+        arrow = f" ← {trace.steps[step.forward].op}" if step.forward is not None else ""
+        return f"∇ {e.label}{arrow}"
+
+    def _output_name(self, e: StepDiff, row: int, name: str) -> str:
+        """A backward step's output is a gradient: ``∇ output`` (the forward tensor's name
+        at its step) or ``∇ blocks.0.fc.weight`` for a parameter's."""
+        if e.kind != "backward":
+            return name
+        trace = self.trace_a if e.a_index is not None else self.trace_b
+        step = self._step_of(e)
+        if row >= len(step.outputs):
+            return f"∇ {name}"
+        of = trace.tensors[step.outputs[row]].grad_of
+        if step.op == "AccumulateGrad":
+            params = {rid: p for p, rid in trace.meta.get("param_grads", {}).items()}
+            return f"∇ {params.get(step.outputs[row], name)}"
+        fwd = trace.steps[step.forward] if step.forward is not None else None
+        if of is not None and fwd is not None and of in fwd.outputs:
+            return f"∇ {fwd.output_names[fwd.outputs.index(of)]}"
+        return f"∇ {name}"
 
     def next_divergence(self) -> None:
         for i in range(self.position + 1, len(self.entries)):
@@ -667,13 +764,13 @@ class CompareWindow(QMainWindow):
     def _show_entry(self, e: StepDiff) -> None:
         colour = divergence_colour(entry_score(e)).name()
         self.step_title.setText(
-            f"<b>{html.escape(e.label)}</b> · {entry_place(e)}<br>"
+            f"<b>{html.escape(self.entry_label(e))}</b> · {entry_place(e)}<br>"
             f"<span style='color:{colour}'>● {STATUS_TEXT.get(e.status, e.status)}</span>"
         )
         self.metrics.setRowCount(len(e.outputs))
         for row, o in enumerate(e.outputs):
             cells = [
-                o.name,
+                self._output_name(e, row, o.name),
                 format_shape(o.shape_a),
                 format_shape(o.shape_b),
                 format_number(o.max_abs, 3),
@@ -801,6 +898,8 @@ class CompareWindow(QMainWindow):
     def _fill_summary(self) -> None:
         c = self.diff.counts()
         first = self.first
+        self.first_backward_button.setVisible(self.backward_position is not None)
+        self.first_backward_button.setEnabled(self.first_backward is not None)
         if first is None:
             self.summary.setText(
                 f"<span style='color:{theme.IDENTICAL}; font-size:12pt'><b>● No divergence</b>"
@@ -828,6 +927,14 @@ class CompareWindow(QMainWindow):
                 f"<code style='color:{theme.TEXT_SHAPE}'>"
                 f"{html.escape(Path(step.source.file).name)}:{step.source.line}  "
                 f"{html.escape(step.source.text)}</code>"
+            )
+        grad = self.first_backward
+        if grad is not None:
+            grad_colour = divergence_colour(entry_score(grad)).name()
+            lines.append(
+                f"First divergent gradient: <span style='color:{grad_colour}'>"
+                f"<b>{html.escape(self.entry_label(grad))}</b></span> · {entry_place(grad)}"
+                + (f" · rel L2 {format_number(grad.rel_l2, 3)}" if grad.rel_l2 is not None else "")
             )
         lines.append(
             f"<span style='color:{theme.TEXT_MUTED}'>"
