@@ -8,6 +8,7 @@ scenario is a function ``(rank, world_size, folder)`` that writes its rank files
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -149,6 +150,68 @@ def data_parallel(rank: int, world_size: int, folder: Path) -> None:
     tracing.trace(ddp, DEMO_TOKENS, capture="stats", out=folder / "drift.sft")
 
 
+def demo_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+def rank_tokens(rank: int) -> torch.Tensor:
+    """Each rank's own batch (data parallel: ranks see different data)."""
+    return (DEMO_TOKENS * (rank + 1) + rank) % 32
+
+
+def ddp_training_step(rank: int, world_size: int, folder: Path) -> None:
+    """One SGD step of the DDP demo model traced with ``trace_step``, next to the same step
+    untraced on a twin: both twins' gradients and weights are saved for the test. A first
+    untraced step lets DDP rebuild its buckets in gradient order (small buckets: several
+    all-reduces, interleaved with the backward). Then gradient accumulation: a traced
+    micro-step under ``no_sync()`` and a traced synchronized one, again beside a twin."""
+    from safetensors.torch import save_file
+    from torch.nn.parallel import DistributedDataParallel
+
+    import tracing
+    from tracing.distributed import output_path
+
+    traced, plain = (DistributedDataParallel(demo_model(), bucket_cap_mb=0.02) for _ in "ab")
+    sgd = {id(m): torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (traced, plain)}
+    x = rank_tokens(rank)
+
+    def plain_step(model, tokens, sync=True):
+        with contextlib.nullcontext() if sync else model.no_sync():
+            demo_loss(model(tokens), tokens).backward()
+
+    for model in (traced, plain):  # warm-up: DDP rebuilds its buckets
+        plain_step(model, x)
+        sgd[id(model)].step()
+        sgd[id(model)].zero_grad()
+    plain_step(plain, x)
+    sgd[id(plain)].step()
+    tracing.trace_step(traced, x, demo_loss, sgd[id(traced)], targets=x, capture="values",
+                       out=folder / "ddp_step.sft")  # streamed, one file per rank  # fmt: skip
+    _save_twins(folder / f"ddp_step_grads.rank{rank}.safetensors", traced, plain, save_file)
+    # gradient accumulation: a local micro-step, then the synchronized one
+    for model in (traced, plain):
+        sgd[id(model)].zero_grad()
+    y = rank_tokens(rank + 2)
+    plain_step(plain, y, sync=False)
+    plain_step(plain, x)
+    with traced.no_sync():
+        local = tracing.trace_step(traced, y, demo_loss, targets=y, capture="values")
+    local.save(output_path(folder / "ddp_local.sft"))
+    synced = tracing.trace_step(traced, x, demo_loss, targets=x, capture="values")
+    synced.save(output_path(folder / "ddp_sync.sft"))
+    _save_twins(folder / f"ddp_sync_grads.rank{rank}.safetensors", traced, plain, save_file)
+
+
+def _save_twins(path: Path, traced, plain, save_file) -> None:
+    tensors = {}
+    for (name, p), q in zip(traced.named_parameters(), plain.parameters()):
+        tensors[f"traced.grad.{name}"] = p.grad
+        tensors[f"plain.grad.{name}"] = q.grad
+        tensors[f"traced.{name}"] = p.detach()
+        tensors[f"plain.{name}"] = q.detach()
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(path))
+
+
 def point_to_point(rank: int, world_size: int, folder: Path) -> None:
     import tracing
 
@@ -227,6 +290,7 @@ def every_scenario(rank: int, world_size: int, folder: Path) -> None:
         row_parallel,
         tensor_parallel,
         data_parallel,
+        ddp_training_step,
         fully_sharded,
         point_to_point,
         cli_trace,

@@ -346,3 +346,119 @@ def test_send_recv_barrier_and_async_pairs_are_steps(folder):
     assert receiver.tensors[irecv.outputs[0]].stats is None
     assert receiver.graph.number_of_nodes() == len(receiver.steps)
     torch.testing.assert_close(receiver.value(receiver.steps[0].outputs[0]), 2 * x)
+
+
+# --------------------------------------------------------------------------- DDP training step
+
+
+def _twins(path):
+    from safetensors.torch import load_file
+
+    return load_file(str(path))
+
+
+def _backward_collectives(trace):
+    return [c for c in collectives_of(trace) if c.get("phase") == "backward"]
+
+
+def _averaged_grads():
+    """The traced step's gradients computed here, in one process: the warm-up step replayed
+    (both ranks' batches, gradients averaged, SGD), then both batches again: the averaged
+    gradients DDP's all-reduce should leave."""
+    model = workers.demo_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for _ in ("warm-up", "traced"):
+        opt.zero_grad()
+        for rank in (0, 1):
+            x = workers.rank_tokens(rank)
+            (workers.demo_loss(model(x), x) / 2).backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        opt.step()
+    return grads
+
+
+def test_traced_ddp_step_records_each_bucket_all_reduce_among_the_backward_steps(folder, capsys):
+    ranks = load_ranks(folder / "ddp_step.sft")
+    assert ranks.ranks == [0, 1] and not ranks.replicas_expected()  # each rank its own data
+    averaged = _averaged_grads()
+    for rank in ranks:
+        trace = ranks[rank]
+        reduces = _backward_collectives(trace)
+        assert len(reduces) > 1  # small buckets: several all-reduces
+        names = [n for c in reduces for n in c["params"]]
+        assert sorted(names) == sorted("module." + n for n in averaged)  # each parameter once
+        assert [c["bucket"] for c in reduces] == list(range(len(reduces)))  # in bucket order
+        grads_at = {trace.steps[trace.tensors[rid].producer].index: n
+                    for n, rid in trace.meta["param_grads"].items()}  # fmt: skip
+        forward_steps = trace.meta["forward_steps"]
+        for c in reduces:
+            assert (c["api"], c["op"], c["reduce_op"]) == ("DDP", "all_reduce", "sum")
+            assert c["ranks"] == [0, 1] and c["what"] == "gradient bucket"
+            step = trace.steps[c["step"]]
+            assert (step.kind, step.op) == ("backward", "all_reduce")
+            assert step.index > forward_steps
+            assert step.input_names == step.output_names == tuple(c["params"])
+            # launched as its last gradient arrived: right after that AccumulateGrad step
+            before = trace.steps[step.index - 1]
+            assert before.op == "AccumulateGrad" and grads_at[before.index] in c["params"]
+            assert all(i < step.index for i, n in grads_at.items() if n in c["params"])
+            for name, sent, got in zip(c["params"], step.inputs, step.outputs):
+                own = trace.tensors[trace.meta["param_grads"][name]]
+                assert trace.tensors[sent].shape == trace.tensors[got].shape == own.shape
+                # sent: this rank's gradient / world size; received: the average
+                torch.testing.assert_close(trace.value(sent), trace.value(own.id) / 2)
+                torch.testing.assert_close(
+                    trace.value(got), averaged[name.removeprefix("module.")], rtol=1e-5, atol=1e-7
+                )
+                assert trace.meta["distributed"]["reduced_grads"][name] == got
+        # interleaved: backward steps run after the first all-reduce, not all at the end
+        assert reduces[0]["step"] < len(trace.steps) - 10
+    # the bucket all-reduces should agree across ranks, and do; the ranks' own gradients differ
+    first = ranks.first
+    for c in _backward_collectives(first):
+        assert ranks.should_agree(c["step"], replicas=False) == "all_reduce output"
+        a, b = ranks[0].steps[c["step"]], ranks[1].steps[c["step"]]
+        for ta, tb in zip(a.outputs, b.outputs):
+            assert torch.equal(ranks[0].value(ta), ranks[1].value(tb))
+    assert ranks.first_divergence() is None
+    from app.cli import main
+
+    assert main(["report", str(folder / "ddp_step.sft")]) == 0
+    n = len(reduces[0]["params"])
+    assert f"| all_reduce | DDP | 0 [0, 1] | sum, backward, bucket 0: {n} gradients |" in (
+        capsys.readouterr().out
+    )
+
+
+def test_traced_ddp_step_leaves_gradients_and_weights_bit_for_bit_as_untraced(folder):
+    for rank in (0, 1):
+        saved = _twins(folder / f"ddp_step_grads.rank{rank}.safetensors")
+        traced = {k.removeprefix("traced."): v for k, v in saved.items() if k.startswith("traced.")}
+        for key, value in traced.items():
+            assert torch.equal(value, saved[f"plain.{key}"]), key
+        trace = load_ranks(folder / "ddp_step.sft")[rank]
+        for name, rid in trace.meta["distributed"]["reduced_grads"].items():
+            assert torch.equal(trace.value(rid), traced[f"grad.{name}"])  # what .grad holds
+
+
+def test_traced_gradient_accumulation_reduces_the_sum_once(folder):
+    local = load_ranks(folder / "ddp_local.sft")
+    synced = load_ranks(folder / "ddp_sync.sft")
+    for rank in (0, 1):
+        assert _backward_collectives(local[rank]) == []
+        assert any("no_sync" in n for n in local[rank].meta["notes"])
+        trace = synced[rank]
+        reduces = _backward_collectives(trace)
+        saved = _twins(folder / f"ddp_sync_grads.rank{rank}.safetensors")
+        micro = local[rank]
+        for c in reduces:
+            step = trace.steps[c["step"]]
+            for name, sent, got in zip(c["params"], step.inputs, step.outputs):
+                # what DDP sends is both micro-steps' gradients summed, / world size
+                both = micro.value(micro.meta["param_grads"][name]) + trace.value(
+                    trace.meta["param_grads"][name]
+                )
+                torch.testing.assert_close(trace.value(sent), both / 2)
+                assert torch.equal(trace.value(got), saved[f"traced.grad.{name}"])
+        for key in [k for k in saved if k.startswith("traced.")]:
+            assert torch.equal(saved[key], saved["plain." + key.removeprefix("traced.")]), key

@@ -37,6 +37,10 @@ What cannot be recorded is refused before anything changes: a reentrant
 :class:`tracing.ReentrantCheckpointError` before any hook, backward or optimizer step,
 and puts back the buffers and random state the forward moved.
 
+Under ``torch.distributed`` the backward's collectives are steps too, where they ran:
+``DistributedDataParallel``'s gradient all-reduces (one per bucket) and whatever a backward
+hook runs through ``torch.distributed`` (see ``tracing.backward_collectives``).
+
 The parameters' gradients are the ``AccumulateGrad`` steps (one per parameter, whatever
 the number of uses: tied weights arrive summed). They are *this step's* gradient: if
 ``.grad`` already held something (no ``zero_grad()``), ``.grad`` is the sum and the
@@ -48,6 +52,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -55,6 +60,7 @@ import torch.utils.checkpoint
 from torch import nn
 
 from tracing import distributed as distributed_mod
+from tracing.backward_collectives import backward_collectives
 from tracing.capture import DEFAULT_VALUE_CAP, Tracer
 from tracing.errors import ReentrantCheckpointError, TraceError
 from tracing.record import ModuleInfo, Step, TensorRecord, Trace
@@ -557,7 +563,8 @@ def _run_step(tracer, run, loss_of, optimizer, before_step, capture, break_on, l
         handles: list = []
         try:
             handles = recorder.instrument(loss)
-            loss.backward()
+            with backward_collectives(recorder, model) or nullcontext():
+                loss.backward()
         except ReentrantCheckpointError:
             raise
         except Exception as e:

@@ -13,7 +13,9 @@ What a rank's trace gains
 - ``collectives``: one entry per collective that ran inside the traced forward —
   ``{"step", "op", "api", "group", "ranks", ...}`` (``reduce_op``, ``src``/``dst``,
   ``placements`` for a DTensor redistribution). Each is also an ordinary op step whose
-  inputs are the tensors it sent and whose outputs are the tensors it wrote.
+  inputs are the tensors it sent and whose outputs are the tensors it wrote. A training
+  step (``tracing.trace_step``) adds its backward's, DDP's gradient all-reduces included:
+  ``"phase": "backward"``, see ``tracing.backward_collectives``.
 - ``dtensors``: ``{tensor id: layout}`` for every ``DTensor`` the forward touched: its
   ``mesh`` (ranks, nested like the mesh), ``mesh_dims``, ``placements``
   (``[["shard", 0], ["replicate"], ["partial", "sum"]]``, one per mesh dim),
@@ -252,6 +254,12 @@ _REDISTRIBUTE_USERS = (
 _local = threading.local()  # .depth: collectives open on this thread (inner ones not recorded)
 
 
+def in_collective() -> bool:
+    """True inside a collective being recorded on this thread (the calls it makes, such
+    as ``all_reduce`` inside ``all_reduce_coalesced``, are not recorded again)."""
+    return bool(getattr(_local, "depth", 0))
+
+
 _signatures: dict[Any, inspect.Signature | None] = {}
 
 
@@ -359,7 +367,7 @@ class RankCapture:
         shown = name.lstrip("_")
 
         def collective(*args, **kwargs):
-            if getattr(_local, "depth", 0) or not self.tracer._stack:
+            if not self.active():
                 return original(*args, **kwargs)  # nested in another, or outside the forward
             if signature is None:  # _broadcast_coalesced(group, tensors, size, src)
                 named = dict(zip(("group", "tensors", "buffer_size", "src"), args))
@@ -383,7 +391,7 @@ class RankCapture:
 
     def _redistribute(self, original: Callable) -> Callable:
         def redistribute_local_tensor(local_tensor, current_spec, target_spec, *args, **kwargs):
-            if getattr(_local, "depth", 0) or not self.tracer._stack:
+            if not self.active():
                 return original(local_tensor, current_spec, target_spec, *args, **kwargs)
             mesh = current_spec.mesh
             entry = {
@@ -409,13 +417,22 @@ class RankCapture:
         redistribute_local_tensor.__wrapped__ = original  # type: ignore[attr-defined]
         return redistribute_local_tensor
 
+    def active(self) -> bool:
+        """Record a collective called now? Inside the traced forward, and not nested in
+        another collective (which records it once)."""
+        return not in_collective() and bool(self.tracer._stack)
+
+    def record_op(self, entry, run, ins, in_names, outs, out_names, settled=True):
+        """Run a collective and record it as one step: ``(step index, its result)``."""
+        return self.tracer._record_external_op(
+            entry["op"], run, ins, in_names, outs, out_names, settled
+        )
+
     def _record(self, entry, run, ins, in_names, outs, out_names, settled=True):
         """Run a collective and record it as one op step (outputs read after it ran)."""
         _local.depth = getattr(_local, "depth", 0) + 1
         try:
-            index, result = self.tracer._record_external_op(
-                entry["op"], run, ins, in_names, outs, out_names, settled
-            )
+            index, result = self.record_op(entry, run, ins, in_names, outs, out_names, settled)
         finally:
             _local.depth -= 1
         if index is not None:

@@ -17,9 +17,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tracing import markdown
 from tracing.formatting import format_shape
 from tracing.ranks import RankSet, collectives_of, layout_of
-from tracing.report import _md, _md_code, _md_table
 
 FORMATS = ("md", "json")
 
@@ -55,6 +55,26 @@ def placements_text(placements: list) -> str:
         return p[0].capitalize()
 
     return ", ".join(one(p) for p in placements)
+
+
+def collective_detail(c: dict[str, Any]) -> str:
+    """What a collectives table says of one collective beyond its op: the reduce op or the
+    placements it moved between, src/dst, and for one of a training step's backward its
+    phase and DDP bucket (``bucket 2: 4 gradients``)."""
+    parts = []
+    if c["op"] == "redistribute":
+        src, dst = c["placements"]
+        parts.append(f"{placements_text(src)} → {placements_text(dst)}")
+    elif c.get("reduce_op"):
+        parts.append(str(c["reduce_op"]))
+    parts += [f"{key}={c[key]}" for key in ("src", "dst") if key in c]
+    if c.get("phase") == "backward":
+        parts.append("backward")
+        if "bucket" in c:
+            parts.append(f"bucket {c['bucket']}: {len(c['params'])} gradients")
+        elif c.get("what"):
+            parts.append(c["what"])
+    return ", ".join(parts)
 
 
 def _outputs_text(ranks: RankSet, rank: int, step_index: int | None) -> str | None:
@@ -148,7 +168,7 @@ def _render_md(report: RankReport) -> str:
     lines = [f"# Ranks: {len(report.ranks)} of {report.world_size} ({report.backend})", ""]
     if report.missing:
         lines += [f"**missing ranks:** {', '.join(map(str, report.missing))}", ""]
-    lines += _md_table(
+    lines += markdown.table(
         ["rank", "file", "host", "steps", "tensors", "collectives"],
         [[str(r[k]) for k in ("rank", "file", "host", "steps", "tensors", "collectives")]
          for r in report.ranks],
@@ -156,8 +176,9 @@ def _render_md(report: RankReport) -> str:
     lines.append("")
     if report.divergence is not None:
         d = report.divergence
+        label = markdown.escape(d["label"])
         lines += [
-            f"**first divergence:** step {d['step']} `{_md(d['label'])}` on rank {d['rank']}"
+            f"**first divergence:** step {d['step']} `{label}` on rank {d['rank']}"
             f" ({d['reason']}, max |diff| {d['max_abs'] if d['max_abs'] is not None else '?'})",
             "",
         ]
@@ -167,32 +188,27 @@ def _render_md(report: RankReport) -> str:
     if report.collectives:
         rows = []
         for c in report.collectives:
-            detail = c.get("reduce_op") or ""
-            if c["op"] == "redistribute":
-                src, dst = c["placements"]
-                detail = f"{placements_text(src)} → {placements_text(dst)}"
-            for key in ("src", "dst"):
-                if key in c:
-                    detail += f" {key}={c[key]}"
+            detail = collective_detail(c)
             shapes = "; ".join(
                 f"r{r}: {_shapes(c['inputs'].get(r))} → {_shapes(c['outputs'].get(r))}"
                 for r in c["outputs"]
             )
             rows.append(
-                [str(c["step"]), _md_code(c["module"] or "<root>"), c["op"], c["api"],
-                 f"{c['group']} {c['ranks']}", _md(detail.strip()), _md(shapes)]
+                [str(c["step"]), markdown.code(c["module"] or "<root>"), c["op"], c["api"],
+                 f"{c['group']} {c['ranks']}", markdown.escape(detail.strip()),
+                 markdown.escape(shapes)]
             )  # fmt: skip
-        lines += _md_table(["step", "module", "op", "api", "group", "detail", "shapes"], rows)
+        lines += markdown.table(["step", "module", "op", "api", "group", "detail", "shapes"], rows)
     else:
-        lines.append("No collective ran inside the traced forward.")
+        lines.append("No collective ran in the trace.")
     lines += ["", "## Output shapes per rank", ""]
     ranks = [r["rank"] for r in report.ranks]
     rows = []
     for row in report.rows:
         mark = " ≠" if row.differs else ""
-        cells = [_md(row.shapes.get(r) or "—") for r in ranks]
-        rows.append([f"{row.step}{mark}", _md_code(row.module or "<root>"), row.op, *cells])
-    lines += _md_table(["step", "module", "op", *(f"rank {r}" for r in ranks)], rows)
+        cells = [markdown.escape(row.shapes.get(r) or "—") for r in ranks]
+        rows.append([f"{row.step}{mark}", markdown.code(row.module or "<root>"), row.op, *cells])
+    lines += markdown.table(["step", "module", "op", *(f"rank {r}" for r in ranks)], rows)
     return "\n".join(lines) + "\n"
 
 
@@ -202,4 +218,12 @@ def _shapes(shapes: list | None) -> str:
     return ", ".join(format_shape(shape) for shape in shapes)
 
 
-__all__ = ["FORMATS", "RankReport", "RankRow", "compute", "placements_text", "render"]
+__all__ = [
+    "FORMATS",
+    "RankReport",
+    "RankRow",
+    "collective_detail",
+    "compute",
+    "placements_text",
+    "render",
+]
