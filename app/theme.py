@@ -6,15 +6,18 @@ and ``style.qss``, whose ``$NAME`` placeholders :func:`stylesheet` fills from th
 :func:`apply_theme` sets the Fusion style, the dark palette and that stylesheet.
 
 A new widget takes its colours from here; a hex literal anywhere else in ``app/`` is a bug.
+Importing this module loads no Qt (only :func:`apply_theme` needs it), so Qt-free code such
+as the diagram's layout takes its colours from here too.
 """
 
 from __future__ import annotations
 
 import string
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from PySide6.QtGui import QColor, QPalette
-from PySide6.QtWidgets import QApplication
+if TYPE_CHECKING:  # pragma: no cover
+    from PySide6.QtWidgets import QApplication
 
 # ---- surfaces, darkest first
 SOURCE_BACKGROUND = "#16181d"  # the source pane
@@ -145,6 +148,10 @@ def stylesheet() -> str:
 
 def apply_theme(app: QApplication) -> None:
     """Fusion style, the dark palette and :func:`stylesheet`."""
+    # Qt is imported here, not at the top: the colours above are read by Qt-free modules
+    # (the diagram's layout, tests/test_layering.py holds it), which must not load Qt.
+    from PySide6.QtGui import QColor, QPalette
+
     app.setStyle("Fusion")
     palette = QPalette()
     roles = QPalette.ColorRole

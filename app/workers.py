@@ -15,10 +15,11 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
 from app.generation_session import GenerationRequest, run_generation
 from app.session import SessionError, TraceRequest, run_trace
+from app.windows import dialogs
 
 
 class BackgroundJob(QObject):
@@ -35,8 +36,19 @@ class BackgroundJob(QObject):
     refused_title = "Cannot run"  # the request itself is bad
     failed_title = "Failed"  # it raised
 
-    def __init__(self, request: Any, work: Callable[..., Any]):
+    def __init__(
+        self,
+        request: Any,
+        work: Callable[..., Any],
+        *,
+        refused_title: str | None = None,
+        failed_title: str | None = None,
+    ):
         super().__init__()
+        if refused_title is not None:
+            self.refused_title = refused_title
+        if failed_title is not None:
+            self.failed_title = failed_title
         self.request = request
         self._work = work
         self.cancel_flag = threading.Event()
@@ -117,8 +129,6 @@ class JobWithProgress(QObject):
         on_error: Callable[[str, str], None],
         describe: Callable[[int, int], str] | None = None,
     ):
-        from app.windows import dialogs
-
         super().__init__(parent)
         self.job = job
         self._on_result, self._on_error, self._describe = on_result, on_error, describe
@@ -157,10 +167,6 @@ class JobWithProgress(QObject):
         self._end(self._on_error, title, text)
 
     def _end(self, callback, *args) -> None:
-        from PySide6.QtCore import QTimer
-
-        from app.windows import dialogs
-
         if self._updating:  # inside the dialog's own update: finish once it returned
             QTimer.singleShot(0, lambda: self._end(callback, *args))
             return

@@ -6,7 +6,7 @@ import pytest
 from app_fixtures import tiny_trace
 from PySide6.QtCore import QPoint, Qt
 
-from app.diagram.items import BoxItem, FrameItem
+from app.diagram.items import BoxItem, DiagramFonts, FrameItem, to_qrect
 from app.diagram.layout import INPUT, OUTPUT, DiagramLayout
 from app.diagram.view import DiagramView
 
@@ -47,7 +47,7 @@ def test_blocks_start_collapsed_and_the_chain_is_connected(view, trace):
     assert (INPUT, _first(trace, "tok_emb")) in edges
     assert (_first(trace, "lm_head"), OUTPUT) in edges
     # layered top to bottom in data-flow order
-    ys = [layout.nodes[k].rect.top() for k in (INPUT, *blocks, OUTPUT)]
+    ys = [layout.nodes[k].rect.top for k in (INPUT, *blocks, OUTPUT)]
     assert ys == sorted(ys)
 
 
@@ -72,7 +72,7 @@ def test_expanded_block_shows_children_residuals_and_a_frame(view, trace):
         assert frame.contains(r)
     for i, a in enumerate(rects):
         for b in rects[i + 1 :]:
-            assert not a.intersects(b)
+            assert not a.overlaps(b)
     assert isinstance(view.items_by_key[block], FrameItem)
 
 
@@ -128,7 +128,7 @@ def test_zoom_fit_and_export(tmp_path, view):
     view.zoom(1.5)
     assert view.zoom_level() == pytest.approx(before * 1.5)
     view.fit()
-    rect = view.layout_.bounding_rect()
+    rect = to_qrect(view.layout_.bounding_rect())
     visible = view.mapToScene(view.viewport().rect()).boundingRect()
     assert visible.contains(rect.center())
     png = view.export_image(tmp_path / "d.png")
@@ -144,7 +144,7 @@ def test_layout_for_a_gpt2_sized_stack_stays_compact(trace, qapp):
     from PySide6.QtGui import QFont
 
     big = tiny_trace(n_layers=12)
-    layout = DiagramLayout(big, {0}, QFont())
+    layout = DiagramLayout(big, {0}, DiagramFonts(QFont()).measure)
     # 12 collapsed blocks + embeddings, final norm, head, input/output: a short column
     assert len(layout.nodes) < 25
-    assert layout.bounding_rect().width() < 700
+    assert layout.bounding_rect().width < 700

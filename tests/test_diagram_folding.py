@@ -11,18 +11,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 
 import tracing
 from app.diagram.folding import FOLD_MIN, TraceIndex, find_runs
+from app.diagram.geometry import fixed_width_measure
 from app.diagram.layout import FOLD_BASE, INPUT, MAX_ITEMS, OUTPUT, DiagramLayout
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from bench_diagram_scale import Loop, Ops, Stack
-
-pytestmark = pytest.mark.gui
-
 
 # --------------------------------------------------------------------------- runs
 
@@ -44,11 +41,9 @@ def _trace(model, capture="shapes"):
     return tracing.trace(model, torch.randn(1, 4, 8), capture=capture)
 
 
-def _layout(trace, qapp, **kw):
-    from PySide6.QtGui import QFont
-
+def _layout(trace, **kw):
     expanded = {s.index for s in trace.steps if s.parent is None}
-    return DiagramLayout(trace, expanded, QFont(), **kw)
+    return DiagramLayout(trace, expanded, fixed_width_measure(), **kw)
 
 
 def _connected(layout) -> bool:
@@ -65,10 +60,10 @@ def _connected(layout) -> bool:
     return OUTPUT in seen
 
 
-def test_a_loop_folds_into_one_box_with_its_call_count(qapp):
+def test_a_loop_folds_into_one_box_with_its_call_count():
     n = FOLD_MIN + 24
     trace = _trace(Loop(n), capture="stats")
-    layout = _layout(trace, qapp)
+    layout = _layout(trace)
     folds = [layout.nodes[k] for k in layout.folds]
     assert len(folds) == 1
     fold = folds[0]
@@ -82,11 +77,11 @@ def test_a_loop_folds_into_one_box_with_its_call_count(qapp):
     assert len(layout.nodes) <= 5
 
 
-def test_stepping_into_a_fold_shows_the_call_that_holds_the_step(qapp):
+def test_stepping_into_a_fold_shows_the_call_that_holds_the_step():
     trace = _trace(Loop(FOLD_MIN + 24))
     calls = [s.index for s in trace.steps if s.module == "cell" and s.kind == "module"]
     inner = next(i for i in range(calls[21], calls[22]) if trace.steps[i].op == "tanh")
-    layout = _layout(trace, qapp, focus=inner)
+    layout = _layout(trace, focus=inner)
     owner = layout.owner_of(inner)
     assert owner == calls[21]  # the call itself, as its own box
     assert not layout.needs_focus(inner)
@@ -96,13 +91,13 @@ def test_stepping_into_a_fold_shows_the_call_that_holds_the_step(qapp):
     assert len(folds) == 2 and folds[0].count + folds[1].count + len(shown) == len(calls)
     assert _connected(layout)
     # without the focus, the same step is hidden in the fold
-    assert _layout(trace, qapp).needs_focus(inner)
+    assert _layout(trace).needs_focus(inner)
 
 
-def test_identical_sibling_blocks_fold_by_structure(qapp):
+def test_identical_sibling_blocks_fold_by_structure():
     n = FOLD_MIN + 4
     trace = _trace(Stack(n))
-    layout = _layout(trace, qapp)
+    layout = _layout(trace)
     (fold,) = [layout.nodes[k] for k in layout.folds]
     assert fold.title == f"blocks.0–{n - 1}"
     assert fold.subtitle == f"Block × {n}"
@@ -114,15 +109,15 @@ def test_identical_sibling_blocks_fold_by_structure(qapp):
     assert index.signature[blocks[0]] != index.signature[blocks[0] + 1]
 
 
-def test_a_loop_of_ops_folds_by_its_period(qapp):
+def test_a_loop_of_ops_folds_by_its_period():
     trace = _trace(Ops(200))
-    layout = _layout(trace, qapp)
+    layout = _layout(trace)
     (fold,) = [layout.nodes[k] for k in layout.folds]
     assert fold.title == "[mul → add] × 200"
     assert _connected(layout)
 
 
-def test_a_long_group_that_does_not_repeat_is_paged(qapp):
+def test_a_long_group_that_does_not_repeat_is_paged():
     class Mixed(torch.nn.Module):
         def forward(self, x):
             for i in range(300):  # a pattern of period 7: longer than folding looks for
@@ -132,27 +127,27 @@ def test_a_long_group_that_does_not_repeat_is_paged(qapp):
 
     trace = _trace(Mixed())
     ops = [s.index for s in trace.steps if s.parent == 0]
-    layout = _layout(trace, qapp)
+    layout = _layout(trace)
     top = [k for k, n in layout.nodes.items() if n.parent == 0]
     assert len(top) <= MAX_ITEMS
     assert all(k <= FOLD_BASE for k in top)  # all pages
     assert all(layout.owner_of(i) in layout.nodes for i in ops)
     # the page holding the current step opens around it
-    layout = _layout(trace, qapp, focus=ops[150])
+    layout = _layout(trace, focus=ops[150])
     assert ops[150] in layout.nodes
     assert _connected(layout)
     # opening a page shows what it holds, paged again when still long
     page = next(r for k, r in layout.folds.items() if r.count > 2)
-    opened = _layout(trace, qapp, focus=ops[150], open_folds={page})
+    opened = _layout(trace, focus=ops[150], open_folds={page})
     inside = [k for k, n in opened.nodes.items() if n.parent is not None and n.parent <= FOLD_BASE]
     assert inside and len(inside) <= MAX_ITEMS
 
 
-def test_opening_a_fold_lays_out_its_calls(qapp):
+def test_opening_a_fold_lays_out_its_calls():
     trace = _trace(Loop(FOLD_MIN * 20))
-    layout = _layout(trace, qapp)
+    layout = _layout(trace)
     (run,) = layout.folds.values()
-    opened = _layout(trace, qapp, open_folds={run})
+    opened = _layout(trace, open_folds={run})
     frame = next(k for k, r in opened.folds.items() if r == run)
     assert opened.nodes[frame].frame
     kids = [k for k, n in opened.nodes.items() if n.parent == frame]
@@ -160,9 +155,9 @@ def test_opening_a_fold_lays_out_its_calls(qapp):
     assert _connected(opened)
 
 
-def test_folding_can_be_turned_off(qapp):
+def test_folding_can_be_turned_off():
     trace = _trace(Loop(FOLD_MIN + 2))
-    layout = _layout(trace, qapp, fold=False)
+    layout = _layout(trace, fold=False)
     assert not layout.folds
     assert sum(
         1

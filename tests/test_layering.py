@@ -1,8 +1,11 @@
 """The import direction is part of the design: app -> tracing, app -> scratchformer.
 
 ``tracing`` never imports Qt or ``scratchformer`` (it traces any nn.Module), and
-``scratchformer`` imports neither ``tracing`` nor ``app`` nor Qt. Checked two ways: by
-reading every import statement, and by importing the packages in a fresh interpreter.
+``scratchformer`` imports neither ``tracing`` nor ``app`` nor Qt. Inside ``app/`` the plain
+logic (:data:`QT_FREE_APP`: the diagram's layout, folding, routing and geometry, the
+sessions, the theme's colours) runs without Qt, so it can be used and tested headless.
+Checked two ways: by reading every import statement, and by importing the modules in a
+fresh interpreter.
 """
 
 from __future__ import annotations
@@ -20,6 +23,18 @@ FORBIDDEN = {
     "tracing": QT | {"scratchformer", "app"},
     "scratchformer": QT | {"tracing", "app"},
 }
+#: app modules that import no Qt, not even through the app modules they import
+QT_FREE_APP = [
+    "app.diagram.geometry",
+    "app.diagram.folding",
+    "app.diagram.layout",
+    "app.diagram.routing",
+    "app.session",
+    "app.generation_session",
+    "app.edit_session",
+    "app.progress",
+    "app.theme",
+]
 
 
 def imported_top_level_names(path: Path) -> set[str]:
@@ -45,10 +60,29 @@ def test_package_imports_only_allowed_layers(package: str) -> None:
     assert not bad, f"{package} imports forbidden layers: {bad}"
 
 
+def module_level_imports(path: Path) -> set[str]:
+    """Top-level names imported when the module loads (not inside functions, nor under
+    ``if TYPE_CHECKING``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("module", QT_FREE_APP)
+def test_plain_app_modules_import_no_qt(module: str) -> None:
+    path = ROOT / (module.replace(".", "/") + ".py")
+    assert not module_level_imports(path) & QT, f"{module} imports Qt"
+
+
 @pytest.mark.slow
 def test_importing_tracing_and_model_loads_no_qt() -> None:
     code = (
-        "import sys, tracing, tracing.record, scratchformer\n"
+        f"import sys, tracing, tracing.record, scratchformer, {', '.join(QT_FREE_APP)}\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] in "
         f"{sorted(QT)!r})\n"
         "print(','.join(loaded))\n"

@@ -81,8 +81,8 @@ def test_without_a_model_the_view_says_why(view, demo_values, tmp_path):
     assert view.table_model.rowCount() == 0
 
 
-def test_stats_trace_asks_for_values(view, model):
-    view.set_trace(trace_demo(model, capture="stats"), model)
+def test_stats_trace_asks_for_values(view, model, demo_stats):
+    view.set_trace(demo_stats, model)
     assert "needs tensor values" in view.message_text
 
 

@@ -8,6 +8,7 @@ import threading
 
 import pytest
 import torch
+from tiny_models import tiny_gpt2
 
 import scratchformer
 import tracing
@@ -92,13 +93,7 @@ def test_progress_and_cancel(demo):
 
 
 def test_hf_gpt2_head_sites_and_sweep():
-    transformers = pytest.importorskip("transformers")
-    config = transformers.GPT2Config(
-        n_layer=2, n_head=4, n_embd=32, vocab_size=97, n_positions=32,
-        attn_implementation="eager",
-    )  # fmt: skip
-    torch.manual_seed(2)
-    model = transformers.GPT2LMHeadModel(config).eval()
+    model = tiny_gpt2(seed=2)
     clean = torch.randint(0, 97, (1, 8))
     corrupted = clean.clone()
     corrupted[0, 2] = (corrupted[0, 2] + 1) % 97

@@ -17,9 +17,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tracing import markdown
 from tracing.formatting import format_shape
 from tracing.ranks import RankSet, collectives_of, layout_of
-from tracing.report import _md, _md_code, _md_table
 
 FORMATS = ("md", "json")
 
@@ -168,7 +168,7 @@ def _render_md(report: RankReport) -> str:
     lines = [f"# Ranks: {len(report.ranks)} of {report.world_size} ({report.backend})", ""]
     if report.missing:
         lines += [f"**missing ranks:** {', '.join(map(str, report.missing))}", ""]
-    lines += _md_table(
+    lines += markdown.table(
         ["rank", "file", "host", "steps", "tensors", "collectives"],
         [[str(r[k]) for k in ("rank", "file", "host", "steps", "tensors", "collectives")]
          for r in report.ranks],
@@ -176,8 +176,9 @@ def _render_md(report: RankReport) -> str:
     lines.append("")
     if report.divergence is not None:
         d = report.divergence
+        label = markdown.escape(d["label"])
         lines += [
-            f"**first divergence:** step {d['step']} `{_md(d['label'])}` on rank {d['rank']}"
+            f"**first divergence:** step {d['step']} `{label}` on rank {d['rank']}"
             f" ({d['reason']}, max |diff| {d['max_abs'] if d['max_abs'] is not None else '?'})",
             "",
         ]
@@ -193,10 +194,11 @@ def _render_md(report: RankReport) -> str:
                 for r in c["outputs"]
             )
             rows.append(
-                [str(c["step"]), _md_code(c["module"] or "<root>"), c["op"], c["api"],
-                 f"{c['group']} {c['ranks']}", _md(detail.strip()), _md(shapes)]
+                [str(c["step"]), markdown.code(c["module"] or "<root>"), c["op"], c["api"],
+                 f"{c['group']} {c['ranks']}", markdown.escape(detail.strip()),
+                 markdown.escape(shapes)]
             )  # fmt: skip
-        lines += _md_table(["step", "module", "op", "api", "group", "detail", "shapes"], rows)
+        lines += markdown.table(["step", "module", "op", "api", "group", "detail", "shapes"], rows)
     else:
         lines.append("No collective ran in the trace.")
     lines += ["", "## Output shapes per rank", ""]
@@ -204,9 +206,9 @@ def _render_md(report: RankReport) -> str:
     rows = []
     for row in report.rows:
         mark = " ≠" if row.differs else ""
-        cells = [_md(row.shapes.get(r) or "—") for r in ranks]
-        rows.append([f"{row.step}{mark}", _md_code(row.module or "<root>"), row.op, *cells])
-    lines += _md_table(["step", "module", "op", *(f"rank {r}" for r in ranks)], rows)
+        cells = [markdown.escape(row.shapes.get(r) or "—") for r in ranks]
+        rows.append([f"{row.step}{mark}", markdown.code(row.module or "<root>"), row.op, *cells])
+    lines += markdown.table(["step", "module", "op", *(f"rank {r}" for r in ranks)], rows)
     return "\n".join(lines) + "\n"
 
 

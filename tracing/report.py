@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tracing import markdown
 from tracing.formatting import format_number, format_shape
 from tracing.jsonable import to_jsonable
 from tracing.record import Step, TensorRecord, Trace
@@ -392,69 +393,51 @@ def _summary_lines(report: Report) -> list[tuple[str, str]]:
 # ---- Markdown
 
 
-def _md(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-
-
-def _md_code(text: str) -> str:
-    if not text:
-        return ""
-    if "`" in text:
-        return _md(text)
-    return "`" + text.replace("|", "\\|").replace("\n", " ") + "`"
-
-
-def _md_table(header: Sequence[str], rows: list[list[str]]) -> list[str]:
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    out += ["| " + " | ".join(row) + " |" for row in rows]
-    return out
-
-
 def _render_md(report: Report) -> str:
-    lines = [f"# {_md(report.title)}", ""]
-    lines += [f"- **{k}**: {_md(v)}" for k, v in _summary_lines(report)]
+    lines = [f"# {markdown.escape(report.title)}", ""]
+    lines += [f"- **{k}**: {markdown.escape(v)}" for k, v in _summary_lines(report)]
     lines += ["", "## Modules", ""]
     rows = []
     for m in report.modules:
         indent = "&nbsp;&nbsp;" * m.depth
         rows.append(
             [
-                indent + _md_code(m.path or "<root>"),
-                _md(m.type),
+                indent + markdown.code(m.path or "<root>"),
+                markdown.escape(m.type),
                 str(m.calls),
-                _md(_cells_text(m.inputs)),
-                _md(_cells_text(m.outputs)),
+                markdown.escape(_cells_text(m.inputs)),
+                markdown.escape(_cells_text(m.outputs)),
                 _params_text(m.params_total),
-                _md(m.source),
+                markdown.escape(m.source),
             ]
         )
-    lines += _md_table(
+    lines += markdown.table(
         ("module", "type", "calls", "input shapes", "output shapes", "params", "source"), rows
     )
     lines += ["", "## Steps", ""]
     rows = []
     for s in report.steps:
-        op = f"**{_md(s.op)}**" if s.kind == "module" else _md(s.op)
+        op = f"**{markdown.escape(s.op)}**" if s.kind == "module" else markdown.escape(s.op)
         if s.error:
             op += " ⚠"
         rows.append(
             [
                 str(s.index),
-                _md_code(s.module or "<root>"),
+                markdown.code(s.module or "<root>"),
                 op,
-                _md(_cells_text(s.inputs)),
-                _md(_cells_text(s.outputs)),
-                _md(s.dtype),
+                markdown.escape(_cells_text(s.inputs)),
+                markdown.escape(_cells_text(s.outputs)),
+                markdown.escape(s.dtype),
                 _num(s.stats.min),
                 _num(s.stats.max),
                 _num(s.stats.mean),
                 _num(s.stats.std),
                 _nonfinite_text(s.stats),
-                _md(s.source),
-                _md_code(s.code),
+                markdown.escape(s.source),
+                markdown.code(s.code),
             ]
         )
-    lines += _md_table(
+    lines += markdown.table(
         (
             "#",
             "module",
@@ -473,7 +456,7 @@ def _render_md(report: Report) -> str:
         rows,
     )
     if report.error:
-        lines += ["", f"**The forward pass raised:** {_md(report.error)}"]
+        lines += ["", f"**The forward pass raised:** {markdown.escape(report.error)}"]
     return "\n".join(lines) + "\n"
 
 

@@ -33,6 +33,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from tracing import markdown
 from tracing.formatting import format_number, format_shape
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -536,42 +537,33 @@ def _render_md(d: TraceDiff, *, atol: float, all_steps: bool) -> str:
             f"First divergence (atol={atol:g}): **{first.label}** ({where}, {first.status})."
         )
     lines += ["", "## Steps", ""]
-    lines.append(
-        "| A | B | status | kind | module | op | output | shape A | shape B "
-        "| max abs | rel L2 | cosine |"
-    )
-    lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    header = ["A", "B", "status", "kind", "module", "op", "output", "shape A", "shape B"]
+    header += ["max abs", "rel L2", "cosine"]
     shown = d.entries if all_steps else [e for e in d.entries if e.differs(atol)]
-    for e in shown:
-        outs = e.outputs or (TensorDiff("–", None, None),)
-        for o in outs:
-            lines.append(
-                "| "
-                + " | ".join(
-                    [
-                        "–" if e.a_index is None else str(e.a_index),
-                        "–" if e.b_index is None else str(e.b_index),
-                        e.status,
-                        e.kind,
-                        f"`{e.module or '<root>'}`",
-                        f"`{e.op}`",
-                        o.name,
-                        format_shape(o.shape_a),
-                        format_shape(o.shape_b),
-                        _num(o.max_abs),
-                        _num(o.rel_l2),
-                        _num(o.cosine, 6),
-                    ]
-                )
-                + " |"
-            )
+    rows = [
+        [
+            "–" if e.a_index is None else str(e.a_index),
+            "–" if e.b_index is None else str(e.b_index),
+            e.status,
+            e.kind,
+            markdown.code(e.module or "<root>"),
+            markdown.code(e.op),
+            markdown.escape(o.name),
+            format_shape(o.shape_a),
+            format_shape(o.shape_b),
+            _num(o.max_abs),
+            _num(o.rel_l2),
+            _num(o.cosine, 6),
+        ]
+        for e in shown
+        for o in e.outputs or (TensorDiff("–", None, None),)
+    ]
+    lines += markdown.table(header, rows)
     if not shown:
         lines.append("| | | | | | | | | | | | |")
     scores = d.module_scores()
     if scores:
         lines += ["", "## Modules (largest relative L2 of their outputs)", ""]
-        lines.append("| module | score |")
-        lines.append("|---|---|")
-        for path, s in scores.items():
-            lines.append(f"| `{path or '<root>'}` | {_num(s)} |")
+        rows = [[markdown.code(path or "<root>"), _num(s)] for path, s in scores.items()]
+        lines += markdown.table(["module", "score"], rows)
     return "\n".join(lines) + "\n"

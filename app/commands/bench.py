@@ -37,7 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.commands import bench_training
 from app.commands.checks import THREADS, int_between
+from app.commands.options import add_command
 
 LEVELS = ("shapes", "stats", "values")
 
@@ -57,11 +59,8 @@ MEMORY_TARGET = 1.2  # memory held by a values trace / bytes of its tensors, at 
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "bench",
-        help="measure tracing overhead, trace file throughput and memory",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = add_command(
+        subparsers, "bench", "measure tracing overhead, trace file throughput and memory", __doc__
     )
     p.add_argument("--quick", action="store_true", help="tiny sizes and few repeats")
     p.add_argument(
@@ -145,9 +144,7 @@ def measure_overhead(
             if round_ >= warmup:
                 plain.append(p)
     return Overhead(
-        plain_ms=statistics.median(plain) * 1e3,
-        ratios={lvl: statistics.median(r) for lvl, r in ratios.items()},
-        traced_ms={lvl: statistics.median(r) * 1e3 for lvl, r in traced.items()},
+        **bench_training.round_medians(plain, ratios, traced),
         steps=steps,
         values_trace=values_trace,
         other_ratios={lvl: statistics.median(r) for lvl, r in other_ratios.items()},
@@ -434,7 +431,6 @@ def run(args: argparse.Namespace) -> int:
         f"{_mb(mem.storage_bytes)} storages + {_mb(mem.python_bytes)} Python objects, for "
         f"{_mb(mem.tensor_bytes)} of tensors)  {_target_text(mem.ratio, MEMORY_TARGET, True)}"
     )
-    from app.commands import bench_training
 
     clock = time.perf_counter if args.clock == "wall" else time.process_time
     label = models[1][0].split(",")[0]  # "gpt2-small preset (random weights)"

@@ -41,6 +41,18 @@ class StepFigures:
     backward_steps: int = 0
 
 
+def round_medians(
+    plain: list[float], ratios: dict[str, list[float]], traced: dict[str, list[float]]
+) -> dict:
+    """Medians of interleaved rounds (seconds): ``plain_ms``, ``ratios`` (traced / plain,
+    per level) and ``traced_ms`` (per level), as keyword arguments of a figures class."""
+    return {
+        "plain_ms": statistics.median(plain) * 1e3,
+        "ratios": {k: statistics.median(v) for k, v in ratios.items()},
+        "traced_ms": {k: statistics.median(v) * 1e3 for k, v in traced.items()},
+    }
+
+
 def _plain_step(model, ids, targets, optimizer) -> None:
     optimizer.zero_grad(set_to_none=True)
     _, loss = model(ids, targets)
@@ -106,9 +118,7 @@ def measure_training_step(
             ratios[name].append(seconds / p)
             traced[name].append(seconds)
     return StepFigures(
-        plain_ms=statistics.median(plain) * 1e3,
-        ratios={k: statistics.median(v) for k, v in ratios.items()},
-        traced_ms={k: statistics.median(v) * 1e3 for k, v in traced.items()},
+        **round_medians(plain, ratios, traced),
         steps=steps,
         backward_steps=backward,
     )

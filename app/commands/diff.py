@@ -18,15 +18,11 @@ import argparse
 import sys
 
 from app.commands.checks import float_between, output_file
+from app.commands.options import add_command
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "diff",
-        help="compare two trace files step by step",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(subparsers, "diff", "compare two trace files step by step", __doc__)
     p.add_argument("a", metavar="A", help="first trace file")
     p.add_argument("b", metavar="B", help="second trace file")
     p.add_argument("--format", choices=("md", "json"), default="md", help="output format")

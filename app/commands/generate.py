@@ -17,17 +17,15 @@ from __future__ import annotations
 import argparse
 
 from app.commands.checks import SEED, float_between, input_file, int_between
+from app.commands.options import add_command
 
 GREEDY_BELOW = 1e-4
 """A temperature below this samples as greedy (argmax): dividing logits by it overflows."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "generate",
-        help="generate text from a checkpoint or the bundled demo model",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = add_command(
+        subparsers, "generate", "generate text from a checkpoint or the bundled demo model", __doc__
     )
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--checkpoint", metavar="PATH", help="a .safetensors checkpoint")

@@ -17,25 +17,17 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import sys
 from pathlib import Path
 
 from app.commands.checks import output_file
-from app.commands.trace import _load_model
+from app.commands.options import add_command, add_model_source, load_model, stderr_say
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "patch",
-        help="activation patching sweep: CSV table and PNG heatmap",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = add_command(
+        subparsers, "patch", "activation patching sweep: CSV table and PNG heatmap", __doc__
     )
-    source = p.add_mutually_exclusive_group()
-    source.add_argument("--checkpoint", metavar="PATH", help="a model checkpoint (.safetensors)")
-    source.add_argument("--preset", metavar="NAME", help="a preset (random weights)")
-    source.add_argument("--demo", action="store_true", help="the bundled demo model (the default)")
-    p.add_argument("--seed", type=int, default=0, help="weights seed for --preset (default 0)")
+    add_model_source(p)
     p.add_argument("--clean", required=True, help="the prompt whose values are patched in")
     p.add_argument("--corrupted", required=True, help="the prompt that is run with patches")
     p.add_argument(
@@ -81,10 +73,7 @@ def run(args: argparse.Namespace) -> int:
     from tracing.patching import sweep
 
     quiet = args.quiet
-
-    def say(message: str) -> None:
-        if not quiet:
-            print(message, file=sys.stderr)
+    say = stderr_say(quiet)
 
     output = output_file(args.output)
     png = output_file(args.png) if args.png else None
@@ -97,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
             f"--clean is {len(clean)} tokens (bytes) and --corrupted {len(corrupted)}: "
             "patching needs prompts of the same length"
         )
-    model, _origin = _load_model(args, say)
+    model, _origin = load_model(args, say)
     block_size = getattr(getattr(model, "config", None), "block_size", None)
     if block_size is not None and len(clean) > block_size:
         raise UserError(

@@ -21,17 +21,13 @@ import argparse
 import sys
 
 from app.commands.checks import output_file
+from app.commands.options import add_command
 
 FORMATS = ("md", "csv", "json", "html", "graphml")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "report",
-        help="write a shape report of a trace file",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(subparsers, "report", "write a shape report of a trace file", __doc__)
     p.add_argument(
         "trace",
         metavar="FILE",

@@ -20,28 +20,15 @@ import sys
 from pathlib import Path
 
 from app.commands import ranks
-from app.commands.checks import SEED, float_between, input_file, output_file
+from app.commands.checks import float_between, output_file
+from app.commands.options import add_command, add_model_source, load_model, stderr_say
 
 VALUE_DTYPES = ("float32", "float16", "bfloat16")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "trace",
-        help="trace one forward pass into a trace file",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    source = p.add_mutually_exclusive_group()
-    source.add_argument("--checkpoint", metavar="PATH", help="a model checkpoint (.safetensors)")
-    source.add_argument("--preset", metavar="NAME", help="a preset (demo, nano, gpt2-small)")
-    source.add_argument("--demo", action="store_true", help="the bundled demo model (the default)")
-    source.add_argument(
-        "--model",
-        metavar="FILE.py:NAME",
-        help="your own model: NAME is an nn.Module, a class built with no arguments, or a "
-        "function returning one (inputs: --prompt, --input-shape, or example_inputs in FILE)",
-    )
+    p = add_command(subparsers, "trace", "trace one forward pass into a trace file", __doc__)
+    add_model_source(p, own_model=True)
     add_input_arguments(p)
     p.add_argument("--prompt", help="text to feed the model (default: the demo prompt)")
     p.add_argument(
@@ -66,7 +53,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="keep values in memory and save at the end (default: write each to the file "
         "as it is produced, so memory stays flat)",
     )
-    p.add_argument("--seed", type=SEED, default=0, help="weights seed for --preset (default 0)")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="trace file to write")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     ranks.add_arguments(p)
@@ -103,31 +89,6 @@ def load_user_model(args: argparse.Namespace):
         raise UserError(str(e)) from e
 
 
-def _load_model(args: argparse.Namespace, say) -> tuple[object, dict]:
-    """The model to trace and a description of where it came from (for the meta)."""
-    import torch
-
-    from app.cli import UserError
-    from scratchformer import DecoderOnlyTransformer, ModelConfig, demo_model, load_checkpoint
-
-    if args.checkpoint:
-        path = input_file(args.checkpoint, "checkpoint")
-        return load_checkpoint(path), {"source": "checkpoint", "checkpoint": str(path)}
-    if args.preset:
-        if args.preset not in ModelConfig.PRESETS:
-            raise UserError(
-                f"unknown preset {args.preset!r}; choose one of {', '.join(ModelConfig.PRESETS)}"
-            )
-        torch.manual_seed(args.seed)
-        model = DecoderOnlyTransformer(ModelConfig.preset(args.preset)).eval()
-        say(
-            f"note: preset {args.preset!r} is built with random weights (seed {args.seed}): "
-            "shapes are real, values are not meaningful"
-        )
-        return model, {"source": "preset", "preset": args.preset, "seed": args.seed}
-    return demo_model(), {"source": "demo"}
-
-
 def run(args: argparse.Namespace) -> int:
     output, args.quiet = ranks.join(args, Path(args.output))  # under torchrun: rank files
     try:
@@ -142,11 +103,7 @@ def _run(args: argparse.Namespace, output: Path) -> int:
     from app.cli import UserError
     from scratchformer import DEMO_PROMPT, ByteTokenizer
 
-    quiet = args.quiet
-
-    def say(message: str) -> None:
-        if not quiet:
-            print(message, file=sys.stderr)
+    say = stderr_say(args.quiet)
 
     # --- arguments, checked before any slow work
     output_file(output)
@@ -169,7 +126,7 @@ def _run(args: argparse.Namespace, output: Path) -> int:
         )
 
     # --- model and tokens (any problem here is reported before tracing starts)
-    model, origin = _load_model(args, say)
+    model, origin = load_model(args, say)
     block_size = getattr(getattr(model, "config", None), "block_size", None)
     tokenizer = ByteTokenizer()
     ids = tokenizer.encode(prompt)

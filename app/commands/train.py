@@ -29,6 +29,7 @@ from app.commands.checks import (
     int_between,
     output_file,
 )
+from app.commands.options import add_command
 
 SIZE = int_between(1, 1 << 20)
 COUNT = int_between(1, 10**9)
@@ -37,11 +38,8 @@ MAX_TEXT_BYTES = 1 << 30
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "train",
-        help="train a model on a synthetic task or a text file",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = add_command(
+        subparsers, "train", "train a model on a synthetic task or a text file", __doc__
     )
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--task", choices=("reverse", "copy"), help="built-in synthetic task")

@@ -1,4 +1,9 @@
-"""The diagram's drawn pieces: :class:`BoxItem`, :class:`FrameItem`, :class:`EdgeItem`."""
+"""The diagram's drawn pieces: :class:`BoxItem`, :class:`FrameItem`, :class:`EdgeItem`.
+
+Also the edge between the Qt-free layout and Qt: :class:`DiagramFonts` (the fonts the boxes
+are drawn in, and the :class:`~app.diagram.geometry.TextMeasure` the layout measures with)
+and :func:`to_qrect` / :func:`to_qpoint` (plain geometry to Qt's).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,8 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import (
     QColor,
+    QFont,
+    QFontMetricsF,
     QPainter,
     QPainterPath,
     QPainterPathStroker,
@@ -17,10 +24,39 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem
 
 from app import theme
+from app.diagram.geometry import Point, Rect, TextMeasure
 from app.diagram.layout import ARROW, FRAME_TITLE, H_PAD, SPARK_H, DiagramLayout, Node
 
 if TYPE_CHECKING:  # pragma: no cover
     from app.diagram.view import DiagramView
+
+# --------------------------------------------------------------------------- plain -> Qt
+
+
+def to_qrect(rect: Rect) -> QRectF:
+    return QRectF(rect.left, rect.top, rect.width, rect.height)
+
+
+def to_qpoint(point: Point) -> QPointF:
+    return QPointF(point.x, point.y)
+
+
+class DiagramFonts:
+    """The diagram's fonts: ``bold`` for titles, ``small`` for the lines under them, and
+    ``measure``, the same fonts' metrics as the layout's :class:`TextMeasure`."""
+
+    def __init__(self, font: QFont):
+        self.bold = QFont(font)
+        self.bold.setBold(True)
+        self.small = QFont(font)
+        self.small.setPointSizeF(max(6.0, font.pointSizeF() * 0.88))
+        body, bold = QFontMetricsF(font), QFontMetricsF(self.bold)
+        self.measure = TextMeasure(
+            title_width=bold.horizontalAdvance,
+            detail_width=QFontMetricsF(self.small).horizontalAdvance,
+            line_height=max(body.height(), bold.height()),
+        )
+
 
 # --------------------------------------------------------------------------- items
 
@@ -38,14 +74,13 @@ def _activate_step(item: BoxItem | FrameItem, event) -> None:
 class BoxItem(QGraphicsItem):
     """A module call or an op: name, type, output shape; highlighted when current."""
 
-    def __init__(self, node: Node, layout: DiagramLayout, view: DiagramView):
+    def __init__(self, node: Node, view: DiagramView):
         super().__init__()
         self.node = node
-        self._layout = layout
         self._view = view
         self.highlighted = False
         self.hovered = False
-        self.setPos(node.rect.topLeft())
+        self.setPos(node.rect.left, node.rect.top)
         self.setToolTip(node.tooltip)
         self.setAcceptHoverEvents(True)
         self.setCursor(Qt.CursorShape.PointingHandCursor)
@@ -54,11 +89,11 @@ class BoxItem(QGraphicsItem):
 
     # Qt virtuals (camelCase names, or Qt never calls them)
     def boundingRect(self) -> QRectF:
-        return QRectF(0, 0, self.node.rect.width(), self.node.rect.height()).adjusted(-4, -4, 4, 4)
+        return QRectF(0, 0, self.node.rect.width, self.node.rect.height).adjusted(-4, -4, 4, 4)
 
     def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
-        node, layout = self.node, self._layout
-        rect = QRectF(0, 0, node.rect.width(), node.rect.height())
+        node = self.node
+        rect = QRectF(0, 0, node.rect.width, node.rect.height)
         is_op = not node.subtitle
         radius = rect.height() / 2 if is_op and node.key >= 0 else 7.0
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
@@ -88,12 +123,13 @@ class BoxItem(QGraphicsItem):
         x = H_PAD + (4 if is_op else 2)
         w = rect.width() - x - H_PAD + 4
         y = 5.0 if is_op else 7.0
-        lh = layout.line_h
+        fonts = self._view.fonts
+        lh = fonts.measure.line_height
         painter.setPen(QColor(theme.ERROR if node.error else theme.TEXT))
-        painter.setFont(layout.bold)
+        painter.setFont(fonts.bold)
         painter.drawText(QRectF(x, y, w, lh), Qt.AlignmentFlag.AlignVCenter, node.title)
         y += lh
-        painter.setFont(layout.small)
+        painter.setFont(fonts.small)
         if node.subtitle:
             painter.setPen(QColor(theme.TEXT_MUTED))
             painter.drawText(QRectF(x, y, w, lh), Qt.AlignmentFlag.AlignVCenter, node.subtitle)
@@ -146,25 +182,24 @@ class FrameItem(QGraphicsItem):
     def __init__(self, node: Node, layout: DiagramLayout, view: DiagramView, depth: int):
         super().__init__()
         self.node = node
-        self._layout = layout
         self._view = view
         self.title = layout.frame_title(node.key)
         self.highlighted = False
-        self.setPos(node.rect.topLeft())
+        self.setPos(node.rect.left, node.rect.top)
         self.setToolTip(node.tooltip + "<br><i>double-click the title to collapse</i>")
         self.setZValue(-10 + depth)
 
     def boundingRect(self) -> QRectF:
-        return QRectF(0, 0, self.node.rect.width(), self.node.rect.height()).adjusted(-3, -3, 3, 3)
+        return QRectF(0, 0, self.node.rect.width, self.node.rect.height).adjusted(-3, -3, 3, 3)
 
     def shape(self) -> QPainterPath:
         # only the title bar takes clicks, so a click inside the frame can pan the view
         path = QPainterPath()
-        path.addRect(QRectF(0, 0, self.node.rect.width(), FRAME_TITLE))
+        path.addRect(QRectF(0, 0, self.node.rect.width, FRAME_TITLE))
         return path
 
     def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
-        rect = QRectF(0, 0, self.node.rect.width(), self.node.rect.height())
+        rect = QRectF(0, 0, self.node.rect.width, self.node.rect.height)
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         accent = QColor(self.node.accent)
         fill = QColor(accent)
@@ -178,7 +213,7 @@ class FrameItem(QGraphicsItem):
         pen.setStyle(Qt.PenStyle.SolidLine)
         painter.setPen(pen)
         painter.drawRoundedRect(rect, 10, 10)
-        painter.setFont(self._layout.bold)
+        painter.setFont(self._view.fonts.bold)
         painter.setPen(QColor(theme.CURRENT) if self.highlighted else accent.lighter(120))
         text_rect = QRectF(12, 4, rect.width() - 40, FRAME_TITLE - 6)
         painter.drawText(text_rect, Qt.AlignmentFlag.AlignVCenter, self.title)

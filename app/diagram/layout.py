@@ -1,11 +1,15 @@
 """Where the diagram's boxes go: visible nodes, data-flow edges, a layered layout.
 
-:class:`DiagramLayout` decides *what* is drawn and *where*. Given a ``Trace`` and the set of
-expanded module calls it finds the visible boxes (a collapsed module call stands for
-everything inside it), the data-flow edges between them (producer -> consumer by tensor id,
-the residual paths included), and a layered layout: each expanded module is a frame whose
-children are placed in rows by topological generation (``networkx.topological_generations``),
-top to bottom, recursively.
+:class:`DiagramLayout` decides *what* is drawn and *where*, in plain Python. Given a
+``Trace`` and the set of expanded module calls it finds the visible boxes (a collapsed
+module call stands for everything inside it), the data-flow edges between them (producer ->
+consumer by tensor id, the residual paths included), and a layered layout: each expanded
+module is a frame whose children are placed in rows by topological generation
+(``networkx.topological_generations``), top to bottom, recursively.
+
+No Qt here: positions are :class:`~app.diagram.geometry.Rect` s, and text is measured by the
+:class:`~app.diagram.geometry.TextMeasure` passed in (the view makes one from its fonts,
+tests a fixed-width one), so a layout can be computed and checked without a QApplication.
 
 Box keys are step indices: a box is one module call or one op, so a module called twice is
 two boxes. Two synthetic boxes, :data:`INPUT` and :data:`OUTPUT`, stand for the model's
@@ -21,11 +25,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import networkx as nx
-from PySide6.QtCore import QPointF, QRectF, QSize
-from PySide6.QtGui import QFont, QFontMetricsF
 
 from app import theme
 from app.diagram.folding import MODEL_INPUT, Run, TraceIndex
+from app.diagram.geometry import Point, Rect, TextMeasure, bounding
 from tracing.formatting import dims_label
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -92,7 +95,7 @@ class Node:
     error: bool = False
     parent: int | None = None  # key of the enclosing frame (None at the top level)
     children: list[int] = field(default_factory=list)
-    rect: QRectF = field(default_factory=QRectF)  # scene coordinates once laid out
+    rect: Rect = field(default_factory=Rect)  # scene coordinates once laid out
     tooltip: str = ""
     step: int | None = None  # the step a click goes to (a fold: its first step)
     spark: tuple[float, ...] = ()  # a fold: output RMS per repetition (sampled)
@@ -112,7 +115,7 @@ class DiagramLayout:
         self,
         trace: Trace,
         expanded: Iterable[int],
-        font: QFont,
+        measure: TextMeasure,
         *,
         index: TraceIndex | None = None,
         open_folds: Iterable[Run] = (),
@@ -121,15 +124,7 @@ class DiagramLayout:
     ):
         self.trace = trace
         self.index = index if index is not None else TraceIndex(trace)
-        self.font = font
-        self.bold = QFont(font)
-        self.bold.setBold(True)
-        self.small = QFont(font)
-        self.small.setPointSizeF(max(6.0, font.pointSizeF() * 0.88))
-        self._fm = QFontMetricsF(font)
-        self._fm_bold = QFontMetricsF(self.bold)
-        self._fm_small = QFontMetricsF(self.small)
-        self.line_h = max(self._fm.height(), self._fm_bold.height())
+        self.measure = measure
 
         steps = trace.steps
         idx = self.index
@@ -505,17 +500,19 @@ class DiagramLayout:
 
     # ---- placement
 
-    def _box_size(self, node: Node) -> QSize:
-        fb, fs = self._fm_bold, self._fm_small
-        widths = [fb.horizontalAdvance(node.title), fs.horizontalAdvance(node.shape)]
+    def _box_size(self, node: Node) -> tuple[float, float]:
+        """A box's (width, height): its widest line of text, whole pixels."""
+        title_width, detail_width = self.measure.title_width, self.measure.detail_width
+        widths = [title_width(node.title), detail_width(node.shape)]
         if node.subtitle:
-            widths.append(fs.horizontalAdvance(node.subtitle))
+            widths.append(detail_width(node.subtitle))
         is_op = not node.subtitle
         lines = 2 if is_op else 3
         badge = 22 if node.expandable else 0  # room for the "+" in the corner
         w = max(OP_MIN_W if is_op else MODULE_MIN_W, max(widths) + 2 * H_PAD + 8 + badge)
-        h = lines * self.line_h + (10 if is_op else 14) + (SPARK_H if node.spark else 0)
-        return QSize(int(w + 0.5), int(h + 0.5))
+        spark = SPARK_H if node.spark else 0
+        h = lines * self.measure.line_height + (10 if is_op else 14) + spark
+        return float(int(w + 0.5)), float(int(h + 0.5))
 
     def _layout(self) -> None:
         groups: dict[int | None, list[int]] = {}
@@ -535,9 +532,9 @@ class DiagramLayout:
                         group_edges.setdefault(parent, set()).add((a, b))
                     break
         self._sizes: dict[int, tuple[float, float]] = {}
-        self._local: dict[int, QPointF] = {}
+        self._local: dict[int, Point] = {}
         self._measure(None, groups, group_edges)
-        self._place(None, QPointF(0, 0), groups)
+        self._place(None, Point(0.0, 0.0), groups)
 
     def _order(self, key: int) -> float:
         """Execution order of a node; the input box first and the output box last."""
@@ -556,11 +553,10 @@ class DiagramLayout:
             node = self.nodes[key]
             if node.frame:
                 cw, ch = self._measure(key, groups, group_edges)
-                title_w = self._fm_bold.horizontalAdvance(self._frame_title(node)) + 40
+                title_w = self.measure.title_width(self._frame_title(node)) + 40
                 self._sizes[key] = (max(cw, title_w) + 2 * FRAME_PAD, ch + FRAME_TITLE + FRAME_PAD)
             else:
-                size = self._box_size(node)
-                self._sizes[key] = (float(size.width()), float(size.height()))
+                self._sizes[key] = self._box_size(node)
         graph = nx.DiGraph()
         graph.add_nodes_from(items)
         graph.add_edges_from(group_edges.get(group, ()))
@@ -579,41 +575,40 @@ class DiagramLayout:
             row_h = max(self._sizes[k][1] for k in row)
             for k in row:
                 w, h = self._sizes[k]
-                self._local[k] = QPointF(x, y + (row_h - h) / 2)
+                self._local[k] = Point(x, y + (row_h - h) / 2)
                 x += w + H_GAP
             y += row_h + V_GAP
         return content_w, max(0.0, y - V_GAP)
 
-    def _place(self, group, origin: QPointF, groups) -> None:
+    def _place(self, group, origin: Point, groups) -> None:
         for key in groups.get(group, []):
             w, h = self._sizes[key]
             pos = origin + self._local[key]
             node = self.nodes[key]
-            node.rect = QRectF(pos.x(), pos.y(), w, h)
+            node.rect = Rect(pos.x, pos.y, w, h)
             if node.frame:
-                self._place(key, pos + QPointF(FRAME_PAD, FRAME_TITLE), groups)
+                self._place(key, pos + Point(FRAME_PAD, FRAME_TITLE), groups)
         # centre a frame's content when its title made it wider than the content
         if group is not None:
             frame = self.nodes[group]
             kids = [self.nodes[k].rect for k in groups.get(group, [])]
             if kids:
-                left = min(r.left() for r in kids)
-                right = max(r.right() for r in kids)
-                shift = (frame.rect.left() + frame.rect.right()) / 2 - (left + right) / 2
+                left = min(r.left for r in kids)
+                right = max(r.right for r in kids)
+                shift = (frame.rect.left + frame.rect.right) / 2 - (left + right) / 2
                 if abs(shift) > 0.5:
                     self._shift(group, shift, groups)
 
     def _shift(self, group, dx: float, groups) -> None:
         for key in groups.get(group, []):
-            self.nodes[key].rect.translate(dx, 0)
-            if self.nodes[key].frame:
+            node = self.nodes[key]
+            node.rect = node.rect.moved(dx, 0.0)
+            if node.frame:
                 self._shift(key, dx, groups)
 
-    def bounding_rect(self) -> QRectF:
-        rect = QRectF()
-        for node in self.nodes.values():
-            rect = rect.united(node.rect)
-        return rect
+    def bounding_rect(self) -> Rect:
+        """The rectangle holding every box and frame."""
+        return bounding(node.rect for node in self.nodes.values())
 
 
 def _html(text: str) -> str:

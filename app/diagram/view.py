@@ -28,10 +28,11 @@ from PySide6.QtWidgets import (
 
 from app import theme
 from app.diagram.folding import Run, TraceIndex
+from app.diagram.geometry import Rect
 from app.diagram.grad_tints import grad_tints
-from app.diagram.items import BoxItem, EdgeItem, FrameItem
-from app.diagram.layout import FRAME_TITLE, LANE_GAP, DiagramLayout
-from app.diagram.routing import RectIndex
+from app.diagram.items import BoxItem, DiagramFonts, EdgeItem, FrameItem, to_qpoint, to_qrect
+from app.diagram.layout import FRAME_TITLE, DiagramLayout
+from app.diagram.routing import RectIndex, detour_lane, edge_ends
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracing import Trace
@@ -62,6 +63,7 @@ class DiagramView(QGraphicsView):
         self.setFrameShape(QGraphicsView.Shape.NoFrame)
         self.trace: Trace | None = None
         self.layout_: DiagramLayout | None = None
+        self.fonts = DiagramFonts(self.font())
         self.expanded: set[int] = set()
         self.open_folds: set[Run] = set()
         self.fold_repetition = True
@@ -97,10 +99,11 @@ class DiagramView(QGraphicsView):
         if self.trace is None or not self.trace.steps:
             self.layout_ = None
             return
+        self.fonts = DiagramFonts(self.font())
         layout = DiagramLayout(
             self.trace,
             self.expanded,
-            self.font(),
+            self.fonts.measure,
             index=self.index,
             open_folds=self.open_folds,
             focus=self.current_step,
@@ -114,88 +117,76 @@ class DiagramView(QGraphicsView):
                 depth = len(layout._chain(key))
                 item: QGraphicsItem = FrameItem(node, layout, self, depth)
             else:
-                item = BoxItem(node, layout, self)
+                item = BoxItem(node, self)
             scene.addItem(item)
             self.items_by_key[key] = item
+        qrects = {key: to_qrect(node.rect) for key, node in layout.nodes.items()}
         boxes = RectIndex((k, n.rect) for k, n in layout.nodes.items() if not n.frame)
         frames = [(k, n.rect) for k, n in layout.nodes.items() if n.frame]
         for u, v in layout.edges:
-            edge = self._edge_item(layout, u, v, boxes, frames)
+            edge = self._edge_item(layout, u, v, boxes, frames, qrects)
             scene.addItem(edge)
             self.edges_by_key.setdefault(u, []).append(edge)
             self.edges_by_key.setdefault(v, []).append(edge)
-        bounds = layout.bounding_rect().adjusted(-140, -60, 140, 60)
+        bounds = to_qrect(layout.bounding_rect()).adjusted(-140, -60, 140, 60)
         scene.setSceneRect(bounds)
         if self.current_step is not None:
             self.set_current(self.current_step, scroll=False)
 
+    @staticmethod
     def _edge_item(
-        self,
         layout: DiagramLayout,
         u: int,
         v: int,
         boxes: RectIndex,
-        frames: list[tuple[int, QRectF]],
+        frames: list[tuple[int, Rect]],
+        qrects: dict[int, QRectF],
     ) -> EdgeItem:
         """An arrow from ``u`` to ``v``: a curve, or a detour beside the boxes it would cross.
 
         Only the boxes in the rows the edge spans are tested (``boxes`` is indexed by row
-        band), so routing costs what the edge passes, not the whole diagram.
+        band), so routing costs what the edge passes, not the whole diagram. Where the arrow
+        runs is plain geometry (:mod:`app.diagram.routing`); whether a curve crosses a box is
+        asked of Qt's path (``qrects`` holds each node's rectangle as Qt's).
         """
         src, dst = layout.nodes[u].rect, layout.nodes[v].rect
-        start = QPointF(src.center().x(), src.bottom())
-        end = QPointF(dst.center().x(), dst.top())
+        start, end = (to_qpoint(p) for p in edge_ends(src, dst))
         if end.y() > start.y() + 1:
             path = QPainterPath(start)
             dy = (end.y() - start.y()) * 0.5
             path.cubicTo(start + QPointF(0, dy), end - QPointF(0, dy), end)
-            blockers = [r for k, r in boxes.between(start.y() + 1, end.y() - 1) if k not in (u, v)]
-            if not any(path.intersects(r.adjusted(-4, -4, 4, 4)) for r in blockers):
+            blockers = [k for k, _ in boxes.between(start.y() + 1, end.y() - 1) if k not in (u, v)]
+            if not any(path.intersects(qrects[k].adjusted(-4, -4, 4, 4)) for k in blockers):
                 return EdgeItem(path, end, 270.0, detour=False)
             # detour beside everything it would cross: the residual and skip paths
-            band = blockers + [
+            band = [layout.nodes[k].rect for k in blockers] + [
                 r
                 for k, r in frames
                 if not layout.is_ancestor(k, u)
                 and not layout.is_ancestor(k, v)
-                and r.top() < end.y()
-                and r.bottom() > start.y()
+                and r.top < end.y()
+                and r.bottom > start.y()
             ]
             others = [
-                r.adjusted(-3, -3, 3, 3)
-                for k, r in boxes.between(src.top() - 3, dst.bottom() + 3)
+                qrects[k].adjusted(-3, -3, 3, 3)
+                for k, _ in boxes.between(src.top - 3, dst.bottom + 3)
                 if k not in (u, v)
             ]
-            sides = (+1, -1) if src.center().x() >= dst.center().x() - 1 else (-1, +1)
+            sides = (+1, -1) if src.center.x >= dst.center.x - 1 else (-1, +1)
             first = None
             for side in sides:
-                candidate = self._detour(src, dst, band, side)
+                candidate = _detour(src, dst, band, side)
                 if first is None:
                     first = candidate
                 if not any(candidate[0].intersects(r) for r in others):
                     return EdgeItem(*candidate, detour=True)
             return EdgeItem(*first, detour=True)
         # same row or upwards (should not happen in a DAG layout): a gentle side curve
-        a = QPointF(src.right(), src.center().y())
-        b = QPointF(dst.left(), dst.center().y())
+        a = QPointF(src.right, src.center.y)
+        b = QPointF(dst.left, dst.center.y)
         path = QPainterPath(a)
         path.cubicTo(a + QPointF(30, 0), b - QPointF(30, 0), b)
         return EdgeItem(path, b, 0.0, detour=False)
-
-    @staticmethod
-    def _detour(src: QRectF, dst: QRectF, band: list[QRectF], side: int):
-        """A path leaving ``src`` sideways, running down a lane clear of ``band``, into ``dst``."""
-        if side > 0:
-            lane = max(r.right() for r in [*band, src, dst]) + LANE_GAP
-            a, b = QPointF(src.right(), src.center().y()), QPointF(dst.right(), dst.center().y())
-        else:
-            lane = min(r.left() for r in [*band, src, dst]) - LANE_GAP
-            a, b = QPointF(src.left(), src.center().y()), QPointF(dst.left(), dst.center().y())
-        path = QPainterPath(a)
-        path.cubicTo(QPointF(lane, a.y()), QPointF(lane, a.y()), QPointF(lane, a.y() + 18))
-        path.lineTo(QPointF(lane, b.y() - 18))
-        path.cubicTo(QPointF(lane, b.y()), QPointF(lane, b.y()), b)
-        return path, b, 180.0 if side > 0 else 0.0
 
     # ---- expansion
 
@@ -358,7 +349,7 @@ class DiagramView(QGraphicsView):
         """Fit the whole diagram in the window (never larger than 1.5x)."""
         if self.layout_ is None:
             return
-        rect = self.layout_.bounding_rect().adjusted(-30, -30, 30, 30)
+        rect = to_qrect(self.layout_.bounding_rect()).adjusted(-30, -30, 30, 30)
         self.fitInView(rect, Qt.AspectRatioMode.KeepAspectRatio)
         if self.zoom_level() > 1.5:
             self.resetTransform()
@@ -370,7 +361,7 @@ class DiagramView(QGraphicsView):
         self.resetTransform()
         if self.layout_ is None:
             return
-        rect = self.layout_.bounding_rect().adjusted(-30, -30, 30, 30)
+        rect = to_qrect(self.layout_.bounding_rect()).adjusted(-30, -30, 30, 30)
         view = self.viewport().rect()
         scale = min(view.width() / max(rect.width(), 1), view.height() / max(rect.height(), 1))
         scale = max(0.75, min(1.0, scale))
@@ -414,3 +405,17 @@ class DiagramView(QGraphicsView):
             if not image.save(str(path)):
                 raise OSError(f"Could not write {path}")
         return path
+
+
+def _detour(src: Rect, dst: Rect, band: list[Rect], side: int):
+    """A path leaving ``src`` sideways, running down a lane clear of ``band``, into ``dst``."""
+    lane = detour_lane(src, dst, band, side)
+    if side > 0:
+        a, b = QPointF(src.right, src.center.y), QPointF(dst.right, dst.center.y)
+    else:
+        a, b = QPointF(src.left, src.center.y), QPointF(dst.left, dst.center.y)
+    path = QPainterPath(a)
+    path.cubicTo(QPointF(lane, a.y()), QPointF(lane, a.y()), QPointF(lane, a.y() + 18))
+    path.lineTo(QPointF(lane, b.y() - 18))
+    path.cubicTo(QPointF(lane, b.y()), QPointF(lane, b.y()), b)
+    return path, b, 180.0 if side > 0 else 0.0

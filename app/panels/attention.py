@@ -40,7 +40,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.theme import PROBABILITY_CMAP
-from app.widgets.common import ElidedLabel
+from app.widgets.common import ElidedLabel, column
 from app.widgets.heatmap import HeatmapView, colormap
 from tracing.record import Trace
 
@@ -345,12 +345,7 @@ class AttentionPanel(QWidget):
         self.caption.setObjectName("attentionCaption")
         self.caption.setForegroundRole(QPalette.ColorRole.PlaceholderText)
 
-        big = QWidget()
-        big_layout = QVBoxLayout(big)
-        big_layout.setContentsMargins(0, 0, 0, 0)
-        big_layout.setSpacing(2)
-        big_layout.addWidget(self.heatmap, 1)
-        big_layout.addWidget(self.caption)
+        big = column((self.heatmap, 1), self.caption, spacing=2)
 
         self.grid = AttentionGrid()
         self.grid.cellClicked.connect(self._on_cell_clicked)
@@ -364,12 +359,7 @@ class AttentionPanel(QWidget):
         scroll.setFrameShape(QScrollArea.Shape.NoFrame)
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         scroll.setWidget(self.grid)
-        grid_box = QWidget()
-        grid_layout = QVBoxLayout(grid_box)
-        grid_layout.setContentsMargins(4, 4, 4, 0)
-        grid_layout.setSpacing(2)
-        grid_layout.addWidget(grid_title)
-        grid_layout.addWidget(scroll, 1)
+        grid_box = column(grid_title, (scroll, 1), margins=(4, 4, 4, 0), spacing=2)
 
         self._splitter = QSplitter(Qt.Orientation.Vertical)
         self._splitter.setChildrenCollapsible(False)

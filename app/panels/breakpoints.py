@@ -58,6 +58,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import theme
+from app.widgets.common import hint_label
 from tracing.breakpoints import (
     AbsAbove,
     AttentionEntropyBelow,
@@ -342,12 +343,11 @@ class BreakpointsPanel(QWidget):
         remove.setShortcutContext(Qt.ShortcutContext.WidgetShortcut)
         remove.triggered.connect(self.remove_selected)
         self.list.addAction(remove)
-        self.placeholder = QLabel(
+        self.placeholder = hint_label(
             "No breakpoints. Add the current module, or a condition: NaN/Inf, |x| above a "
-            "threshold, a sharp attention row, an op."
+            "threshold, a sharp attention row, an op.",
+            wrap=True,
         )
-        self.placeholder.setObjectName("hint")
-        self.placeholder.setWordWrap(True)
 
     def _build_run(self) -> None:
         """Run to the next breakpoint, and what the last run found."""

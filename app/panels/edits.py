@@ -25,6 +25,7 @@ from PySide6.QtCore import QObject, QPoint, Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QDockWidget,
+    QFileDialog,
     QHBoxLayout,
     QInputDialog,
     QLabel,
@@ -32,19 +33,21 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QMenu,
     QPushButton,
-    QVBoxLayout,
     QWidget,
 )
 
-from app import edit_session, theme
+from app import edit_session, session, theme
 from app.session import SessionError
+from app.widgets.common import column, hint_label
+from app.widgets.tensor_view import token_label
 from app.windows import dialogs
+from app.windows.compare_window import CompareWindow
+from app.windows.sweep_dialog import SweepDialog
 from app.workers import BackgroundJob, JobWithProgress
 from tracing.edits import Action, Edit, EditError
 
 if TYPE_CHECKING:  # pragma: no cover
     from app.session import TraceOutcome
-    from app.windows.compare_window import CompareWindow
     from tracing import Trace
 
 MENU_TEXT = {
@@ -61,9 +64,7 @@ class EditsPanel(QWidget):
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
-        self.status = QLabel(" ")
-        self.status.setObjectName("hint")
-        self.status.setWordWrap(True)
+        self.status = hint_label(wrap=True)
         self.list = QListWidget()
         self.list.setObjectName("editsList")
         self.remove_button = QPushButton("Remove")
@@ -76,11 +77,7 @@ class EditsPanel(QWidget):
             buttons.addWidget(b)
         buttons.addStretch(1)
         buttons.addWidget(self.run_button)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(6, 6, 6, 6)
-        layout.addWidget(self.status)
-        layout.addWidget(self.list, 1)
-        layout.addLayout(buttons)
+        column(self.status, (self.list, 1), buttons, margins=(6, 6, 6, 6), on=self)
 
     def set_edits(self, edits: list[Edit], enabled: list[bool]) -> None:
         self.list.clear()
@@ -246,10 +243,6 @@ class EditsController(QObject):
 
     def _choose_trace_file(self):
         """A values trace file of the same model to patch from (None: cancelled or bad)."""
-        from PySide6.QtWidgets import QFileDialog
-
-        from app import session
-
         path, _ = QFileDialog.getOpenFileName(
             self.window,
             "Patch from a trace file (captured at values)",
@@ -305,9 +298,12 @@ class EditsController(QObject):
                 dialogs.show_error(window, "Cannot run the edits", str(e))
                 return False
             return self._show_outcome(outcome)
-        job = BackgroundJob(request, edit_session.run_edits)
-        job.refused_title = "Cannot run the edits"
-        job.failed_title = "The edited run failed"
+        job = BackgroundJob(
+            request,
+            edit_session.run_edits,
+            refused_title="Cannot run the edits",
+            failed_title="The edited run failed",
+        )
         self.job = JobWithProgress(
             window,
             job,
@@ -340,17 +336,12 @@ class EditsController(QObject):
 
     def show_comparison(self, original: Trace, edited: Trace) -> CompareWindow:
         """The compare view, original (A) against edited (B), with the prediction change."""
-        from app.widgets.tensor_view import token_label
-        from app.windows.compare_window import CompareWindow
-
         described = "; ".join(e.describe() for e in self.active_edits()) or "edited"
         compare = CompareWindow(original, edited, "original", "edited", parent=self.window)
         compare.setWindowTitle(f"Edit: {described} — Scratchformer")
         rows = edit_session.prediction_change(original, edited, token_label)
         compare.add_card("Prediction (last position)", prediction_card(rows))
-        edits_label = QLabel(html.escape(described))
-        edits_label.setWordWrap(True)
-        edits_label.setObjectName("hint")
+        edits_label = hint_label(html.escape(described), wrap=True)
         compare.add_card("Edits", edits_label)
         heads = [e.head for e in self.active_edits() if isinstance(e.head, int)]
         if heads:  # A − B on the edited head, not on head 0
@@ -374,8 +365,6 @@ class EditsController(QObject):
     # ---- the rest
 
     def open_sweep(self):
-        from app.windows.sweep_dialog import SweepDialog
-
         problem = edit_session.missing_model(self.window.trace_request)
         if problem is not None:
             dialogs.show_error(self.window, "Sweeps need a live model", problem)

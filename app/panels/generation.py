@@ -63,6 +63,7 @@ import tracing
 from app import theme
 from app.generation_session import MAX_NEW_TOKENS, GenerationOutcome, GenerationRequest
 from app.session import DEFAULT_CAPTURE, ModelSource
+from app.widgets.common import column, hint_label, make_heading, monospace_font
 from app.widgets.heatmap import HeatmapView
 from app.widgets.tensor_view import token_label
 from app.windows import dialogs
@@ -92,12 +93,11 @@ class TraceGenerationDialog(QDialog):
         self.capture_combo = QComboBox(self)
         self.capture_combo.addItems(tracing.CAPTURE_LEVELS)
         self.capture_combo.setCurrentText(DEFAULT_CAPTURE)
-        hint = QLabel(
+        hint = hint_label(
             "One traced forward pass per new token (greedy: the most likely token). "
-            f"Model: {source_text or 'the bundled demo'}."
+            f"Model: {source_text or 'the bundled demo'}.",
+            wrap=True,
         )
-        hint.setObjectName("hint")
-        hint.setWordWrap(True)
         lay_out_form(
             self,
             [
@@ -144,8 +144,7 @@ class TokenTimeline(QWidget):
         self.probs: list[float | None] = []
         self.selected = -1
         self._rects: list[QRectF] = []  # one per chip, prompt first
-        font = QFont("DejaVu Sans Mono")
-        font.setStyleHint(QFont.StyleHint.Monospace)
+        font = monospace_font()
         font.setPointSizeF(font.pointSizeF() + 1)
         self.setFont(font)
         self._small = QFont(self.font())
@@ -318,10 +317,7 @@ class GenerationView(QWidget):
         """The heading: prompt → answer · passes."""
         self.title = QLabel("Generation")
         self.title.setObjectName("generationTitle")
-        font = QFont(self.title.font())
-        font.setBold(True)
-        font.setPointSizeF(font.pointSizeF() + 1)
-        self.title.setFont(font)
+        make_heading(self.title)
 
     def _build_timeline(self) -> None:
         """The token chips in a scroll area, and the buttons that step between passes."""
@@ -396,8 +392,7 @@ class GenerationView(QWidget):
         self.head_spin.setObjectName("generationHead")
         self.head_spin.setMinimumWidth(56)
         self.head_spin.valueChanged.connect(lambda _v: self._show_attention())
-        self.attention_caption = QLabel(" ")
-        self.attention_caption.setObjectName("hint")
+        self.attention_caption = hint_label()
         controls = QHBoxLayout()
         controls.setSpacing(6)
         controls.addWidget(QLabel("Layer"))
@@ -420,13 +415,7 @@ class GenerationView(QWidget):
 
     def _build_layout(self) -> None:
         """Timeline, navigation and passes on the left, the attention map on the right."""
-        left = QWidget()
-        left_layout = QVBoxLayout(left)
-        left_layout.setContentsMargins(0, 0, 0, 0)
-        left_layout.setSpacing(6)
-        left_layout.addWidget(self.scroll)
-        left_layout.addLayout(self.nav)
-        left_layout.addWidget(self.pass_table, 1)
+        left = column(self.scroll, self.nav, (self.pass_table, 1), spacing=6)
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.addWidget(left)
         self.splitter.addWidget(self.attention_pane)

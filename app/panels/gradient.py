@@ -23,11 +23,11 @@ from PySide6.QtWidgets import (
     QSplitter,
     QTableWidget,
     QTableWidgetItem,
-    QVBoxLayout,
     QWidget,
 )
 
 from app.theme import BACKGROUND, CURRENT, EDGE, ERROR, NONFINITE, TEXT_MUTED
+from app.widgets.common import column
 from app.widgets.tensor_view import TensorView
 from tracing.breakpoints import Output, grad_norm
 from tracing.gradients import layer_grad_norms, layer_of
@@ -91,13 +91,7 @@ class GradientPanel(QWidget):
         self.grad_title = QLabel("gradient")
         pair = QSplitter(Qt.Orientation.Horizontal)
         for title, view in ((self.value_title, self.value_view), (self.grad_title, self.grad_view)):
-            box = QWidget()
-            lay = QVBoxLayout(box)
-            lay.setContentsMargins(0, 0, 0, 0)
-            lay.setSpacing(2)
-            lay.addWidget(title)
-            lay.addWidget(view, 1)
-            pair.addWidget(box)
+            pair.addWidget(column(title, (view, 1), spacing=2))
         self.value_view.sliceChanged.connect(self._follow_slice)
 
         self.strip = pg.PlotWidget(background=BACKGROUND)
@@ -111,19 +105,8 @@ class GradientPanel(QWidget):
         self.strip_title = QLabel("parameter-gradient norm per layer")
         self.strip_title.setStyleSheet(f"color: {TEXT_MUTED}")
 
-        self.body = QWidget()
-        body = QVBoxLayout(self.body)
-        body.setContentsMargins(0, 0, 0, 0)
-        body.setSpacing(4)
-        body.addWidget(self.table)
-        body.addWidget(pair, 1)
-        body.addWidget(self.strip_title)
-        body.addWidget(self.strip)
-
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.message)
-        layout.addWidget(self.body, 1)
+        self.body = column(self.table, (pair, 1), self.strip_title, self.strip, spacing=4)
+        column(self.message, (self.body, 1), on=self)
         self.set_trace(None)
 
     # ---- interface

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 from PySide6.QtCore import QItemSelectionModel, QModelIndex, Qt, Signal
-from PySide6.QtGui import QFont, QPalette
+from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHeaderView,
@@ -46,7 +46,7 @@ from app import theme
 from app.panels.attention import AttentionPanel
 from app.panels.gradient import GradientPanel
 from app.theme import ERROR_TEXT
-from app.widgets.common import ElidedLabel, LayoutFirewall
+from app.widgets.common import ElidedLabel, LayoutFirewall, make_heading
 from app.widgets.heatmap import HeatmapView
 from app.widgets.shape_table import ShapeTableModel
 from app.widgets.tensor_view import TensorView, token_labels
@@ -94,10 +94,7 @@ class Inspector(QWidget):
         # ---- header: step title and where it ran
         self._title = ElidedLabel("No trace loaded")
         self._title.setObjectName("inspectorTitle")
-        title_font = QFont(self._title.font())
-        title_font.setBold(True)
-        title_font.setPointSizeF(title_font.pointSizeF() + 1)
-        self._title.setFont(title_font)
+        make_heading(self._title)
         self._where = ElidedLabel()
         self._where.setObjectName("inspectorWhere")
         self._where.setForegroundRole(QPalette.ColorRole.PlaceholderText)

@@ -42,13 +42,12 @@ from PySide6.QtWidgets import (
     QSplitter,
     QStackedWidget,
     QTableView,
-    QVBoxLayout,
     QWidget,
 )
 
 from app import session, theme
 from app.theme import PROBABILITY_CMAP
-from app.widgets.common import titled
+from app.widgets.common import column, hint_label, make_heading, monospace_font, titled
 from app.widgets.heatmap import HeatmapView, colormap
 from app.widgets.tensor_view import token_label
 from tracing.lens import find_attention_modules, head_contributions, logit_lens
@@ -238,16 +237,12 @@ class LensView(QWidget):
         # ---- header
         self.title = QLabel("Logit lens")
         self.title.setObjectName("lensTitle")
-        font = QFont(self.title.font())
-        font.setBold(True)
-        font.setPointSizeF(font.pointSizeF() + 1)
-        self.title.setFont(font)
-        self.subtitle = QLabel(
+        make_heading(self.title)
+        self.subtitle = hint_label(
             "What each layer would predict if the model stopped there: the residual stream "
-            "after each block, read out through the final norm and the LM head."
+            "after each block, read out through the final norm and the LM head.",
+            wrap=True,
         )
-        self.subtitle.setObjectName("hint")
-        self.subtitle.setWordWrap(True)
 
         # ---- grid
         self.table_model = LensTableModel(self)
@@ -261,8 +256,7 @@ class LensView(QWidget):
         self.grid.horizontalHeader().setMinimumSectionSize(80)
         self.grid.verticalHeader().setDefaultSectionSize(self.grid.fontMetrics().height() + 10)
         self.grid.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
-        mono = QFont("DejaVu Sans Mono")
-        mono.setStyleHint(QFont.StyleHint.Monospace)
+        mono = monospace_font()
         self.grid.setFont(mono)
         grid_box = _titled(
             "Top prediction per position and layer",
@@ -309,12 +303,7 @@ class LensView(QWidget):
         self.pages.addWidget(self.splitter)
         self.pages.addWidget(self.message)
 
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(8, 8, 8, 8)
-        layout.setSpacing(4)
-        layout.addWidget(self.title)
-        layout.addWidget(self.subtitle)
-        layout.addWidget(self.pages, 1)
+        column(self.title, self.subtitle, (self.pages, 1), margins=(8, 8, 8, 8), spacing=4, on=self)
         self._show_message("Open or trace a prompt to see the logit lens.")
 
     # --------------------------------------------------------------------- input

@@ -9,7 +9,7 @@ the named signals (``stepOverRequested``...) leave the rule to the window, which
 from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QFont, QPainter
+from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QSizePolicy,
@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import theme
-from app.widgets.common import make_opaque
+from app.widgets.common import make_opaque, monospace_font
 from app.widgets.phase_strip import PhaseStrip
 
 
@@ -42,8 +42,7 @@ class TextLine(QWidget):
         self.colour = QColor(colour)
         # opaque: a repaint stays inside this widget instead of repainting the window under it
         self.setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent)
-        font = QFont("DejaVu Sans Mono")
-        font.setStyleHint(QFont.StyleHint.Monospace)
+        font = monospace_font()
         font.setBold(bold)
         self.setFont(font)
         self.setFixedHeight(self.fontMetrics().height() + 6)

@@ -1,4 +1,5 @@
-"""Small widgets every pane uses: a quiet one-line label, a layout firewall, a titled box.
+"""Small widgets every pane uses: a quiet one-line label, a layout firewall, a titled box,
+a column of widgets, and the few text styles panes share (a heading, a hint, monospace).
 
 They exist for speed as much as looks. Stepping through a trace changes texts and sizes on
 every step; a plain ``QLabel`` or a layout would pass each change up and re-lay out (and
@@ -9,8 +10,15 @@ widget, and :func:`make_opaque` keeps a repaint inside the widget that changed.
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QSize, Qt
-from PySide6.QtGui import QColor, QPainter, QPalette
-from PySide6.QtWidgets import QAbstractScrollArea, QLabel, QSizePolicy, QVBoxLayout, QWidget
+from PySide6.QtGui import QColor, QFont, QPainter, QPalette
+from PySide6.QtWidgets import (
+    QAbstractScrollArea,
+    QLabel,
+    QLayout,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
 
 
 def make_opaque(widget: QWidget, colour: QColor) -> None:
@@ -135,6 +143,29 @@ class LayoutFirewall(QWidget):
         return QSize(0, self.height() if self._fixed else 0)
 
 
+def column(
+    *items: QWidget | QLayout | tuple[QWidget | QLayout, int],
+    margins: tuple[int, int, int, int] = (0, 0, 0, 0),
+    spacing: int | None = None,
+    on: QWidget | None = None,
+) -> QWidget:
+    """``items`` top to bottom in a vertical layout on ``on`` (a new widget by default).
+    An item is a widget, a layout, or ``(item, stretch)``; ``spacing`` None keeps the
+    style's."""
+    box = on if on is not None else QWidget()
+    layout = QVBoxLayout(box)
+    layout.setContentsMargins(*margins)
+    if spacing is not None:
+        layout.setSpacing(spacing)
+    for item in items:
+        child, stretch = item if isinstance(item, tuple) else (item, 0)
+        if isinstance(child, QLayout):
+            layout.addLayout(child, stretch)
+        else:
+            layout.addWidget(child, stretch)
+    return box
+
+
 def titled(
     title: str,
     widget: QWidget,
@@ -144,17 +175,30 @@ def titled(
     spacing: int = 4,
 ) -> QWidget:
     """``widget`` under a small upper-case pane title (and a word-wrapped ``hint``)."""
-    box = QWidget()
-    layout = QVBoxLayout(box)
-    layout.setContentsMargins(*margins)
-    layout.setSpacing(spacing)
     label = QLabel(title.upper())
     label.setObjectName("paneTitle")
-    layout.addWidget(label)
-    if hint:
-        sub = QLabel(hint)
-        sub.setObjectName("hint")
-        sub.setWordWrap(True)
-        layout.addWidget(sub)
-    layout.addWidget(widget, 1)
-    return box
+    hints = [hint_label(hint, wrap=True)] if hint else []
+    return column(label, *hints, (widget, 1), margins=margins, spacing=spacing)
+
+
+def make_heading(label: QLabel | ElidedLabel, *, bold: bool = True) -> None:
+    """A pane's heading: ``label``'s font a point larger (and bold)."""
+    font = QFont(label.font())
+    font.setBold(bold)
+    font.setPointSizeF(font.pointSizeF() + 1)
+    label.setFont(font)
+
+
+def hint_label(text: str = " ", *, wrap: bool = False) -> QLabel:
+    """A secondary line in the muted ``hint`` style (``text`` " " keeps its height)."""
+    label = QLabel(text)
+    label.setObjectName("hint")
+    label.setWordWrap(wrap)
+    return label
+
+
+def monospace_font() -> QFont:
+    """The font for tokens, tables of numbers and step counters."""
+    font = QFont("DejaVu Sans Mono")
+    font.setStyleHint(QFont.StyleHint.Monospace)
+    return font

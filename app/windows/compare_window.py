@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from PySide6.QtCore import QObject, QPointF, QRectF, QSize, Qt, Signal
+from PySide6.QtCore import QPointF, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import (
     QAction,
     QBrush,
@@ -59,7 +59,6 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QFileDialog,
     QFrame,
     QGraphicsItem,
     QHBoxLayout,
@@ -84,6 +83,7 @@ from app import session, theme
 from app.diagram.items import FrameItem
 from app.diagram.view import DiagramView
 from app.panels.step_bar import StepBar
+from app.widgets.common import column, hint_label, make_heading
 from app.widgets.heatmap import HeatmapView
 from app.widgets.masked_cells import masked_cells
 from app.widgets.tensor_view import as_matrix, axis_names, leading_axes, token_labels
@@ -221,7 +221,7 @@ class DivergenceOverlay:
                 continue
             node = layout.nodes[key]
             score, status = self.scores[key]
-            size = QSize(int(node.rect.width()), int(node.rect.height()))
+            size = QSize(int(node.rect.width), int(node.rect.height))
             self.marks[key] = DivergenceMark(
                 item, size, score, status, frame=isinstance(item, FrameItem)
             )
@@ -305,8 +305,7 @@ class _SliceBar(QWidget):
         self._layout.setSpacing(6)
         self._widgets: list[QWidget] = []
         self.spins: list[QSpinBox] = []
-        self.description = QLabel(" ")
-        self.description.setObjectName("hint")
+        self.description = hint_label()
         self._layout.addStretch(1)
         self._layout.addWidget(self.description)
         self._chosen: dict[str, int] = {}
@@ -507,8 +506,7 @@ class CompareWindow(QMainWindow):
         self.slice_bar.changed.connect(self._render_difference)
         self.difference_heatmap = HeatmapView()
         self.difference_heatmap.setObjectName("differenceHeatmap")
-        self.difference_caption = QLabel(" ")
-        self.difference_caption.setObjectName("hint")
+        self.difference_caption = hint_label()
         diff_page = QWidget()
         diff_layout = QVBoxLayout(diff_page)
         diff_layout.setContentsMargins(4, 6, 4, 4)
@@ -544,13 +542,7 @@ class CompareWindow(QMainWindow):
         self.splitter.setChildrenCollapsible(False)
         self.splitter.setHandleWidth(5)
         self.splitter.setSizes([560, 560, 480])
-        central = QWidget()
-        layout = QVBoxLayout(central)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(0)
-        layout.addWidget(self.splitter, 1)
-        layout.addWidget(self.bottom_bar)
-        self.setCentralWidget(central)
+        self.setCentralWidget(column((self.splitter, 1), self.bottom_bar, spacing=0))
         self.counts_label = QLabel(self._counts_text())
         self.statusBar().addWidget(self.counts_label, 1)
 
@@ -597,9 +589,7 @@ class CompareWindow(QMainWindow):
         )
         title.setObjectName("compareSideTitle")
         title.setTextFormat(Qt.TextFormat.RichText)
-        font = QFont(title.font())
-        font.setPointSizeF(font.pointSizeF() + 1)
-        title.setFont(font)
+        make_heading(title, bold=False)
         meta = trace.meta
         parts = [str(meta.get("model_class", "model")).rsplit(".", 1)[-1]]
         if isinstance(meta.get("text"), str) and meta["text"]:
@@ -607,8 +597,7 @@ class CompareWindow(QMainWindow):
         if meta.get("capture"):
             parts.append(f"capture {meta['capture']}")
         parts.append(f"{len(trace.steps)} steps")
-        sub = QLabel(" · ".join(parts))
-        sub.setObjectName("hint")
+        sub = hint_label(" · ".join(parts))
         layout.addWidget(title)
         layout.addWidget(sub)
         layout.addWidget(view, 1)
@@ -1026,18 +1015,17 @@ __all__ = [
 # --------------------------------------------------------------------------- main window
 
 
-class CompareLauncher(QObject):
+class CompareLauncher(dialogs.FileMenuLauncher):
     """File ▸ Compare with…: the window's trace against a trace file, in a CompareWindow."""
 
     def __init__(self, window):
-        super().__init__(window)
-        self.window = window
-        self.windows: list[CompareWindow] = []
-        self.action = QAction("&Compare with…", window)
-        self.action.setShortcut(QKeySequence("Ctrl+Shift+C"))
-        self.action.setStatusTip("Open a second trace and compare it step by step with this one")
-        self.action.triggered.connect(lambda _checked=False: self.open_dialog())
-        window.add_menu_action("File", self.action, after=window.save_action)
+        super().__init__(
+            window,
+            "&Compare with…",
+            "Open a second trace and compare it step by step with this one",
+            after=window.save_action,
+            shortcut="Ctrl+Shift+C",
+        )
         window.traceChanged.connect(self._update_enabled)
         self._update_enabled()
 
@@ -1046,10 +1034,7 @@ class CompareLauncher(QObject):
         self.action.setEnabled(trace is not None and bool(trace.steps))
 
     def open_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(
-            self.window, "Compare with trace", self.window.start_dir(), dialogs.TRACE_FILTER
-        )
-        if path:
+        for path in self.ask_for_files("Compare with trace"):
             self.open_with(path)
 
     def open_with(self, path: str | Path) -> CompareWindow | None:

@@ -1,4 +1,5 @@
-"""Dialogs: the new-trace form, and one helper every error goes through.
+"""Dialogs: the new-trace form, one helper every error goes through, and the base of the
+File-menu actions that open trace files in windows of their own (:class:`FileMenuLauncher`).
 
 Tests replace :func:`show_error` (``monkeypatch.setattr(app.windows.dialogs, "show_error", ...)``);
 so the window always calls it as ``dialogs.show_error(...)``, never through a copied name.
@@ -7,8 +8,10 @@ so the window always calls it as ``dialogs.show_error(...)``, never through a co
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import QObject, Qt, QTimer
+from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QButtonGroup,
     QCheckBox,
@@ -18,7 +21,6 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QFormLayout,
     QGridLayout,
-    QLabel,
     QLineEdit,
     QMessageBox,
     QPlainTextEdit,
@@ -31,6 +33,7 @@ from PySide6.QtWidgets import (
 
 import tracing
 from app.session import DEFAULT_CAPTURE, PRESETS, CheckedValues, ModelSource, TraceRequest
+from app.widgets.common import hint_label
 
 #: the file dialogs' filter for trace files (``.sft`` is the suffix the README uses)
 TRACE_FILTER = "Trace files (*.sft *.safetensors *.sftrace *.trace);;All files (*)"
@@ -51,6 +54,39 @@ def show_child_window(window: QWidget, parent: QWidget | None, keep: list | None
 
         window.destroyed.connect(forget)
     window.show()
+
+
+class FileMenuLauncher(QObject):
+    """A File-menu action of the main window that opens trace files in windows of their own.
+
+    A subclass gives the action's text, tip and place and implements ``open_dialog``
+    (usually :meth:`ask_for_files`, then its own ``open_with``); the windows it opens are
+    kept in ``windows`` until they close (see :func:`show_child_window`).
+    """
+
+    def __init__(self, window, text: str, tip: str, *, after, shortcut: str | None = None):
+        super().__init__(window)
+        self.window = window
+        self.windows: list[QWidget] = []
+        self.action = QAction(text, window)
+        if shortcut:
+            self.action.setShortcut(QKeySequence(shortcut))
+        self.action.setStatusTip(tip)
+        self.action.triggered.connect(lambda _checked=False: self.open_dialog())
+        window.add_menu_action("File", self.action, after=after)
+
+    def open_dialog(self) -> None:
+        raise NotImplementedError
+
+    def ask_for_files(self, title: str, *, many: bool = False) -> list[Path]:
+        """The trace files the user picks in a file dialog (none when cancelled)."""
+        start = self.window.start_dir()
+        if many:
+            paths, _ = QFileDialog.getOpenFileNames(self.window, title, start, TRACE_FILTER)
+        else:
+            path, _ = QFileDialog.getOpenFileName(self.window, title, start, TRACE_FILTER)
+            paths = [path] if path else []
+        return [Path(p) for p in paths]
 
 
 def warn_on_unreadable_values(parent: QWidget, trace, owner: bool = True) -> None:
@@ -193,11 +229,10 @@ class NewTraceDialog(QDialog):
         self.capture_combo = QComboBox(self)
         self.capture_combo.addItems(tracing.CAPTURE_LEVELS)
         self.capture_combo.setCurrentText(DEFAULT_CAPTURE)
-        hint = QLabel(
-            "shapes: cheapest · stats: min/max/mean/std, NaN/Inf · values: copies for heatmaps"
+        hint = hint_label(
+            "shapes: cheapest · stats: min/max/mean/std, NaN/Inf · values: copies for heatmaps",
+            wrap=True,
         )
-        hint.setObjectName("hint")
-        hint.setWordWrap(True)
         self.training_check = QCheckBox(
             "Training step: forward, next-token cross-entropy on the prompt, backward", self
         )

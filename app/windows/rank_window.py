@@ -27,8 +27,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Qt, QTimer, Signal
-from PySide6.QtGui import QAction
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -52,7 +51,9 @@ from app.widgets.heatmap import HeatmapView
 from app.widgets.tensor_view import as_matrix, axis_names
 from app.windows import dialogs
 from app.windows.compare_window import CompareWindow, divergence_colour
+from tracing.distributed import rank_siblings
 from tracing.divergence import entry_score, score_text
+from tracing.errors import TraceFileError
 from tracing.rank_report import collective_detail, placements_text
 from tracing.ranks import RankDivergence, RankSet, collectives_of, layout_of, load_ranks
 
@@ -339,8 +340,6 @@ def open_ranks(paths, parent=None) -> RankWindow:
 def is_rank_set(paths: list[Path]) -> bool:
     """True when ``paths`` should open as ranks: several files, or one name whose
     ``.rank<N>`` files lie beside it."""
-    from tracing.distributed import rank_siblings
-
     if len(paths) > 1:
         return True
     return len(paths) == 1 and not paths[0].exists() and bool(rank_siblings(paths[0]))
@@ -349,25 +348,20 @@ def is_rank_set(paths: list[Path]) -> bool:
 # --------------------------------------------------------------------------- main window
 
 
-class RanksLauncher(QObject):
+class RanksLauncher(dialogs.FileMenuLauncher):
     """File ▸ Open ranks…: several rank files in a :class:`RankWindow`."""
 
     def __init__(self, window):
-        super().__init__(window)
-        self.window = window
-        self.windows: list[RankWindow] = []
-        self.action = QAction("Open &ranks…", window)
-        self.action.setStatusTip(
-            "Open the trace files of every rank of a torch.distributed run as one session"
+        super().__init__(
+            window,
+            "Open &ranks…",
+            "Open the trace files of every rank of a torch.distributed run as one session",
+            after=window.compare.action,
         )
-        self.action.triggered.connect(lambda _checked=False: self.open_dialog())
-        window.add_menu_action("File", self.action, after=window.compare.action)
         window.traceChanged.connect(self._hint_siblings)
 
     def _hint_siblings(self) -> None:
         """One rank's file opened alone: say that its ranks can open together."""
-        from tracing.distributed import rank_siblings
-
         trace, path = self.window.trace, self.window.trace_path
         world = trace.meta.get("world_size") if trace is not None else None
         if path is None or not isinstance(world, int) or world < 2:
@@ -382,18 +376,12 @@ class RanksLauncher(QObject):
             QTimer.singleShot(0, lambda: self.window.statusBar().showMessage(text, 15000))
 
     def open_dialog(self) -> None:
-        from PySide6.QtWidgets import QFileDialog
-
-        paths, _ = QFileDialog.getOpenFileNames(
-            self.window, "Open rank files", self.window.start_dir(), dialogs.TRACE_FILTER
-        )
+        paths = self.ask_for_files("Open rank files", many=True)
         if paths:
-            self.open_with([Path(p) for p in paths])
+            self.open_with(paths)
 
     def open_with(self, paths: list[Path]) -> RankWindow | None:
         """Open ``paths`` as ranks; a bad set gets a dialog and changes nothing."""
-        from tracing.errors import TraceFileError
-
         try:
             window = RankWindow.from_files(paths if len(paths) > 1 else paths[0], self.window)
         except (TraceFileError, ValueError, OSError) as e:

@@ -103,9 +103,12 @@ class SweepDialog(QDialog):
                 dialogs.show_error(self, "Cannot sweep", str(e))
                 return False
             return True
-        job = BackgroundJob(request, edit_session.run_sweep)
-        job.refused_title = "Cannot sweep"
-        job.failed_title = "The sweep failed"
+        job = BackgroundJob(
+            request,
+            edit_session.run_sweep,
+            refused_title="Cannot sweep",
+            failed_title="The sweep failed",
+        )
         self.job = JobWithProgress(
             self,
             job,
