@@ -130,3 +130,24 @@ def test_the_readme_nan_loss_example_is_found_with_one_key(window, tmp_path):
     step = window.trace.steps[window.current]
     assert step.op == "log" and "probs.log()" in step.source.text
     assert "log" in tracing.first_nonfinite_gradient(window.trace).label
+
+
+def test_the_loss_is_a_box_of_its_own_after_the_model(window, demo_step):
+    """File ▸ New trace's next-token loss is the step `loss`: a frame in the diagram with
+    its ops, a root row in the module tree, and the backward starts at its ops."""
+    t = demo_step
+    (loss,) = t.module_steps("loss")
+    assert t.modules["loss"].type == "next_token_loss"
+    window.set_trace(t)
+    ops = [s for s in t.steps if s.parent == loss.index and s.kind == "op"]
+    assert [s.op for s in ops] == ["flatten", "flatten", "cross_entropy"]
+    window.go_to(ops[-1].index)
+    assert window.diagram.highlighted_key == ops[-1].index  # the op's own box, inside
+    window.go_to(loss.index)
+    assert window.diagram.highlighted_key == loss.index
+    assert window.status_text().endswith("loss · next_token_loss")
+    assert window.tree.selected_path() == "loss"  # a root row of its own, selected
+    first = t.steps[t.backward_start]  # NllLossBackward0 of the cross_entropy
+    window.go_to(first.index)
+    assert first.forward == ops[-1].index
+    assert window.diagram.highlighted_key == window.diagram.key_for_step(ops[-1].index)
