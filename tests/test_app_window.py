@@ -391,3 +391,22 @@ def test_a_compare_window_of_two_files_reports_an_unreadable_value(qtbot, tmp_pa
     qtbot.addWidget(window)
     qtbot.waitUntil(lambda: len(errors) == 1)
     assert errors[0][0] == "Cannot read a value" and "changed on disk" in errors[0][1]
+
+
+def test_opening_pauses_the_collector_and_the_previous_trace_can_still_be_freed(tmp_path, window):
+    """Opening freezes the new trace's objects (later collections skip them) and
+    unfreezes the previous ones first, so a replaced trace is not kept alive."""
+    import gc
+    import weakref
+
+    first, second = tmp_path / "a.sft", tmp_path / "b.sft"
+    tiny_trace().save(first)
+    tiny_trace(n_layers=1).save(second)
+    assert window.open_path(first)
+    assert gc.isenabled() and gc.get_freeze_count() > 0
+    gone = weakref.ref(window.trace)
+    window.trace.meta["itself"] = window.trace  # a reference cycle: only gc can free it
+    assert window.open_path(second)
+    gc.collect()
+    assert gone() is None
+    assert not window.open_path(tmp_path / "missing.sft") and gc.isenabled()

@@ -307,3 +307,67 @@ def test_writing_never_replaces_a_device_or_a_fifo(tmp_path):
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
     report.write(trace, os.devnull, "md")  # written into the device, not renamed over it
     assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+
+
+def test_the_column_check_agrees_with_check_trace_record_by_record():
+    """``load`` decides on whole columns whether the cross-references hold and runs the
+    record-by-record ``check_trace`` only to name a problem: both must agree on every
+    broken reference (a bad file that the column check passed would open)."""
+    import random
+    from dataclasses import fields, replace
+
+    from torch import nn
+
+    from tracing import trace_file
+    from tracing.backward import trace_step
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.Linear(4, 4), nn.ReLU()))
+    trace = trace_step(model, torch.randn(2, 4), lambda out: out.sum(), capture="stats")
+    assert any(s.kind == "backward" for s in trace.steps) and trace.modules
+
+    def columns(records):
+        return {f.name: [getattr(r, f.name) for r in records] for f in fields(records[0])}
+
+    def agree(steps, tensors) -> bool:
+        broken = replace(trace, steps=steps, tensors=tensors)
+        try:
+            trace_file.check_trace(broken)
+            passes = True
+        except trace_file._Invalid:
+            passes = False
+        assert trace_file._consistent(columns(steps), columns(tensors), trace.modules) == passes
+        return passes
+
+    assert agree(trace.steps, trace.tensors)
+    n_steps, n_tensors = len(trace.steps), len(trace.tensors)
+    rng = random.Random(0)
+    failed = 0
+    for _ in range(600):
+        steps, tensors = list(trace.steps), list(trace.tensors)
+        if rng.random() < 0.6:
+            i = rng.randrange(n_steps)
+            name = rng.choice(["index", "parent", "end", "forward", "depth", "inputs",
+                               "outputs", "module", "kind"])  # fmt: skip
+            n = n_tensors if name in ("inputs", "outputs") else n_steps
+            value = rng.choice([None, -1, 0, 1, i - 1, i, i + 1, n - 1, n, 2**62, 256, 257])
+            if name in ("inputs", "outputs"):
+                value = (rng.choice([-1, 0, n - 1, n]),)
+            if name == "module":
+                value = rng.choice(["", "0", "nope"])
+            if name == "kind":
+                value = rng.choice(["module", "op", "backward", "other"])
+            if name in ("index", "depth") and value is None:
+                value = 0
+            steps[i] = replace(steps[i], **{name: value})
+        else:
+            i = rng.randrange(n_tensors)
+            name = rng.choice(["id", "producer", "grad_of", "dims"])
+            n = n_steps if name == "producer" else n_tensors
+            value = rng.choice([None, -1, 0, i, n - 1, n, 2**62])
+            if name == "id" and value is None:
+                value = i + 1
+            if name == "dims":
+                value = rng.choice([None, (), ("B",) * len(tensors[i].shape), ("B",) * 9])
+            tensors[i] = replace(tensors[i], **{name: value})
+        failed += not agree(steps, tensors)
+    assert failed > 200  # most edits break a rule: both checks saw them

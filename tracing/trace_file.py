@@ -58,15 +58,17 @@ import shutil
 import struct
 import threading
 import zlib
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterator, Mapping
 from dataclasses import MISSING as MISSING_FIELD
 from dataclasses import fields
+from functools import partial
 from itertools import chain, repeat
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from tracing.container import (
@@ -99,9 +101,12 @@ GRAPH_TENSOR = "__scratchformer_graph__"
 
 RESERVED_PREFIX = "__scratchformer"
 
-MANIFEST_INLINE_LIMIT = 40_000_000
-"""Most characters of manifest + graph kept in the header; safetensors refuses headers
-over 100 MB, and escaping them as JSON strings can grow them by a half."""
+MANIFEST_INLINE_LIMIT = 2**20
+"""Most characters of manifest + graph kept in the header; larger ones are stored as
+``uint8`` entries. A header is parsed whole on every open, each string in it unescaped:
+a 50,000-step trace's manifest and graph (28 MB) cost 0.1 s there, and the graph is not
+needed to open a trace; as entries, the manifest is one read and the graph is read only
+when asked for. (Files with larger inline manifests, written before, open as ever.)"""
 
 VALUE_CACHE_SIZE = 16
 """How many tensors a loaded trace keeps in memory after reading them (least recent out)."""
@@ -668,6 +673,73 @@ def check_trace(trace: Trace) -> None:
                 raise _Invalid(f"module {m.path!r} names an unknown child {c!r}")
 
 
+def _consistent(steps: dict[str, Any], tensors: dict[str, Any], modules: dict) -> bool:
+    """Whether :func:`check_trace` would pass, decided on whole columns at once (numpy).
+
+    ``steps`` and ``tensors`` map field names to decoded columns. The same rules, a
+    few array operations each instead of a Python loop over 50,000 records; when this
+    says False, ``check_trace`` runs to name the first record that breaks one.
+    """
+    n_steps, n_tensors = len(steps["index"]), len(tensors["id"])
+    if not (_is_arange(tensors["id"]) and _is_arange(steps["index"])):
+        return False
+    for column, n in ((tensors["producer"], n_steps), (tensors["grad_of"], n_tensors)):
+        if not _refs_in_range(column, n):
+            return False
+    if any(d is not None and len(d) != len(s) for d, s in zip(tensors["dims"], tensors["shape"])):
+        return False
+    for name in ("inputs", "outputs"):
+        flat = list(chain.from_iterable(steps[name]))
+        if flat and not (min(flat) >= 0 and max(flat) < n_tensors):
+            return False
+    if not set(steps["module"]) <= modules.keys() or not set(steps["kind"]) <= set(_STEP_KINDS):
+        return False
+    if not all(_refs_in_range(steps[name], n_steps) for name in ("parent", "end", "forward")):
+        return False
+    parent, end = _optional_ints(steps["parent"]), _optional_ints(steps["end"])
+    index = np.arange(n_steps)
+    depth = np.asarray(steps["depth"], dtype=np.int64)
+    kind = np.asarray(steps["kind"], dtype=object)
+    if n_steps and not (depth.min() >= 0 and depth.max() <= MAX_DEPTH):
+        return False
+    if ((end >= 0) & (end < index)).any():  # a call that ends before it starts
+        return False
+    root = parent < 0
+    if (depth[root] != 0).any():
+        return False
+    child = np.flatnonzero(~root)
+    up = parent[child]
+    if (up >= child).any() or (kind[up] != "module").any():
+        return False
+    forward = kind[child] != "backward"
+    child, up = child[forward], up[forward]
+    if (depth[child] != depth[up] + 1).any():
+        return False
+    up_end = end[up]
+    if ((up_end >= 0) & (child > up_end)).any():
+        return False
+    return all(
+        (m.parent is None or m.parent in modules) and all(c in modules for c in m.children)
+        for m in modules.values()
+    )
+
+
+def _is_arange(column: Any) -> bool:
+    """``column`` is ``0, 1, 2, ...``."""
+    return len(column) == 0 or np.array_equal(np.asarray(column), np.arange(len(column)))
+
+
+def _optional_ints(column: Any) -> np.ndarray:
+    """Whole numbers or None (-1), as an int64 array (values checked below 2**63 already)."""
+    return np.array([-1 if v is None else v for v in column], dtype=np.int64)
+
+
+def _refs_in_range(column: Any, n: int) -> bool:
+    """Every value of ``column`` is None or in ``[0, n)``."""
+    refs = [v for v in column if v is not None]
+    return not refs or (min(refs) >= 0 and max(refs) < n)
+
+
 def _check_nesting(steps: list[Step], s: Step) -> None:
     """A step's place in the call tree: its parent is an earlier module step whose call
     contains it, one level up; a module call ends at or after itself. (These make the
@@ -999,7 +1071,12 @@ _PLAIN_KINDS: dict[Any, set[type]] = {
     _as_opt_str: {str, type(None)},
 }
 # converters of lists of one element type, decoded a whole column at once
-_LIST_KINDS: dict[Any, type] = {_as_int_tuple: int, _as_size_tuple: int, _as_str_tuple: str}
+_LIST_KINDS: dict[Any, type] = {
+    _as_int_tuple: int,
+    _as_size_tuple: int,
+    _as_str_tuple: str,
+    _as_opt_str_tuple: str,
+}
 
 
 # field name -> converter, per record type; "source" and "stats" are decoded apart
@@ -1043,12 +1120,14 @@ _MODULE_RULES = {
 
 def _decode_rows(
     manifest: dict[str, Any], table: str, cls: type, rules: dict[str, Any], what: str, special=None
-) -> list[Any]:
-    """Rows of one manifest table -> ``cls`` objects, every field type-checked.
+) -> tuple[list[Any], dict[str, Any]]:
+    """Rows of one manifest table -> ``cls`` objects, every field type-checked, and the
+    decoded columns by field name (for the checks across records).
 
     Fields are matched by name (a file may list them in any order; unknown ones are
     ignored; missing ones take the dataclass default or are an error if it has none).
-    ``special`` maps a field name to a converter ``(value) -> value`` for nested records.
+    ``special`` maps a field name to a whole-column decoder ``(column) -> list`` for
+    nested records (raising ``_Bad`` on a bad value).
     """
     t = manifest.get(table)
     if not isinstance(t, dict):
@@ -1061,17 +1140,17 @@ def _decode_rows(
     if len(rows) > MAX_RECORDS:
         raise _Invalid(f"the {table} table has more than {MAX_RECORDS:,} rows")
     special = special or {}
-    plan = []  # (field name, column or None, converter, default)
+    plan = []  # (field name, column or None, column decoder, default)
     for f in fields(cls):
-        convert = special.get(f.name) or rules.get(f.name, _as_any)
+        decode = special.get(f.name) or partial(_decode_column, rules.get(f.name, _as_any))
         if f.name in names:
-            plan.append((f.name, names.index(f.name), convert, None))
+            plan.append((f.name, names.index(f.name), decode, None))
         elif f.default is not MISSING_FIELD:
             plan.append((f.name, None, None, f.default))
         else:
             raise _Invalid(f"the {table} table has no {f.name!r} field")
     width = len(names)
-    if any(type(row) is not list or len(row) != width for row in rows):
+    if not set(map(type, rows)) <= {list} or not set(map(len, rows)) <= {width}:
         i = next(i for i, r in enumerate(rows) if type(r) is not list or len(r) != width)
         raise _Invalid(f"row {i} of the {table} table does not have {width} fields")
     # column by column: a whole column of plain ints or strings is checked in one C-speed
@@ -1079,12 +1158,30 @@ def _decode_rows(
     columns = list(zip(*rows)) if rows else [() for _ in names]
     try:
         decoded = [
-            repeat(default, len(rows)) if col is None else _decode_column(conv, columns[col])
-            for _, col, conv, default in plan
+            repeat(default, len(rows)) if col is None else decode(columns[col])
+            for _, col, decode, default in plan
         ]
     except _Bad:
         _raise_first_bad(rows, plan, what)
-    return list(map(cls, *decoded))
+    names = [name for name, *_ in plan]
+    by_name = {
+        name: column if col is not None else [default] * len(rows)
+        for (name, col, _, default), column in zip(plan, decoded)
+    }
+    return _build(cls, names, decoded, len(rows)), by_name
+
+
+def _build(cls: type, names: list[str], columns: list, n: int) -> list[Any]:
+    """``n`` frozen dataclass objects from checked columns, without calling ``__init__``.
+
+    Equal to ``list(map(cls, *columns))`` (the records hold no ``__post_init__``), in
+    about half the time: a frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``, here each object gets its finished ``__dict__`` at once.
+    """
+    objects = list(map(object.__new__, repeat(cls, n)))
+    dicts = map(dict, map(zip, repeat(names), zip(*columns)))
+    deque(map(object.__setattr__, objects, repeat("__dict__"), dicts), maxlen=0)
+    return objects
 
 
 def _decode_column(convert, column: tuple) -> Any:
@@ -1104,13 +1201,17 @@ def _decode_column(convert, column: tuple) -> Any:
         if _in_range(numbers, -MAX_INT):
             return column
     element = _LIST_KINDS.get(convert)
-    if element is not None and kinds <= {list}:
-        flat = list(chain.from_iterable(column))
+    optional = convert is _as_opt_str_tuple and type(None) in kinds
+    lists = [v for v in column if v is not None] if optional else column
+    if element is not None and (kinds - {type(None)} if optional else kinds) <= {list}:
+        flat = list(chain.from_iterable(lists))
         ok = set(map(type, flat)) <= {element}
         if ok and element is int:
             ok = _in_range(flat, 0 if convert is _as_size_tuple else -MAX_INT)
         if ok and convert is _as_size_tuple:
             ok = max(map(len, column), default=0) <= 64
+        if ok and optional:
+            return [None if v is None else tuple(v) for v in column]
         if ok:
             return list(map(tuple, column))
     return list(map(convert, column))
@@ -1123,11 +1224,11 @@ def _in_range(numbers, low: int) -> bool:
 def _raise_first_bad(rows: list, plan: list, what: str) -> None:
     """The slow path for an error message: the first row and field that fails."""
     for i, row in enumerate(rows):
-        for name, col, conv, _ in plan:
+        for name, col, decode, _ in plan:
             if col is None:
                 continue
             try:
-                conv(row[col])
+                decode((row[col],))
             except _Bad as e:
                 raise _Invalid(f"{what} {i}: {name} {row[col]!r} is not {e}") from None
     raise AssertionError("no bad value found")  # pragma: no cover
@@ -1154,7 +1255,7 @@ def _validate(
     if error is not None and not isinstance(error, str):
         raise _Invalid("the manifest's error is not text")
 
-    module_list = _decode_rows(manifest, "modules", ModuleInfo, _MODULE_RULES, "module record")
+    module_list, _ = _decode_rows(manifest, "modules", ModuleInfo, _MODULE_RULES, "module record")
     modules = {m.path: m for m in module_list}
     if len(modules) != len(module_list):
         raise _Invalid("a module path is listed twice in the modules table")
@@ -1167,21 +1268,14 @@ def _validate(
     ):
         raise _Invalid("the manifest's stats_fields is not a list of distinct names")
 
-    def as_stats(v: Any) -> TensorStats | None:
-        return None if v is None else _stats(v, stats_names)
-
-    tensors = _decode_rows(
-        manifest, "tensors", TensorRecord, _TENSOR_RULES, "tensor record", {"stats": as_stats}
+    tensors, tensor_columns = _decode_rows(
+        manifest, "tensors", TensorRecord, _TENSOR_RULES, "tensor record",
+        {"stats": partial(_stats_column, names=stats_names)},
+    )  # fmt: skip
+    as_source = partial(_source_column, sources=sources)
+    steps, step_columns = _decode_rows(
+        manifest, "steps", Step, _STEP_RULES, "step", {"source": as_source}
     )
-
-    def as_source(v: Any) -> SourceLocation | None:
-        if v is None:
-            return None
-        if type(v) is not int or not 0 <= v < len(sources):
-            raise _Bad("an entry of the source table")
-        return sources[v]
-
-    steps = _decode_rows(manifest, "steps", Step, _STEP_RULES, "step", {"source": as_source})
     try:
         failure = failure_from_json(manifest.get("failure"), len(steps))
         embedded = sources_from_json(manifest.get("source_files"))
@@ -1191,7 +1285,8 @@ def _validate(
         steps=steps, modules=modules, tensors=tensors, meta=meta, error=error,
         failure=failure, sources=embedded,
     )  # fmt: skip
-    check_trace(trace)
+    if not _consistent(step_columns, tensor_columns, modules):
+        check_trace(trace)  # names the first record that breaks a rule
     if stored is not None:
         for rec in tensors:
             if rec.value_key is not None:
@@ -1239,6 +1334,55 @@ def _source(row: Any, i: int) -> SourceLocation:
     ):
         raise _Invalid(f"source entry {i} is not [file, line, text, function]")
     return SourceLocation(file=row[0], line=row[1], text=row[2], function=row[3])
+
+
+def _source_column(column: tuple, sources: list[SourceLocation]) -> list:
+    """A steps table's source column (indices into the source table, or null) as
+    ``SourceLocation`` objects (shared, one per source)."""
+    if not set(map(type, column)) <= {int, type(None)}:
+        raise _Bad("an entry of the source table")
+    table: dict[int | None, SourceLocation | None] = dict(enumerate(sources))
+    table[None] = None
+    try:
+        return list(map(table.__getitem__, column))
+    except KeyError:
+        raise _Bad("an entry of the source table") from None
+
+
+def _stats_column(column: tuple, names: list[str]) -> list:
+    """A tensors table's stats column (a list of numbers per row, in the order of the
+    manifest's ``stats_fields``, or null) as ``TensorStats``, checked a field at a time;
+    a column with anything unusual goes value by value (:func:`_stats` names the bad one)."""
+
+    def one_by_one() -> list:
+        return [None if v is None else _stats(v, names) for v in column]
+
+    present = [v for v in column if v is not None]
+    if not set(_STATS_FIELDS) <= set(names) or not set(map(type, present)) <= {list}:
+        return one_by_one()
+    if not set(map(len, present)) <= {len(names)}:
+        return one_by_one()
+    by_name = dict(zip(names, zip(*present))) if present else dict.fromkeys(names, ())
+    values = []
+    for name in _STATS_FIELDS:
+        col = by_name[name]
+        kinds = set(map(type, col))
+        if name in ("nan", "inf"):  # counts
+            if not kinds <= {int} or not _in_range(col, 0):
+                return one_by_one()
+        else:
+            if not kinds <= {float, int}:
+                return one_by_one()
+            if int in kinds:
+                if not _in_range([v for v in col if type(v) is int], -MAX_INT):
+                    return one_by_one()
+                col = list(map(float, col))
+        values.append(col)
+    built = _build(TensorStats, list(_STATS_FIELDS), values, len(present))
+    if len(built) == len(column):
+        return built
+    it = iter(built)
+    return [None if v is None else next(it) for v in column]
 
 
 def _stats(v: Any, names: Any) -> TensorStats:

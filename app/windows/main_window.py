@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 import scratchformer
 from app import session
 from app.diagram.view import DiagramView
+from app.long_lived import long_lived
 from app.panels import breakpoints, edits, generation, lens, retrace
 from app.panels.inspector import Inspector
 from app.panels.module_tree import ModuleTree
@@ -550,12 +551,17 @@ class MainWindow(QMainWindow):
     def open_path(self, path: str | Path) -> bool:
         """Open a trace file; a bad file gets a dialog and changes nothing."""
         path = Path(path)
-        try:
-            trace = session.open_trace(path)
-        except session.SessionError as e:
-            dialogs.show_error(self, "Cannot open trace", str(e))
+        with long_lived():  # half a million objects: no collector passes over them
+            try:
+                trace = session.open_trace(path)
+            except session.SessionError as e:
+                problem = str(e)
+            else:
+                problem = None
+                self.set_trace(trace, path=path)
+        if problem is not None:
+            dialogs.show_error(self, "Cannot open trace", problem)
             return False
-        self.set_trace(trace, path=path)
         self._remember(path)
         self.statusBar().showMessage(f"Opened {path}", 4000)
         return True
