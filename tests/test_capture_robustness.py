@@ -144,3 +144,21 @@ def test_an_interrupted_trace_is_partial_and_says_so():
     assert [s.op for s in trace.steps] == ["Interrupted", "Linear", "linear"]
     assert trace.steps[0].error is not None
     assert "forward" not in model.first.__dict__  # instrumentation removed
+
+
+@pytest.mark.parametrize("capture", ["stats", "values"])
+def test_a_tensor_whose_storage_was_freed_is_recorded_by_shape_not_read(capture):
+    """FSDP frees a gathered parameter's storage between uses: reading such a small tensor
+    (its stats copy) would crash the process; it is recorded by shape, with a note."""
+
+    class Peek(nn.Module):
+        def forward(self, x, freed):
+            freed.itemsize  # a call the op mode sees, with the freed tensor as its input
+            return x * 2
+
+    freed = torch.randn(8, 8)
+    freed.untyped_storage().resize_(0)
+    trace = tracing.trace(Peek(), torch.randn(3), freed, capture=capture)
+    record = next(r for r in trace.tensors if r.shape == (8, 8))
+    assert record.stats is None and record.value_key is None
+    assert any("not allocated" in n for n in trace.meta["notes"])

@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 import tracing
+from tracing import stats as stats_mod
 from tracing import trace_file, values
 from tracing.trace_file import LazyValues
 
@@ -158,7 +159,8 @@ def test_stats_level_with_out_writes_the_trace_and_its_attention_maps(tmp_path):
 
 
 def test_the_arena_reuses_memory_once_a_trace_is_gone(monkeypatch):
-    monkeypatch.setattr(values, "SMALL_COPY_BYTES", 0)  # this model's tensors are all small
+    monkeypatch.setattr(values, "SMALL_COPY_BYTES", 0)  # this model's tensors are all small:
+    monkeypatch.setattr(stats_mod, "BATCH", 0)  # no stats copy for the value to share
     model, ids = _model(), torch.randint(0, 50, (1, 8))
     values.release_pool()
     first = tracing.trace(model, ids, capture="values")

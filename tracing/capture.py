@@ -1160,20 +1160,14 @@ class Tracer:
                 view = _view_of(t, source[0]) if source is not None and source[0] is not t else None
                 if view is not None:
                     self._derive_from_view(record, rid, t, view, *source)
-                # a small CPU tensor's stats wait for the batch in _finish, from a copy: the
-                # kept one for a plain tensor at "values" (a subclass's stats come first:
-                # they are what raises for a kind without them); on an accelerator: pending
-                from_kept = self._keep_values and type(t) is _Tensor
-                if record.stats is None and not from_kept:
+                # stats first: they are what raises for a tensor kind without data here
+                # (before a copy or a streamed write reads its memory). A small CPU tensor's
+                # wait for the batch in _finish, from a copy that its kept value then shares;
+                # on an accelerator: pending, no sync
+                if record.stats is None:
                     record.stats = self._stats.add(t)
                 if self._keep_values and record.value_key is None:
                     self._keep_value(rid, t)
-                if record.stats is None and from_kept:
-                    kept = self._values.get(record.value_key)
-                    if kept is not None and kept.dtype == t.dtype:
-                        record.stats = self._stats.add(kept, private=True)
-                    else:
-                        record.stats = self._stats.add(t)
             except _UNSUPPORTED as e:  # meta, sparse, masked... tensors: shapes only
                 record.stats = None
                 self._note_unsupported(t, e)
@@ -1210,6 +1204,11 @@ class Tracer:
         cap = self.value_cap
         if cap is not None and t.numel() * dtype.itemsize > cap and not force:
             self._skipped_values += 1
+            return
+        # a small CPU tensor's stats copy (contiguous, private) serves as its kept value
+        copy = getattr(self._tensors[rid].stats, "copy", None)  # PendingStats.copy
+        if copy is not None and copy.dtype == dtype and self.out is None:
+            self._store_value(rid, copy)
             return
         # into the arena, or straight to the file when streaming (then nothing is held)
         key, kept = self._sink.keep(f"t{rid}", t, dtype)

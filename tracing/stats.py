@@ -49,7 +49,9 @@ the length: 5e-7 relative here, 5e-5 over a few million elements)."""
 
 BATCH = 1 << 14
 """Up to this many elements, a CPU tensor's statistics wait for the batch at the end
-(its copy costs less than its own reductions would)."""
+(its copy costs less than its own reductions would). The batch is joined and reduced in
+NumPy, on one thread: a torch op on the joined buffer would be large enough to start
+torch's thread pool, and on a busy machine waking those threads costs milliseconds."""
 
 CANCELLATION = 4.0
 """Above this ratio of ``mean^2`` to the one-pass variance, the variance is recomputed
@@ -289,13 +291,15 @@ class StatsCollector:
 
     def add(self, t: torch.Tensor, private: bool = False) -> TensorStats | PendingStats | None:
         """Statistics of ``t`` as it is now. ``private``: ``t`` is a copy nobody else
-        writes to (a kept value), so a small one is batched without another copy."""
+        writes to, so a small one is batched without another copy. (A small CPU tensor's
+        copy, ``PendingStats.copy``, is contiguous: a tracer may keep it as the value.)"""
         deferred = self.deferred
         if deferred is None:
             device = t.device.type
             if device == "cpu":
                 n = t.numel()
                 if 0 < n <= BATCH and t.dtype in _BATCHED and type(t) is torch.Tensor:
+                    _require_data(t, n)
                     copy = t if private else t.detach().clone(memory_format=_CONTIGUOUS)
                     pending = PendingStats(None, n, copy)
                     self._small.append(pending)
@@ -339,10 +343,22 @@ class StatsCollector:
 _CONTIGUOUS = torch.contiguous_format
 
 
+def _require_data(t: torch.Tensor, n: int) -> None:
+    """Raise ``RuntimeError`` if ``t``'s memory is not all there (FSDP frees a gathered
+    parameter's storage between uses, and resizes it before the next gather): a
+    reduction says so itself, but a copy would read past the end and crash."""
+    if t.is_contiguous():
+        end = t.storage_offset() + n
+    else:
+        end = t.storage_offset() + 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
+    if end * t.itemsize > t.untyped_storage().nbytes():
+        raise RuntimeError("the tensor's data is not allocated (its storage is smaller)")
+
+
 def batch_stats(tensors: list[torch.Tensor]) -> list[TensorStats]:
     """:func:`tensor_stats` of many small CPU tensors at once.
 
-    The tensors of each dtype are laid end to end in one buffer (one call), and NumPy's
+    The tensors of each dtype are laid end to end in one buffer, and NumPy's
     ``reduceat`` reduces every segment in one pass per figure: minimum, maximum, the sum
     and the sum of squares in float64 (a float64 sum of squares keeps ~8 more digits than
     the float32 data needs; a segment whose mean is over 10^4 times its spread is summed
@@ -356,11 +372,23 @@ def batch_stats(tensors: list[torch.Tensor]) -> list[TensorStats]:
     out: list[TensorStats | None] = [None] * len(tensors)
     with torch.no_grad(), np.errstate(invalid="ignore", over="ignore"):
         for dtype, indices in by_dtype.items():
-            flat = torch._C._nn.flatten_dense_tensors([tensors[i] for i in indices])
+            try:
+                if dtype in _HALF:  # NumPy has no such dtype
+                    group = [tensors[i].reshape(-1).float().numpy() for i in indices]
+                else:
+                    group = [tensors[i].numpy().reshape(-1) for i in indices]
+            except (RuntimeError, TypeError):  # a lazy negation or conjugation bit: alone
+                for i in indices:
+                    out[i] = tensor_stats(tensors[i])
+                continue
+            x = np.concatenate(group)  # (NumPy's, single-threaded: see BATCH)
             if dtype != torch.float32 and dtype != torch.float64:
-                flat = flat.to(torch.float64)  # integers exactly; half types, NumPy has none
-            _segment_stats(flat.numpy(), [tensors[i].numel() for i in indices], indices, out)
+                x = x.astype(_F64)  # integers exactly
+            _segment_stats(x, [tensors[i].numel() for i in indices], indices, out)
     return out  # type: ignore[return-value]
+
+
+_HALF = frozenset({torch.float16, torch.bfloat16})
 
 
 _F64 = np.float64
