@@ -153,7 +153,7 @@ def test_a_tensor_whose_storage_was_freed_is_recorded_by_shape_not_read(capture)
 
     class Peek(nn.Module):
         def forward(self, x, freed):
-            freed.itemsize  # a call the op mode sees, with the freed tensor as its input
+            _ = freed.itemsize  # a call the op mode sees, with the freed tensor as input
             return x * 2
 
     freed = torch.randn(8, 8)
