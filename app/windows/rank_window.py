@@ -260,8 +260,12 @@ class RankWindow(QMainWindow):
             detail = collective_detail(c)
             module = first.steps[c["step"]].module or "<root>"
             cells = [str(c["step"]), module, c["op"], f"{c['group']} {c['ranks']}", detail]
+            carried = "\n".join(c.get("params", ()))  # a DDP bucket: whose gradients
             for col, text in enumerate(cells):
-                self.collectives.setItem(row, col, QTableWidgetItem(text))
+                item = QTableWidgetItem(text)
+                if carried:
+                    item.setToolTip(carried)
+                self.collectives.setItem(row, col, item)
 
     def _first_rank_step(self, entry) -> int | None:
         """The first rank's index of the compare view's current step (side A)."""
