@@ -203,13 +203,15 @@ def ddp_training_step(rank: int, world_size: int, folder: Path) -> None:
 
 
 def _save_twins(path: Path, traced, plain, save_file) -> None:
+    """Both twins' gradients and weights (a DTensor's whole tensor: every rank calls this)."""
     tensors = {}
     for (name, p), q in zip(traced.named_parameters(), plain.parameters()):
         tensors[f"traced.grad.{name}"] = p.grad
         tensors[f"plain.grad.{name}"] = q.grad
         tensors[f"traced.{name}"] = p.detach()
         tensors[f"plain.{name}"] = q.detach()
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(path))
+    whole = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in tensors.items()}
+    save_file({k: v.contiguous() for k, v in whole.items()}, str(path))
 
 
 def point_to_point(rank: int, world_size: int, folder: Path) -> None:
@@ -219,15 +221,52 @@ def point_to_point(rank: int, world_size: int, folder: Path) -> None:
 
 
 def fully_sharded(rank: int, world_size: int, folder: Path) -> None:
-    """The MLP under FSDP2 (``fully_shard`` on each Linear and on the whole)."""
+    """The MLP under FSDP2 (``fully_shard`` on each Linear and on the whole): a traced
+    forward, then a traced SGD step (each rank its own batch) beside an untraced twin."""
+    from safetensors.torch import save_file
     from torch.distributed.fsdp import fully_shard
 
     import tracing
 
-    model = mlp()
-    for layer in (model[0], model[2], model):
-        fully_shard(layer)
-    tracing.trace(model, mlp_input(), capture="values", out=folder / "fsdp.sft")
+    traced, plain = mlp(), mlp()
+    for model in (traced, plain):
+        for layer in (model[0], model[2], model):
+            fully_shard(layer)
+    tracing.trace(traced, mlp_input(), capture="values", out=folder / "fsdp.sft")
+    _twin_steps(traced, plain, rank, folder / "fsdp_step", save_file)
+
+
+def fsdp1(rank: int, world_size: int, folder: Path) -> None:
+    """The MLP under FSDP1 (``FullyShardedDataParallel``; on CPU it needs ``device_id``):
+    a traced forward, then a traced SGD step beside an untraced twin."""
+    from safetensors.torch import save_file
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    import tracing
+
+    cpu = torch.device("cpu")
+    traced, plain = (FullyShardedDataParallel(mlp(), device_id=cpu) for _ in "ab")
+    tracing.trace(traced, mlp_input() * (rank + 1), capture="values", out=folder / "fsdp1.sft")
+    _twin_steps(traced, plain, rank, folder / "fsdp1_step", save_file)
+
+
+def mlp_loss(out: torch.Tensor) -> torch.Tensor:
+    return out.square().mean()
+
+
+def _twin_steps(traced, plain, rank: int, stem: Path, save_file) -> None:
+    """One SGD step of ``plain``, the same step of ``traced`` traced (``stem.rankN.sft``),
+    both twins' gradients and weights saved (``stem_grads.rankN.safetensors``)."""
+    import tracing
+
+    x = mlp_input() * (rank + 1)  # each rank its own batch
+    sgd = {id(m): torch.optim.SGD(m.parameters(), lr=0.1) for m in (traced, plain)}
+    mlp_loss(plain(x)).backward()
+    sgd[id(plain)].step()
+    tracing.trace_step(traced, x, mlp_loss, sgd[id(traced)], capture="values",
+                       out=stem.with_suffix(".sft"))  # fmt: skip
+    _save_twins(stem.with_name(f"{stem.name}_grads.rank{rank}.safetensors"), traced, plain,
+                save_file)  # fmt: skip
 
 
 def cli_trace(rank: int, world_size: int, folder: Path) -> None:
@@ -292,6 +331,7 @@ def every_scenario(rank: int, world_size: int, folder: Path) -> None:
         data_parallel,
         ddp_training_step,
         fully_sharded,
+        fsdp1,
         point_to_point,
         cli_trace,
         cli_own_model,

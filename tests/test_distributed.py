@@ -462,3 +462,65 @@ def test_traced_gradient_accumulation_reduces_the_sum_once(folder):
                 assert torch.equal(trace.value(got), saved[f"traced.grad.{name}"])
         for key in [k for k in saved if k.startswith("traced.")]:
             assert torch.equal(saved[key], saved["plain." + key.removeprefix("traced.")]), key
+
+
+# --------------------------------------------------------------------------- FSDP training steps
+
+
+def _sharded_step_checks(folder, stem):
+    """A traced FSDP step: its backward reduce-scatters are steps after the forward, each
+    rank keeps its shard of the averaged gradient, and the twins match bit for bit."""
+    step = load_ranks(folder / f"{stem}.sft")
+    ref = workers.mlp()
+    for rank in (0, 1):  # the averaged gradient, computed here in one process
+        (workers.mlp_loss(ref(workers.mlp_input() * (rank + 1))) / 2).backward()
+    scattered = {}
+    for rank in (0, 1):
+        trace = step[rank]
+        backward = _backward_collectives(trace)
+        scatters = [c for c in backward if c["op"].startswith("reduce_scatter")]
+        assert scatters and all(c["ranks"] == [0, 1] for c in scatters)
+        for c in scatters:
+            s = trace.steps[c["step"]]
+            assert s.kind == "backward" and s.index > trace.meta["forward_steps"]
+            (sent,), (got,) = s.inputs, s.outputs
+            assert trace.tensors[sent].shape[0] == 2 * trace.tensors[got].shape[0]
+            scattered.setdefault(rank, []).append(trace.value(got))
+        saved = _twins(folder / f"{stem}_grads.rank{rank}.safetensors")
+        for key in [k for k in saved if k.startswith("traced.")]:
+            assert torch.equal(saved[key], saved["plain." + key.removeprefix("traced.")]), key
+    assert step.first_divergence() is None
+    return ref, scattered
+
+
+def test_fsdp1_all_gathers_in_the_forward_and_reduce_scatters_in_the_backward(folder):
+    forward = load_ranks(folder / "fsdp1.sft")
+    ref = workers.mlp()
+    for rank in (0, 1):
+        trace = forward[rank]
+        gathers = [c for c in collectives_of(trace) if c["op"].startswith("all_gather")]
+        assert gathers and all(c["ranks"] == [0, 1] for c in gathers)
+        x = workers.mlp_input() * (rank + 1)
+        torch.testing.assert_close(trace.value(trace.steps[0].outputs[0]), ref(x).detach())
+    ref, scattered = _sharded_step_checks(folder, "fsdp1_step")
+    # one flat parameter for the whole MLP: rank r keeps part r of its averaged gradient
+    flat = torch.cat([p.grad.flatten() for p in ref.parameters()])
+    (mine0,), (mine1,) = scattered[0], scattered[1]
+    got = torch.cat([mine0, mine1])[: flat.numel()]
+    torch.testing.assert_close(got, flat, rtol=1e-5, atol=1e-7)
+
+
+def test_fsdp2_training_step_records_backward_gathers_and_reduce_scatters(folder):
+    step = load_ranks(folder / "fsdp_step.sft")
+    ops = [c["op"] for c in _backward_collectives(step.first)]
+    assert "all_gather_single" in ops  # resharded after the forward: gathered again
+    ref, scattered = _sharded_step_checks(folder, "fsdp_step")
+    # one reduce-scatter per Linear, the last one first; rank r keeps its rows of each of
+    # the Linear's parameters, one after another
+    for rank in (0, 1):
+        assert len(scattered[rank]) == 2
+        for got, layer in zip(scattered[rank], (ref[2], ref[0])):
+            rows = [p.grad[rank * (len(p) // 2) : (rank + 1) * (len(p) // 2)] for p in
+                    (layer.weight, layer.bias)]  # fmt: skip
+            expect = torch.cat([r.flatten() for r in rows])
+            torch.testing.assert_close(got[: expect.numel()], expect, rtol=1e-5, atol=1e-7)

@@ -15,11 +15,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from fuzz_traces import CASES_VARIABLE
 
 DEFAULT_CASES = 200
 
 
+@pytest.mark.slow
 def test_mutated_trace_files_load_cleanly_or_fail_cleanly(tmp_path):
     cases = int(os.environ.get(CASES_VARIABLE, DEFAULT_CASES))
     seed = int(os.environ.get("SCRATCHFORMER_FUZZ_SEED", 0))

@@ -53,6 +53,7 @@ def test_show_a_trace_or_a_file(launched, tmp_path):
 
 
 @pytest.mark.gui
+@pytest.mark.slow
 def test_show_really_opens_the_app_and_returns(monkeypatch, capfd):
     """The real child process, offscreen, told to close its window after a moment."""
     monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")

@@ -374,15 +374,23 @@ def update_ratios(model: nn.Module, before: dict[int, torch.Tensor]) -> dict[str
     unique = {id(p): p for _, p in owned}  # a tied parameter once
     old = [before[k] for k in unique]
     with torch.no_grad():  # fused passes; the copies become the deltas in place
-        size = dict(zip(unique, torch.stack(torch._foreach_norm(old)).tolist()))
+        size = dict(zip(unique, _norms(old)))
         torch._foreach_sub_(old, list(unique.values()))
-        moved = dict(zip(unique, torch.stack(torch._foreach_norm(old)).tolist()))
+        moved = dict(zip(unique, _norms(old)))
     sums: dict[str, list[float]] = {}
     for path, p in owned:
         acc = sums.setdefault(path, [0.0, 0.0])
         acc[0] += moved[id(p)] ** 2
         acc[1] += size[id(p)] ** 2
     return {path: math.sqrt(m) / math.sqrt(s) for path, (m, s) in sums.items() if s > 0}
+
+
+def _norms(tensors: list[torch.Tensor]) -> list[float]:
+    """L2 norm of each tensor; of the whole tensor for a sharded DTensor parameter (FSDP2,
+    tensor parallel: every rank reduces its shard's part, a collective all ranks make)."""
+    norms = torch._foreach_norm(tensors)
+    norms = [n.full_tensor() if hasattr(n, "full_tensor") else n for n in norms]
+    return torch.stack(norms).tolist()
 
 
 # --------------------------------------------------------------------------- entry point

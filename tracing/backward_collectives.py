@@ -28,6 +28,15 @@ averaged gradients every rank receives, which is what ``.grad`` holds after the 
 ``meta["distributed"]["reduced_grads"]`` maps each parameter to its averaged gradient's
 record (``meta["param_grads"]`` keeps this rank's own gradient).
 
+Its cost: the buckets' layout is read once per traced step, before the backward
+(``Reducer._get_zeros_like_grad_buckets``, which also allocates a zeroed copy of the
+buckets for a moment: memory the size of the gradients); each bucket's gradients are
+read twice (sent, received) at the capture level's cost.
+
+FSDP (``fully_shard``, and ``FullyShardedDataParallel``, which on CPU needs
+``device_id=torch.device("cpu")``) gathers and reduce-scatters through
+``torch.distributed``'s functions: those are the wrapped ones, recorded where they ran.
+
 What is not seen
 ----------------
 - DDP with a communication hook of its own (``register_comm_hook``, mixed precision):

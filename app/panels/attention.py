@@ -35,7 +35,6 @@ from PySide6.QtWidgets import (
     QSplitter,
     QToolButton,
     QToolTip,
-    QVBoxLayout,
     QWidget,
 )
 
@@ -310,8 +309,24 @@ class AttentionPanel(QWidget):
         self._batch = 0
         self._dirty = False  # big view needs a redraw when next shown
         self._grid_dirty = False  # thumbnails need building when next shown
+        self._build_controls()
+        self._build_maps()
+        self._empty = QLabel()
+        self._empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self._empty.setWordWrap(True)
+        self._empty.setMargin(24)
+        column(
+            self._controls,
+            (self._splitter, 1),
+            (self._empty, 1),
+            margins=(0, 4, 0, 0),
+            spacing=4,
+            on=self,
+        )
+        self._set_empty("No trace loaded.")
 
-        # ---- controls: Layer [combo]  Head [spin]  Batch [spin]       [Go to step]
+    def _build_controls(self) -> None:
+        """Layer [combo]  Head [spin]  Batch [spin]       [Go to step]"""
         self.layer_combo = QComboBox()
         self.layer_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.layer_combo.setMinimumContentsLength(12)
@@ -339,7 +354,11 @@ class AttentionPanel(QWidget):
         controls.addWidget(self.batch_spin)
         controls.addStretch(0)
         controls.addWidget(self.goto_button)
+        self._controls = QWidget()
+        self._controls.setLayout(controls)
 
+    def _build_maps(self) -> None:
+        """The big map and its caption over the grid of every layer's and head's thumbnail."""
         self.heatmap = HeatmapView()
         self.caption = ElidedLabel()
         self.caption.setObjectName("attentionCaption")
@@ -367,21 +386,6 @@ class AttentionPanel(QWidget):
         self._splitter.addWidget(grid_box)
         self._splitter.setStretchFactor(0, 3)
         self._splitter.setStretchFactor(1, 2)
-
-        self._empty = QLabel()
-        self._empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self._empty.setWordWrap(True)
-        self._empty.setMargin(24)
-
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 4, 0, 0)
-        layout.setSpacing(4)
-        self._controls = QWidget()
-        self._controls.setLayout(controls)
-        layout.addWidget(self._controls)
-        layout.addWidget(self._splitter, 1)
-        layout.addWidget(self._empty, 1)
-        self._set_empty("No trace loaded.")
 
     # ---- feeding
 

@@ -38,7 +38,6 @@ from PySide6.QtWidgets import (
     QSplitter,
     QTableView,
     QTabWidget,
-    QVBoxLayout,
     QWidget,
 )
 
@@ -46,7 +45,7 @@ from app import theme
 from app.panels.attention import AttentionPanel
 from app.panels.gradient import GradientPanel
 from app.theme import ERROR_TEXT
-from app.widgets.common import ElidedLabel, LayoutFirewall, make_heading
+from app.widgets.common import ElidedLabel, LayoutFirewall, column, make_heading
 from app.widgets.heatmap import HeatmapView
 from app.widgets.shape_table import ShapeTableModel
 from app.widgets.tensor_view import TensorView, token_labels
@@ -90,8 +89,28 @@ class Inspector(QWidget):
         self._selecting = False  # set while set_step selects the default row itself
         self._tensor_dirty = False  # the Tensors tab is hidden and behind the current step
         self._attention_strip: tuple = (None, "")  # (layer/head key, strip text) cache
+        self._build_header()
+        self._build_tensors_tab()
+        self._build_tabs()
+        self._build_strip()
+        # opaque: what changes in here repaints from here down, not the window behind
+        self.setAutoFillBackground(True)
+        column(
+            self._title,
+            self._where,
+            self.failure_label,
+            (self.tabs, 1),
+            self._strip_box,
+            margins=(6, 6, 6, 6),
+            spacing=4,
+            on=self,
+        )
+        self.tensor_view.show_message("Open a trace to inspect its tensors.")
 
-        # ---- header: step title and where it ran
+    # ---- building
+
+    def _build_header(self) -> None:
+        """The step's title, where it ran, and the post-mortem of a partial trace."""
         self._title = ElidedLabel("No trace loaded")
         self._title.setObjectName("inspectorTitle")
         make_heading(self._title)
@@ -108,7 +127,8 @@ class Inspector(QWidget):
         )
         self.failure_label.hide()
 
-        # ---- Tensors tab: shape table over the tensor heatmap
+    def _build_tensors_tab(self) -> None:
+        """The Tensors tab: the shape table over the tensor heatmap."""
         self.table_model = ShapeTableModel(self)
         self.table = QTableView()
         self.table.setObjectName("shapeTable")
@@ -129,8 +149,8 @@ class Inspector(QWidget):
         header.setSectionResizeMode(ShapeTableModel.NAME, QHeaderView.ResizeMode.Stretch)
         header.setMinimumSectionSize(36)
         metrics = self.table.fontMetrics()
-        for column, sample in COLUMN_SAMPLES.items():
-            self.table.setColumnWidth(column, metrics.horizontalAdvance(sample) + 16)
+        for col, sample in COLUMN_SAMPLES.items():
+            self.table.setColumnWidth(col, metrics.horizontalAdvance(sample) + 16)
         header.setHighlightSections(False)
         # The header shares the table's selection unless told otherwise, and repaints
         # itself whenever the selected row changes (every step): give it its own.
@@ -149,7 +169,8 @@ class Inspector(QWidget):
         self._tensor_splitter.setStretchFactor(1, 1)
         self._tensor_splitter.setSizes([140, 520])
 
-        # ---- Attention tab
+    def _build_tabs(self) -> None:
+        """Tensors, Attention, and Gradient (training-step traces: value beside gradient)."""
         self.attention = AttentionPanel()
         self.attention.stepRequested.connect(self.stepRequested)
         self.attention.selectionChanged.connect(self._update_strip)
@@ -158,13 +179,13 @@ class Inspector(QWidget):
         self.tabs.setDocumentMode(True)
         self.tabs.addTab(self._tensor_splitter, "Tensors")
         self.tabs.addTab(self.attention, "Attention")
-        # ---- Gradient tab (training-step traces): value beside gradient, layer norms
         self.gradient = GradientPanel()
         self._gradient_dirty = False
         self.tabs.addTab(self.gradient, "Gradient")
         self.tabs.currentChanged.connect(self._on_tab_changed)
 
-        # ---- stats strip
+    def _build_strip(self) -> None:
+        """The statistics strip under the tabs: three lines of a fixed height."""
         self._strip = QLabel(" ")
         self._strip.setObjectName("statsStrip")
         self._strip.setTextFormat(Qt.TextFormat.RichText)
@@ -182,18 +203,6 @@ class Inspector(QWidget):
         strip_height = self._strip.heightForWidth(10_000) + 2
         self._strip.setText(" ")
         self._strip_box = LayoutFirewall(self._strip, strip_height)
-
-        # opaque: what changes in here repaints from here down, not the window behind
-        self.setAutoFillBackground(True)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(6, 6, 6, 6)
-        layout.setSpacing(4)
-        layout.addWidget(self._title)
-        layout.addWidget(self._where)
-        layout.addWidget(self.failure_label)
-        layout.addWidget(self.tabs, 1)
-        layout.addWidget(self._strip_box)
-        self.tensor_view.show_message("Open a trace to inspect its tensors.")
 
     # ---- the interface the main window uses
 

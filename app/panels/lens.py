@@ -233,8 +233,15 @@ class LensView(QWidget):
         self.error = ""
         self._dirty = False
         self._model_factory: Callable[[], nn.Module | None] | None = None
+        self._build_header()
+        self._build_pages(self._build_grid(), self._build_heatmaps())
+        column(self.title, self.subtitle, (self.pages, 1), margins=(8, 8, 8, 8), spacing=4, on=self)
+        self._show_message("Open or trace a prompt to see the logit lens.")
 
-        # ---- header
+    # --------------------------------------------------------------------- building
+
+    def _build_header(self) -> None:
+        """The title and what the lens shows."""
         self.title = QLabel("Logit lens")
         self.title.setObjectName("lensTitle")
         make_heading(self.title)
@@ -244,7 +251,8 @@ class LensView(QWidget):
             wrap=True,
         )
 
-        # ---- grid
+    def _build_grid(self) -> QWidget:
+        """The table: the top prediction per position (rows) and layer (columns)."""
         self.table_model = LensTableModel(self)
         self.grid = QTableView()
         self.grid.setObjectName("lensGrid")
@@ -256,15 +264,15 @@ class LensView(QWidget):
         self.grid.horizontalHeader().setMinimumSectionSize(80)
         self.grid.verticalHeader().setDefaultSectionSize(self.grid.fontMetrics().height() + 10)
         self.grid.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
-        mono = monospace_font()
-        self.grid.setFont(mono)
-        grid_box = _titled(
+        self.grid.setFont(monospace_font())
+        return _titled(
             "Top prediction per position and layer",
             self.grid,
             "colour = probability · ✓ = the prompt's next token",
         )
 
-        # ---- heatmaps
+    def _build_heatmaps(self) -> QWidget:
+        """P(final prediction) per layer over the head contributions."""
         self.final_heatmap = HeatmapView()
         self.final_heatmap.setObjectName("lensFinalHeatmap")
         final_box = _titled(
@@ -284,14 +292,16 @@ class LensView(QWidget):
         right.addWidget(heads_box)
         right.setChildrenCollapsible(False)
         right.setSizes([380, 300])
+        return right
+
+    def _build_pages(self, grid: QWidget, heatmaps: QWidget) -> None:
+        """The grid beside the heatmaps, or a message page when there is nothing to show."""
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
-        self.splitter.addWidget(grid_box)
-        self.splitter.addWidget(right)
+        self.splitter.addWidget(grid)
+        self.splitter.addWidget(heatmaps)
         self.splitter.setChildrenCollapsible(False)
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
-
-        # ---- message page
         self.message = QLabel()
         self.message.setObjectName("lensMessage")
         self.message.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -302,9 +312,6 @@ class LensView(QWidget):
         self.pages = QStackedWidget()
         self.pages.addWidget(self.splitter)
         self.pages.addWidget(self.message)
-
-        column(self.title, self.subtitle, (self.pages, 1), margins=(8, 8, 8, 8), spacing=4, on=self)
-        self._show_message("Open or trace a prompt to see the logit lens.")
 
     # --------------------------------------------------------------------- input
 

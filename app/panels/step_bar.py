@@ -91,20 +91,33 @@ class StepBar(QWidget):
         self.setObjectName("stepBar")
         self._count = 0
         self._index = 0
-        style = self.style()
+        self._build_buttons()
+        self._build_slider_and_speed()
+        self._build_text()
+        self.timer = QTimer(self)
+        self.timer.timeout.connect(self._tick)
+        self._on_speed(self.speed.value())
+        self._lay_out()
+        self.set_count(0)
 
-        def button(name: str, icon, tip: str, slot) -> QToolButton:
-            b = QToolButton(self)
-            b.setObjectName(name)
-            if isinstance(icon, str):
-                b.setText(icon)
-            else:
-                b.setIcon(style.standardIcon(icon))
-            b.setToolTip(tip)
-            b.setAutoRaise(True)
-            b.clicked.connect(slot)
-            return b
+    # ---- building
 
+    def _button(self, name: str, icon, tip: str, slot) -> QToolButton:
+        """A flat tool button: a standard icon (or ``icon`` as its text), a tip, a slot."""
+        b = QToolButton(self)
+        b.setObjectName(name)
+        if isinstance(icon, str):
+            b.setText(icon)
+        else:
+            b.setIcon(self.style().standardIcon(icon))
+        b.setToolTip(tip)
+        b.setAutoRaise(True)
+        b.clicked.connect(slot)
+        return b
+
+    def _build_buttons(self) -> None:
+        """first / prev / play / next / last, and step over / out / next NaN."""
+        button = self._button
         SP = QStyle.StandardPixmap
         self.first_button = button(
             "first", SP.SP_MediaSkipBackward, "First step (Home)", self.first
@@ -133,6 +146,8 @@ class StepBar(QWidget):
             "Run to the next step holding NaN or Inf (N)",
             self.nextNonfiniteRequested.emit,
         )
+
+    def _build_slider_and_speed(self) -> None:
         self.slider = QSlider(Qt.Orientation.Horizontal, self)
         self.slider.setObjectName("stepSlider")
         self.slider.setMinimum(0)
@@ -147,6 +162,9 @@ class StepBar(QWidget):
         self.speed.setSuffix(" steps/s")
         self.speed.setToolTip("Play speed")
         self.speed.valueChanged.connect(self._on_speed)
+
+    def _build_text(self) -> None:
+        """The status line, the current source line and the forward | backward strip."""
         self.status = TextLine(self, theme.TEXT, bold=True)
         self.status.setObjectName("stepStatus")
         self.status.setText("no trace")
@@ -156,10 +174,8 @@ class StepBar(QWidget):
         self.source_line.setObjectName("sourceLine")
         self.phases = PhaseStrip(self)  # forward | backward, for training-step traces
 
-        self.timer = QTimer(self)
-        self.timer.timeout.connect(self._tick)
-        self._on_speed(self.speed.value())
-
+    def _lay_out(self) -> None:
+        """Buttons, slider and speed on one row; the phases; status and source below."""
         controls = QHBoxLayout()
         controls.setSpacing(2)
         for b in (
@@ -187,7 +203,6 @@ class StepBar(QWidget):
         layout.addLayout(controls)
         layout.addWidget(self.phases)
         layout.addLayout(text)
-        self.set_count(0)
 
     # ---- state
 

@@ -47,6 +47,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import theme
+from app.widgets.common import column
 from app.widgets.heatmap import HeatmapView
 from app.widgets.tensor_view import as_matrix, axis_names
 from app.windows import dialogs
@@ -77,8 +78,34 @@ class RankWindow(QMainWindow):
         self.divergences: list[RankDivergence] = ranks.divergences()
         self.compare: CompareWindow | None = None
         self.pair: tuple[int, int] = (-1, -1)
+        top = self._build_top_bar()
+        self._build_tabs()
+        self.compare_holder = QWidget()
+        self.compare_layout = QVBoxLayout(self.compare_holder)
+        self.compare_layout.setContentsMargins(0, 0, 0, 0)
+        self.splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.splitter.addWidget(self.compare_holder)
+        self.splitter.addWidget(self.tabs)
+        self.splitter.setSizes([1400, 360])
+        self.setCentralWidget(column(top, (self.splitter, 1), spacing=0))
 
-        # ---- top bar: what the set is, the two ranks shown, the filter
+        self._fill_across()
+        self._fill_collectives()
+        a = ranks.ranks[0]
+        b = self.divergences[0].rank if self.divergences else ranks.ranks[min(1, len(ranks) - 1)]
+        self.set_pair(a, b)
+        self.rank_a.currentIndexChanged.connect(self._on_selectors)
+        self.rank_b.currentIndexChanged.connect(self._on_selectors)
+        self.agree_only.toggled.connect(lambda _on: self.set_pair(*self.pair, force=True))
+        if self.divergences:
+            self.go_to_divergence(self.divergences[0])
+
+    # --------------------------------------------------------------------- building
+
+    def _build_top_bar(self) -> QWidget:
+        """What the set is, the two ranks shown, the filter."""
+        ranks, first = self.ranks, self.ranks.first
+        backend = first.meta.get("backend", "?")
         self.rank_a = QComboBox()
         self.rank_a.setObjectName("rankA")
         self.rank_b = QComboBox()
@@ -110,8 +137,10 @@ class RankWindow(QMainWindow):
         top_layout.addWidget(self.rank_b)
         top_layout.addWidget(self.agree_only)
         top_layout.addStretch(1)
+        return top
 
-        # ---- right: across ranks, collectives, stitched
+    def _build_tabs(self) -> None:
+        """The side tabs: divergences across ranks, collectives, a stitched tensor."""
         self.across = QListWidget()
         self.across.setObjectName("acrossRanks")
         self.across.itemClicked.connect(self._on_divergence_item)
@@ -132,42 +161,12 @@ class RankWindow(QMainWindow):
         self.stitched_title.setTextFormat(Qt.TextFormat.RichText)
         self.stitched_heatmap = HeatmapView()
         self.stitched_heatmap.setObjectName("stitchedHeatmap")
-        stitched = QWidget()
-        stitched_layout = QVBoxLayout(stitched)
-        stitched_layout.setContentsMargins(4, 6, 4, 4)
-        stitched_layout.addWidget(self.stitched_title)
-        stitched_layout.addWidget(self.stitched_heatmap, 1)
+        stitched = column(self.stitched_title, (self.stitched_heatmap, 1), margins=(4, 6, 4, 4))
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
         self.tabs.addTab(self.across, f"Across ranks ({len(self.divergences)})")
         self.tabs.addTab(self.collectives, "Collectives")
         self.tabs.addTab(stitched, "Stitched")
-
-        self.compare_holder = QWidget()
-        self.compare_layout = QVBoxLayout(self.compare_holder)
-        self.compare_layout.setContentsMargins(0, 0, 0, 0)
-        self.splitter = QSplitter(Qt.Orientation.Horizontal)
-        self.splitter.addWidget(self.compare_holder)
-        self.splitter.addWidget(self.tabs)
-        self.splitter.setSizes([1400, 360])
-        central = QWidget()
-        layout = QVBoxLayout(central)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(0)
-        layout.addWidget(top)
-        layout.addWidget(self.splitter, 1)
-        self.setCentralWidget(central)
-
-        self._fill_across()
-        self._fill_collectives()
-        a = ranks.ranks[0]
-        b = self.divergences[0].rank if self.divergences else ranks.ranks[min(1, len(ranks) - 1)]
-        self.set_pair(a, b)
-        self.rank_a.currentIndexChanged.connect(self._on_selectors)
-        self.rank_b.currentIndexChanged.connect(self._on_selectors)
-        self.agree_only.toggled.connect(lambda _on: self.set_pair(*self.pair, force=True))
-        if self.divergences:
-            self.go_to_divergence(self.divergences[0])
 
     @classmethod
     def from_files(cls, paths, parent: QWidget | None = None) -> RankWindow:
@@ -261,8 +260,12 @@ class RankWindow(QMainWindow):
             detail = collective_detail(c)
             module = first.steps[c["step"]].module or "<root>"
             cells = [str(c["step"]), module, c["op"], f"{c['group']} {c['ranks']}", detail]
+            carried = "\n".join(c.get("params", ()))  # a DDP bucket: whose gradients
             for col, text in enumerate(cells):
-                self.collectives.setItem(row, col, QTableWidgetItem(text))
+                item = QTableWidgetItem(text)
+                if carried:
+                    item.setToolTip(carried)
+                self.collectives.setItem(row, col, item)
 
     def _first_rank_step(self, entry) -> int | None:
         """The first rank's index of the compare view's current step (side A)."""
