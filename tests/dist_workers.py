@@ -9,6 +9,7 @@ scenario is a function ``(rank, world_size, folder)`` that writes its rank files
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import time
 from pathlib import Path
@@ -200,6 +201,24 @@ def ddp_training_step(rank: int, world_size: int, folder: Path) -> None:
     synced = tracing.trace_step(traced, x, demo_loss, targets=x, capture="values")
     synced.save(output_path(folder / "ddp_sync.sft"))
     _save_twins(folder / f"ddp_sync_grads.rank{rank}.safetensors", traced, plain, save_file)
+    # nothing left attached: no comm hook, no module hook, and untraced steps after it
+    # (the synchronized step's update first) go on exactly like the twin's
+    attached = {
+        "comm_hook": traced._get_ddp_logging_data().get("comm_hook"),
+        "comm_hooks": len(traced._comm_hooks),
+        "module_hooks": sum(
+            len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks)
+            for m in traced.modules()
+        ),
+    }
+    (folder / f"ddp_attached.rank{rank}.json").write_text(json.dumps(attached))
+    for model in (traced, plain):
+        sgd[id(model)].step()
+        for _ in range(2):
+            sgd[id(model)].zero_grad()
+            plain_step(model, x)
+            sgd[id(model)].step()
+    _save_twins(folder / f"ddp_after_grads.rank{rank}.safetensors", traced, plain, save_file)
 
 
 def _save_twins(path: Path, traced, plain, save_file) -> None:

@@ -524,3 +524,14 @@ def test_fsdp2_training_step_records_backward_gathers_and_reduce_scatters(folder
                     (layer.weight, layer.bias)]  # fmt: skip
             expect = torch.cat([r.flatten() for r in rows])
             torch.testing.assert_close(got[: expect.numel()], expect, rtol=1e-5, atol=1e-7)
+
+
+def test_nothing_stays_attached_to_a_traced_ddp_model(folder):
+    """After the traced steps: no comm hook or module hook, and untraced steps go on bit
+    for bit like the twin that was never traced."""
+    for rank in (0, 1):
+        attached = json.loads((folder / f"ddp_attached.rank{rank}.json").read_text())
+        assert attached == {"comm_hook": None, "comm_hooks": 0, "module_hooks": 0}
+        saved = _twins(folder / f"ddp_after_grads.rank{rank}.safetensors")
+        for key in [k for k in saved if k.startswith("traced.")]:
+            assert torch.equal(saved[key], saved["plain." + key.removeprefix("traced.")]), key

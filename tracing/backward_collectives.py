@@ -28,10 +28,11 @@ averaged gradients every rank receives, which is what ``.grad`` holds after the 
 ``meta["distributed"]["reduced_grads"]`` maps each parameter to its averaged gradient's
 record (``meta["param_grads"]`` keeps this rank's own gradient).
 
-Its cost: the buckets' layout is read once per traced step, before the backward
+Its cost: the buckets' layout is read before the backward
 (``Reducer._get_zeros_like_grad_buckets``, which also allocates a zeroed copy of the
-buckets for a moment: memory the size of the gradients); each bucket's gradients are
-read twice (sent, received) at the capture level's cost.
+buckets for a moment: memory the size of the gradients), and kept until the reducer
+rebuilds its buckets (see :func:`_bucket_layout`); each bucket's gradients are read twice
+(sent, received) at the capture level's cost.
 
 FSDP (``fully_shard``, and ``FullyShardedDataParallel``, which on CPU needs
 ``device_id=torch.device("cpu")``) gathers and reduce-scatters through
@@ -50,6 +51,7 @@ What is not seen
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -111,6 +113,23 @@ def _dense(t: torch.Tensor) -> bool:
     return True
 
 
+_LAYOUTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # DDP -> (key, buckets)
+
+
+def _bucket_layout(ddp: Any, names: dict[int, str]) -> list[_Bucket]:
+    """The buckets of ``ddp``'s reducer, in order. Reading them allocates a zeroed copy of
+    every bucket (the size of the gradients: ~0.4 s for gpt2-small), so the layout is kept,
+    beside the model rather than on it, until the reducer rebuilds its buckets (once, after
+    the first step) or gets another group; a bucket whose size does not match when it is
+    reduced is recorded without names."""
+    key = (id(ddp.reducer), getattr(ddp, "_has_rebuilt_buckets", None), id(ddp.process_group))
+    kept = _LAYOUTS.get(ddp)
+    if kept is None or kept[0] != key:
+        buckets = ddp.reducer._get_zeros_like_grad_buckets()
+        kept = _LAYOUTS[ddp] = (key, [_Bucket(b.index(), b.parameters(), names) for b in buckets])
+    return kept[1]
+
+
 class _ReducerGroup(torch.distributed.ProcessGroup):
     """What a DDP reducer is handed during a traced backward: DDP's group, recording each
     ``allreduce`` the reducer makes (see the module docstring). Every call goes to the real
@@ -140,10 +159,7 @@ class _DDPState:
         self.path = path
         self.ddp = ddp
         names = owner.recorder.param_names
-        self.buckets = [
-            _Bucket(b.index(), b.parameters(), names)
-            for b in ddp.reducer._get_zeros_like_grad_buckets()
-        ]
+        self.buckets = _bucket_layout(ddp, names)
         self.reduced = 0  # buckets reduced so far in this backward
         self.recording: _ReducerGroup | None = None  # what the reducer holds meanwhile
         self.group, self.ranks = group_description(ddp.process_group)

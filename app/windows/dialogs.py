@@ -188,7 +188,26 @@ class NewTraceDialog(QDialog):
         self.prompt_edit.setPlaceholderText("Text to feed the model…")
         self.prompt_edit.setPlainText(prompt)
         self.prompt_edit.setFixedHeight(80)
+        source = self._build_source()
+        self._build_capture()
+        lay_out_form(
+            self,
+            [
+                ("Prompt", self.prompt_edit),
+                ("Model", _wrap(source)),
+                ("Capture", self.capture_combo),
+                ("", self.capture_hint),
+                ("", self.training_check),
+            ],
+            ok_text="Trace",
+        )
+        self.preset_combo.currentIndexChanged.connect(lambda _i: self.preset_radio.setChecked(True))
+        self.checkpoint_edit.textEdited.connect(lambda _t: self.checkpoint_radio.setChecked(True))
+        for edit in (self.model_edit, self.shape_edit):
+            edit.textEdited.connect(lambda _t: self.file_radio.setChecked(True))
 
+    def _build_source(self) -> QGridLayout:
+        """Where the model comes from: demo, preset, checkpoint, or the user's own file."""
         self.demo_radio = QRadioButton("Bundled demo model", self)
         self.preset_radio = QRadioButton("Preset with random weights", self)
         self.checkpoint_radio = QRadioButton("Checkpoint file", self)
@@ -225,11 +244,14 @@ class NewTraceDialog(QDialog):
         source.addWidget(browse_model, 3, 2)
         source.addWidget(self.shape_edit, 4, 1)
         source.addWidget(self.dtype_combo, 4, 2)
+        return source
 
+    def _build_capture(self) -> None:
+        """What to keep per tensor, and whether to record a training step."""
         self.capture_combo = QComboBox(self)
         self.capture_combo.addItems(tracing.CAPTURE_LEVELS)
         self.capture_combo.setCurrentText(DEFAULT_CAPTURE)
-        hint = hint_label(
+        self.capture_hint = hint_label(
             "shapes: cheapest · stats: min/max/mean/std, NaN/Inf · values: copies for heatmaps",
             wrap=True,
         )
@@ -240,22 +262,6 @@ class NewTraceDialog(QDialog):
         self.training_check.setToolTip(
             "Also record the backward pass: a step per autograd node, every gradient"
         )
-
-        lay_out_form(
-            self,
-            [
-                ("Prompt", self.prompt_edit),
-                ("Model", _wrap(source)),
-                ("Capture", self.capture_combo),
-                ("", hint),
-                ("", self.training_check),
-            ],
-            ok_text="Trace",
-        )
-        self.preset_combo.currentIndexChanged.connect(lambda _i: self.preset_radio.setChecked(True))
-        self.checkpoint_edit.textEdited.connect(lambda _t: self.checkpoint_radio.setChecked(True))
-        for edit in (self.model_edit, self.shape_edit):
-            edit.textEdited.connect(lambda _t: self.file_radio.setChecked(True))
 
     def _browse_model(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Model file", "", "Python (*.py)")
