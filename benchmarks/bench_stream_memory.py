@@ -7,7 +7,7 @@
 Each figure comes from its own child process, so one measurement's memory cannot hide
 in another's: the child builds the model (random weights), runs either the plain forward
 or ``tracing.trace(model, ids, capture="values", value_cap=None, out=FILE)``, and reports
-its peak resident set (``resource.getrusage(RUSAGE_SELF).ru_maxrss``). Target: the
+its peak resident set (``VmHWM``, see ``app.commands.bench_training.peak_rss``). Target: the
 streamed trace's peak at most the plain forward's + 300 MB, whatever the trace size.
 
 Models: the ``gpt2-small`` preset, and ``gpt2-medium``-sized (24 layers, 1,024 wide, 16
@@ -36,11 +36,10 @@ MODELS = {
 
 def child(spec: dict) -> dict:
     """Run one measurement in this (fresh) process and return its figures."""
-    import resource
-
     import torch
 
     import tracing
+    from app.commands.bench_training import peak_rss
     from scratchformer import DecoderOnlyTransformer, ModelConfig
 
     torch.set_num_threads(spec["threads"])
@@ -65,7 +64,7 @@ def child(spec: dict) -> dict:
             trace = tracing.trace(model, ids, capture="values", value_cap=None)
             out["values"] = len(trace.values)
     out["seconds"] = time.perf_counter() - start
-    out["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    out["peak_rss"] = peak_rss()
     return out
 
 

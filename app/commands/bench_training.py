@@ -154,7 +154,7 @@ MEMORY_MODES = ("plain", "stats", "values", "streamed")
 def memory_child(spec: dict) -> dict:
     """One measurement, in this (fresh) process: build the preset's model (random weights)
     and AdamW, take a plain step, then the step ``spec["mode"]`` says; report the peak
-    resident set (:func:`_peak_rss`) and what the traced step kept."""
+    resident set (:func:`peak_rss`) and what the traced step kept."""
     import torch
 
     import tracing
@@ -183,11 +183,11 @@ def memory_child(spec: dict) -> dict:
         if file is not None:
             out["file_bytes"] = os.path.getsize(file)
     out["seconds"] = time.perf_counter() - start
-    out["peak_rss"] = _peak_rss()
+    out["peak_rss"] = peak_rss()
     return out
 
 
-def _peak_rss() -> int:
+def peak_rss() -> int:
     """This process's peak resident set, in bytes: ``VmHWM`` of ``/proc/self/status``
     where there is one. (Linux's ``ru_maxrss`` keeps the peak of the process before its
     ``exec``, a copy of the parent: a child of a large parent would report the parent's.)"""
