@@ -130,31 +130,6 @@ def _bucket_layout(ddp: Any, names: dict[int, str]) -> list[_Bucket]:
     return kept[1]
 
 
-_RECENT_GROUPS: list[tuple[weakref.ref, _ReducerGroup]] = []  # (DDP, a group it was lent)
-
-
-def _keep_until_released(ddp: Any, group: _ReducerGroup) -> None:
-    """Keep ``group``'s Python half alive until the reducer can no longer hold its C++ half.
-
-    After the traced backward the reducer gets DDP's own group back, but something of the
-    last backward's all-reduces can still hold the recording group until the reducer's next
-    backward, or until the reducer is freed. Freed from C++ after its Python object, it
-    aborted the process at exit ("terminate called without an active exception") in about
-    1 run in 8 of ``bench_distributed.py --step``. So the groups are kept here, outside the
-    model, and dropped only when that cannot happen: once their model is gone (its reducer
-    went first), or once two newer groups were lent to the same model (a backward has run
-    since). What is kept is small: :meth:`_ReducerGroup.release` drops its trace."""
-    live = [(ref, g) for ref, g in _RECENT_GROUPS if ref() is not None]
-    newer: dict[int, int] = {}
-    kept = []
-    for ref, g in reversed(live):
-        key = id(ref())
-        newer[key] = newer.get(key, 0) + 1
-        if newer[key] <= 1:  # with the one added now, at most two per model
-            kept.append((ref, g))
-    _RECENT_GROUPS[:] = [*reversed(kept), (weakref.ref(ddp), group)]
-
-
 class _ReducerGroup(torch.distributed.ProcessGroup):
     """What a DDP reducer is handed during a traced backward: DDP's group, recording each
     ``allreduce`` the reducer makes (see the module docstring). Every call goes to the real
@@ -173,12 +148,7 @@ class _ReducerGroup(torch.distributed.ProcessGroup):
         return real.broadcast(tensors, opts) if opts is not None else real.broadcast(tensors)
 
     def getBackendName(self) -> str:
-        return self._real.name() if self._real is not None else "released"
-
-    def release(self) -> None:
-        """Drop the trace and DDP's group once the reducer has its own group back."""
-        self._real = None
-        self._ddp = None
+        return self._real.name()
 
 
 class _DDPState:
@@ -273,7 +243,6 @@ class BackwardCollectives(RankCapture):
         try:
             for state in self._ddps:  # (kept alive here: the reducer holds the C++ half)
                 state.recording = _ReducerGroup(state.ddp.process_group, state)
-                _keep_until_released(state.ddp, state.recording)
                 state.ddp.reducer._update_process_group(state.recording)
         except BaseException:
             self._restore()
@@ -291,7 +260,6 @@ class BackwardCollectives(RankCapture):
         for state in self._ddps:
             if state.recording is not None:
                 state.ddp.reducer._update_process_group(state.ddp.process_group)
-                state.recording.release()
                 state.recording = None
         self.uninstall()
 
