@@ -87,3 +87,16 @@ def demo_stats(demo_model):
 def demo_values(demo_model):
     """The demo traced on its prompt at ``capture="values"``, once per run."""
     return trace_demo(demo_model, capture="values")
+
+
+@pytest.fixture
+def errors(monkeypatch) -> list[tuple[str, str]]:
+    """Every error dialog the app would show, as (title, text); info dialogs are skipped."""
+    from app.windows import dialogs  # here, not at the top: conftest itself loads no Qt
+
+    shown: list[tuple[str, str]] = []
+    monkeypatch.setattr(
+        dialogs, "show_error", lambda parent, t, x, details="": shown.append((t, x))
+    )
+    monkeypatch.setattr(dialogs, "show_info", lambda parent, t, x: None)
+    return shown

@@ -14,19 +14,7 @@ from PySide6.QtCore import QMimeData, QPointF, QSettings, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 
 from app import session
-from app.windows import dialogs
 from app.windows.main_window import MainWindow, install_excepthook
-
-
-@pytest.fixture
-def errors(monkeypatch):
-    """Every error dialog the window would show, as (title, text)."""
-    shown: list[tuple[str, str]] = []
-    monkeypatch.setattr(
-        dialogs, "show_error", lambda parent, t, x, details="": shown.append((t, x))
-    )
-    monkeypatch.setattr(dialogs, "show_info", lambda parent, t, x: None)
-    return shown
 
 
 @pytest.fixture

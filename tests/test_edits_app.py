@@ -10,7 +10,6 @@ from PySide6.QtCore import QSettings
 
 import scratchformer
 from app import edit_session, session
-from app.windows import dialogs
 from app.windows.main_window import MainWindow
 from tracing.edit_run import run_edited
 from tracing.edits import Edit, Zero
@@ -20,15 +19,6 @@ pytestmark = pytest.mark.gui
 
 PROMPT = "wordplay|yalp"  # the demo model reverses: next is 'd'
 REVERSAL = (1, 2)  # the head whose map is the reversal diagonal (layer, head)
-
-
-@pytest.fixture
-def errors(monkeypatch):
-    shown: list[tuple[str, str]] = []
-    monkeypatch.setattr(
-        dialogs, "show_error", lambda parent, t, x, details="": shown.append((t, x))
-    )
-    return shown
 
 
 @pytest.fixture

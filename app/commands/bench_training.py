@@ -246,12 +246,19 @@ def report_memory(say: Callable[[str], None], preset: str, tokens: int, threads:
         what = {"stats": "trace_step stats", "values": "trace_step values (memory)"}.get(
             mode, "trace_step values, out=FILE"
         )
-        extra = (f["peak_rss"] - plain["peak_rss"]) / 1e6
-        line = (
-            f"  {what:<29} {f['peak_rss'] / plain['peak_rss']:5.2f}x  "
-            f"({f['peak_rss'] / 1e6:,.0f} MB = plain {extra:+,.0f} MB"
-        )
-        if "file_bytes" in f:
-            line += f"; file {f['file_bytes'] / 1e6:,.0f} MB"
-        say(line + ")")
+        say(memory_line(what, f, plain))
     return fig
+
+
+def memory_line(what: str, figure: dict, plain: dict) -> str:
+    """One measured peak against the plain run's: ratio, MB, the difference, and the
+    file written where there is one (``figure`` and ``plain`` hold ``peak_rss`` in bytes,
+    optionally ``file_bytes``)."""
+    extra = (figure["peak_rss"] - plain["peak_rss"]) / 1e6
+    line = (
+        f"  {what:<29} {figure['peak_rss'] / plain['peak_rss']:5.2f}x  "
+        f"({figure['peak_rss'] / 1e6:,.0f} MB = plain {extra:+,.0f} MB"
+    )
+    if "file_bytes" in figure:
+        line += f"; file {figure['file_bytes'] / 1e6:,.0f} MB"
+    return line + ")"
