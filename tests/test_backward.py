@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import importlib.util
 from collections.abc import Mapping
 
 import pytest
 import torch
 import torch.nn.functional as F
+from own_models import TUTORIAL_FIXED
 from tiny_models import tiny_gpt2
 from torch import nn
 from torch.utils.checkpoint import checkpoint
@@ -91,7 +93,24 @@ def tricky():
     return Tricky(), torch.randint(0, 17, (3, 5)), lambda out: out.logsumexp(-1).mean(), None
 
 
-MODELS = {"ours": ours, "hf_gpt2": hf_gpt2, "torch_decoder": torch_decoder, "tricky": tricky}
+def tutorial():
+    """The tutorial's classes verbatim (``tests/models/tutorial.py``), its missing import
+    added, with dropout on: the first model nobody here wrote."""
+    spec = importlib.util.spec_from_file_location("tutorial_fixed_backward", TUTORIAL_FIXED)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = module.TutorialLM().train()
+    x, y = torch.randint(0, 256, (2, 10)), torch.randint(0, 256, (2, 10))
+    return model, x, lambda out, t: F.cross_entropy(out.flatten(0, 1), t.flatten()), y
+
+
+MODELS = {
+    "ours": ours,
+    "hf_gpt2": hf_gpt2,
+    "torch_decoder": torch_decoder,
+    "tricky": tricky,
+    "tutorial": tutorial,
+}
 
 
 # --------------------------------------------------------------------------- reference
