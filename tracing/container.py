@@ -21,9 +21,11 @@ layout allows:
   checked on every read). Files without checksums (older writers, plain safetensors)
   still open; their values are read unverified.
 
-Reading is one ``preadv`` per entry into the tensor's own memory; a large entry is read
-in ``PIPELINE_CHUNK`` pieces, each checksummed on a helper thread while the next is read
-(``zlib.crc32`` releases the GIL), so checking costs little more than the read alone.
+Reading is ``preadv`` straight into the tensor's own memory, in ``PIECE``s each
+checksummed (:mod:`tracing.crc32`: libdeflate where installed, else zlib) right after it
+is read, while it is still in the CPU's cache; an entry of ``SPLIT_MIN`` bytes or more is
+read in two halves at once, the second on a helper thread, and the two CRC-32 combined.
+Both calls release the GIL, so checking costs little more than the read alone.
 
 ``Container`` knows nothing of traces: :mod:`tracing.trace_file` builds on it.
 """
@@ -35,12 +37,13 @@ import os
 import stat
 import struct
 import threading
-import zlib
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
 import torch
+
+from tracing import crc32
 
 MAX_HEADER_BYTES = 100_000_000
 """Largest header accepted (safetensors' own limit)."""
@@ -53,12 +56,13 @@ CHECKSUM_KEY = "checksums"
 
 CHECKSUM_ALGORITHM = "crc32"
 
-PIPELINE_CHUNK = 1 << 20
-"""Bytes per piece of a large entry: read, then checksummed on the helper thread while
-the next piece is read (small enough to be still in cache when checksummed)."""
+PIECE = 256 * 1024
+"""Bytes read at a time from an entry whose checksum is checked: each piece is
+checksummed right after it is read, while it is still in the CPU's cache."""
 
-PIPELINE_MIN = 4 * PIPELINE_CHUNK
-"""Entries smaller than this are checksummed inline (handing work to a thread costs more)."""
+SPLIT_MIN = 1 << 20
+"""Entries of at least this many bytes are read in two halves on two threads at once
+(below it, handing work to the helper thread costs more than it saves)."""
 
 # safetensors dtype code -> (torch dtype name, bytes per element)
 DTYPES: dict[str, tuple[str, int]] = {
@@ -234,10 +238,11 @@ class Container:
             done += len(chunk)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
-    def read_bytes(self, name: str) -> torch.Tensor:
-        """Entry ``name``'s bytes as a fresh uint8 tensor, checked against its checksum
-        (the first time it is read from this file) and against the file having changed
-        since it was opened."""
+    def read_bytes(self, name: str, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Entry ``name``'s bytes as a uint8 tensor, checked against its checksum (the
+        first time it is read from this file) and against the file having changed since
+        it was opened. Read into fresh memory, or into ``out`` (a contiguous uint8 CPU
+        tensor of exactly the entry's size, which nobody else uses meanwhile)."""
         entry = self.entries[name]
         n = entry.end - entry.start
         with self._lock:
@@ -253,25 +258,58 @@ class Container:
                     "truncated); open it again"
                 )
             verify = entry.checksum is not None and name not in self._verified
-        out = torch.empty(n, dtype=torch.uint8)
+        if out is None:
+            out = torch.empty(n, dtype=torch.uint8)
+        elif out.dtype != torch.uint8 or out.numel() != n or not out.is_contiguous():
+            raise ValueError(f"out must be a contiguous uint8 tensor of {n} elements")
         if not n:
             return out
-        view = memoryview(out.numpy())
-        if not verify:
-            self._read_into(view, entry.start)
-            return out
-        if n < PIPELINE_MIN:
-            self._read_into(view, entry.start)
-            crc = zlib.crc32(view)
-        else:
-            crc = self._read_checksummed(view, entry.start)
-        if crc != entry.checksum:
-            raise ContainerError(
-                f"entry {name!r} fails its checksum: the file is corrupt or was changed"
-            )
-        with self._lock:
-            self._verified.add(name)
+        crc = self._fill(out, entry.start, verify)
+        if verify:
+            if crc != entry.checksum:
+                raise ContainerError(
+                    f"entry {name!r} fails its checksum: the file is corrupt or was changed"
+                )
+            with self._lock:
+                self._verified.add(name)
         return out
+
+    def _fill(self, out: torch.Tensor, offset: int, checksum: bool) -> int:
+        """Read ``out``'s bytes from ``offset``; returns their CRC-32 if ``checksum``.
+
+        An entry of ``SPLIT_MIN`` bytes or more is read in two halves at once, the second
+        on the helper thread (when torch may use more than one thread), and the CRC-32 of
+        the halves are combined."""
+        n = out.numel()
+        view = memoryview(out.numpy())  # keeps ``out`` alive while any thread fills it
+        address = out.data_ptr()
+        if n < SPLIT_MIN or torch.get_num_threads() < 2:
+            return self._fill_part(view, address, offset, 0, n, checksum)
+        half = n // 2 & ~4095  # two near-equal halves, split at a multiple of 4 KB
+        second = _helper().submit(self._fill_part, view, address, offset, half, n, checksum)
+        try:
+            crc = self._fill_part(view, address, offset, 0, half, checksum)
+        except BaseException:
+            second.exception()  # wait: never hand back memory the helper still writes
+            raise
+        crc_second = second.result()
+        return crc32.combine(crc, crc_second, n - half) if checksum else 0
+
+    def _fill_part(
+        self, view: memoryview, address: int, offset: int, start: int, end: int, checksum: bool
+    ) -> int:
+        """Read bytes ``start:end`` of the entry at ``offset`` into ``view``; with
+        ``checksum``, in ``PIECE``s, each checksummed right after it is read, while it is
+        still in the CPU's cache. Returns the CRC-32 of those bytes (0 without)."""
+        if not checksum:
+            self._read_into(view[start:end], offset + start)
+            return 0
+        crc = 0
+        for at in range(start, end, PIECE):
+            stop = min(at + PIECE, end)
+            self._read_into(view[at:stop], offset + at)
+            crc = crc32.crc32_at(address + at, stop - at, crc)
+        return crc
 
     def _read_into(self, view: memoryview, offset: int) -> None:
         """Fill ``view`` with the file's bytes from ``offset`` (``preadv`` until full)."""
@@ -288,30 +326,11 @@ class Container:
                 )
             done += got
 
-    def _read_checksummed(self, view: memoryview, offset: int) -> int:
-        """Read ``view`` piece by piece; each piece's CRC-32 is chained on the helper thread
-        while the next one is read. Returns the CRC-32 of all of it."""
-        state = [0]
-        last: Future | None = None
-
-        def add(piece: memoryview) -> None:  # runs on the helper thread, pieces in order
-            state[0] = zlib.crc32(piece, state[0])
-
-        worker = _checksum_worker()
-        try:
-            for start in range(0, len(view), PIPELINE_CHUNK):
-                piece = view[start : start + PIPELINE_CHUNK]
-                self._read_into(piece, offset + start)
-                last = worker.submit(add, piece)
-        finally:
-            if last is not None:
-                last.result()  # every piece before it ran too (one worker, in order)
-        return state[0]
-
-    def get_tensor(self, name: str) -> torch.Tensor:
-        """Entry ``name`` as a tensor of its dtype and shape (a fresh, writable copy)."""
+    def get_tensor(self, name: str, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Entry ``name`` as a tensor of its dtype and shape (a fresh, writable copy; or
+        read into ``out``, see :meth:`read_bytes`)."""
         entry = self.entries[name]
-        raw = self.read_bytes(name)
+        raw = self.read_bytes(name, out)
         return raw.view(getattr(torch, entry.dtype)).reshape(entry.shape)
 
     def keys(self) -> list[str]:
@@ -339,19 +358,18 @@ class Container:
         self.close()
 
 
-_WORKER: dict[int, ThreadPoolExecutor] = {}  # process id -> its helper
+_HELPER: dict[int, ThreadPoolExecutor] = {}  # process id -> its helper
 
 
-def _checksum_worker() -> ThreadPoolExecutor:
-    """The one helper thread that checksums pieces of large entries (made on first use,
-    again in a forked child, which has no threads; one worker, so the pieces of one entry
-    are chained in the order they were read)."""
+def _helper() -> ThreadPoolExecutor:
+    """The one helper thread that reads the second half of large entries (made on first
+    use, again in a forked child, which has no threads)."""
     pid = os.getpid()
-    worker = _WORKER.get(pid)
-    if worker is None:  # (no lock: two made at once would each still keep their order)
-        _WORKER.clear()
-        worker = _WORKER[pid] = ThreadPoolExecutor(1, thread_name_prefix="crc32")
-    return worker
+    helper = _HELPER.get(pid)
+    if helper is None:  # (no lock: two made at once would both work)
+        _HELPER.clear()
+        helper = _HELPER[pid] = ThreadPoolExecutor(1, thread_name_prefix="trace-read")
+    return helper
 
 
 def _identity(info: os.stat_result) -> tuple[int, int, int, int]:
