@@ -292,3 +292,26 @@ def test_a_full_load_of_a_saved_trace_reads_every_value_exactly(tmp_path, thread
     values.close()
     with pytest.raises(TraceFileError, match="closed"):
         values["k0"]
+
+
+def test_a_value_still_held_is_returned_again_not_read_twice(many, monkeypatch):
+    path, tensors = many
+    values = _values(path, list(tensors), cache_size=1)
+    reads = []
+    get_tensor = Container.get_tensor
+
+    def counting(self, name, out=None):
+        reads.append(name)
+        return get_tensor(self, name, out)
+
+    monkeypatch.setattr(Container, "get_tensor", counting)
+    held = values["v00"]
+    for key in list(tensors)[1:6]:
+        values[key]  # the cache lets "v00" go; the caller still holds it
+    assert values["v00"] is held and reads.count("v00") == 1
+    del held
+    values["v07"]
+    values["v08"]
+    values["v00"]  # nobody held it any more: read again
+    assert reads.count("v00") == 2
+    values.close()

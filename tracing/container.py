@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import stat
 import struct
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -277,34 +278,34 @@ class Container:
     def _fill(self, out: torch.Tensor, offset: int, checksum: bool) -> int:
         """Read ``out``'s bytes from ``offset``; returns their CRC-32 if ``checksum``.
 
-        An entry of ``SPLIT_MIN`` bytes or more is read in two halves at once, the second
-        on the helper thread (when torch may use more than one thread), and the CRC-32 of
-        the halves are combined."""
+        An entry of ``SPLIT_MIN`` bytes or more is read by two threads at once when torch
+        may use more than one (see :class:`_SharedRead`)."""
         n = out.numel()
         view = memoryview(out.numpy())  # keeps ``out`` alive while any thread fills it
         address = out.data_ptr()
         if n < SPLIT_MIN or torch.get_num_threads() < 2:
             return self._fill_part(view, address, offset, 0, n, checksum)
-        half = n // 2 & ~4095  # two near-equal halves, split at a multiple of 4 KB
-        second = _helper().submit(self._fill_part, view, address, offset, half, n, checksum)
-        try:
-            crc = self._fill_part(view, address, offset, 0, half, checksum)
-        except BaseException:
-            second.exception()  # wait: never hand back memory the helper still writes
-            raise
-        crc_second = second.result()
-        return crc32.combine(crc, crc_second, n - half) if checksum else 0
+        shared = _SharedRead(self._fill_part, view, address, offset, checksum)
+        _helper().submit(shared.help)
+        return shared.read()
 
     def _fill_part(
-        self, view: memoryview, address: int, offset: int, start: int, end: int, checksum: bool
+        self,
+        view: memoryview,
+        address: int,
+        offset: int,
+        start: int,
+        end: int,
+        checksum: bool,
+        crc: int = 0,
     ) -> int:
         """Read bytes ``start:end`` of the entry at ``offset`` into ``view``; with
         ``checksum``, in ``PIECE``s, each checksummed right after it is read, while it is
-        still in the CPU's cache. Returns the CRC-32 of those bytes (0 without)."""
+        still in the CPU's cache. Returns the CRC-32 of those bytes continued from
+        ``crc`` (that of the bytes before them), or 0 without checksum."""
         if not checksum:
             self._read_into(view[start:end], offset + start)
             return 0
-        crc = 0
         for at in range(start, end, PIECE):
             stop = min(at + PIECE, end)
             self._read_into(view[at:stop], offset + at)
@@ -358,17 +359,114 @@ class Container:
         self.close()
 
 
-_HELPER: dict[int, ThreadPoolExecutor] = {}  # process id -> its helper
+class _SharedRead:
+    """One entry read by the calling thread and the helper thread together.
+
+    The entry is cut into ``PIECE``s. The caller takes pieces from the front, the helper
+    (whenever it gets to run: waking it takes a while, and it may still be busy) from
+    the back, until they meet; each piece is read and checksummed by whoever took it.
+    The caller's pieces form one run, checksummed in order; the helper's CRC-32 are
+    appended to it at the end (:func:`tracing.crc32.combiner`, microseconds each). The
+    caller returns only when every piece the helper took is read (the memory is not
+    handed back while a thread still writes into it); the first error of either is
+    raised."""
+
+    def __init__(self, fill_part: Any, view: memoryview, address: int, offset: int, checksum: bool):
+        self._fill_part = fill_part
+        self._args = (view, address, offset)
+        self._checksum = checksum
+        self._n = len(view)
+        self._lock = threading.Lock()
+        self._front = 0  # the caller's next piece
+        self._back = -(-self._n // PIECE)  # the piece after the helper's last one
+        self._closed = False  # the caller is done: the helper may not start any more
+        self._helper_started = False
+        self._helper_done = threading.Lock()
+        self._helper_done.acquire()  # released when the helper has stopped
+        self._helper_crcs: dict[int, int] = {}  # the helper's pieces -> their CRC-32
+        self._helper_error: BaseException | None = None
+
+    def help(self) -> None:
+        """On the helper thread: take pieces from the back until the caller's."""
+        with self._lock:
+            if self._closed:
+                return
+            self._helper_started = True
+        try:
+            while True:
+                with self._lock:
+                    if self._back <= self._front:
+                        break
+                    self._back -= 1
+                    piece = self._back
+                start = piece * PIECE
+                end = min(start + PIECE, self._n)
+                self._helper_crcs[piece] = self._fill_part(*self._args, start, end, self._checksum)
+        except BaseException as e:
+            self._helper_error = e
+        finally:
+            self._helper_done.release()
+
+    def read(self) -> int:
+        """On the calling thread: take pieces from the front until the helper's; returns
+        the CRC-32 of the whole entry (0 without checksum)."""
+        crc = 0
+        try:
+            while True:
+                with self._lock:
+                    if self._front >= self._back:
+                        break
+                    piece = self._front
+                    self._front += 1
+                start = piece * PIECE
+                end = min(start + PIECE, self._n)
+                crc = self._fill_part(*self._args, start, end, self._checksum, crc)
+        finally:
+            with self._lock:
+                self._closed = True
+                started = self._helper_started
+            if started:
+                self._helper_done.acquire()  # (also when the caller failed: see above)
+        if self._helper_error is not None:
+            raise self._helper_error
+        if not self._checksum:
+            return 0
+        append = crc32.combiner(PIECE)
+        last = -(-self._n // PIECE) - 1
+        for piece in range(self._front, last):
+            crc = append(crc, self._helper_crcs[piece])
+        if self._front <= last:  # the helper read the last piece, maybe a short one
+            crc = crc32.combine(crc, self._helper_crcs[last], self._n - last * PIECE)
+        return crc
 
 
-def _helper() -> ThreadPoolExecutor:
-    """The one helper thread that reads the second half of large entries (made on first
-    use, again in a forked child, which has no threads)."""
+class _Helper:
+    """The one helper thread that reads parts of large entries (a queue of jobs; cheaper
+    to hand work to than a thread pool, which matters for entries of a millisecond)."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        threading.Thread(target=self._run, name="trace-read", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            self._jobs.get()()  # (a job catches its own errors)
+
+    def submit(self, job: Callable[[], None]) -> None:
+        self._jobs.put(job)
+
+
+_HELPER: dict[int, _Helper] = {}  # process id -> its helper
+
+
+def _helper() -> _Helper:
+    """This process's helper thread (made on first use, again in a forked child, which
+    has no threads)."""
     pid = os.getpid()
     helper = _HELPER.get(pid)
     if helper is None:  # (no lock: two made at once would both work)
         _HELPER.clear()
-        helper = _HELPER[pid] = ThreadPoolExecutor(1, thread_name_prefix="trace-read")
+        helper = _HELPER[pid] = _Helper()
     return helper
 
 

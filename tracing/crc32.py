@@ -134,3 +134,27 @@ def combine(crc1: int, crc2: int, len2: int) -> int:
     """The CRC-32 of ``A + B`` from ``crc1`` = CRC-32 of ``A``, ``crc2`` = CRC-32 of ``B``
     and ``len2`` = the length of ``B`` in bytes (``A`` itself is not needed)."""
     return _multiply(_shift(len2), crc1) ^ crc2
+
+
+@functools.lru_cache(maxsize=16)
+def combiner(len2: int) -> Callable[[int, int], int]:
+    """``combine`` for one fixed ``len2``, by table: ``append(crc1, crc2)`` takes ~0.2 us
+    instead of ~4 (building the tables takes ~0.3 ms: for a length that comes back often,
+    as the pieces of large entries do)."""
+    shift = _shift(len2)
+    basis = [_multiply(shift, 1 << bit) for bit in range(32)]
+    tables = []
+    for byte in range(4):
+        table = [0] * 256
+        for value in range(1, 256):
+            low = value & -value  # the lowest set bit: table[value] = table[rest] ^ its row
+            table[value] = table[value ^ low] ^ basis[8 * byte + low.bit_length() - 1]
+        tables.append(table)
+    t0, t1, t2, t3 = tables
+
+    def append(crc1: int, crc2: int) -> int:
+        return (
+            t0[crc1 & 0xFF] ^ t1[crc1 >> 8 & 0xFF] ^ t2[crc1 >> 16 & 0xFF] ^ t3[crc1 >> 24] ^ crc2
+        )
+
+    return append

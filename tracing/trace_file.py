@@ -58,6 +58,7 @@ import shutil
 import struct
 import sys
 import threading
+import weakref
 from collections import OrderedDict, deque
 from collections.abc import Iterator, Mapping
 from dataclasses import MISSING as MISSING_FIELD
@@ -110,10 +111,14 @@ needed to open a trace; as entries, the manifest is one read and the graph is re
 when asked for. (Files with larger inline manifests, written before, open as ever.)"""
 
 VALUE_CACHE_SIZE = 16
-"""How many tensors a loaded trace keeps in memory after reading them (least recent out)."""
+"""How many tensors a loaded trace keeps in memory after reading them (least recent out),
+besides those still held by the caller (see ``LazyValues``)."""
 
-VALUE_CACHE_BYTES = 256 * 2**20
-"""...and at most this many bytes of them (the last one read is always kept)."""
+VALUE_CACHE_BYTES = 4 * 2**20
+"""...and at most this many bytes of them (the last one read is always kept). Small on
+purpose: a value in use stays reachable anyway, and reading every value of a trace once
+runs ~20% faster when the memory of the values let go is reused while it is still in the
+CPU's cache (with 256 MB here, a full load of a 471 MB trace took 104 ms instead of 89)."""
 
 MAX_MANIFEST_BYTES = 64 * 2**20
 """Largest manifest ``load`` decodes; decoding costs ~40x its size in memory, and a trace
@@ -1411,10 +1416,12 @@ class LazyValues(Mapping):
 
     A tensor is read from disk the first time it is asked for (and checked against its
     checksum, and against the file having changed since it was opened: both raise
-    ``TraceFileError``); the last ``VALUE_CACHE_SIZE`` tensors read stay in memory. The
-    mapping holds the file open (a plain descriptor, never memory-mapped, so a file
-    replaced underneath cannot crash the process) until ``close()`` or until it is
-    garbage-collected. Safe to use from several threads.
+    ``TraceFileError``); the last ``VALUE_CACHE_SIZE`` tensors read (up to
+    ``VALUE_CACHE_BYTES``) stay in memory, and so does any value the caller still holds:
+    asked for again, it is that same tensor, never a second copy. The mapping holds the
+    file open (a plain descriptor, never memory-mapped, so a file replaced underneath
+    cannot crash the process) until ``close()`` or until it is garbage-collected. Safe to
+    use from several threads.
     """
 
     def __init__(self, path: Path, handle: Any, keys: list[str], cache_size: int | None = None):
@@ -1425,6 +1432,9 @@ class LazyValues(Mapping):
         self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
         self._cached_bytes = 0
         self._cache_size = VALUE_CACHE_SIZE if cache_size is None else cache_size
+        self._alive: weakref.WeakValueDictionary[str, torch.Tensor] = (
+            weakref.WeakValueDictionary()
+        )  # every value read that someone still holds
         self._spares = _SpareMemory()
         self._lock = threading.Lock()
 
@@ -1438,11 +1448,14 @@ class LazyValues(Mapping):
                 return t
             if self._handle is None:
                 raise TraceFileError(f"{self.path}: the trace file was closed")
-            try:
-                out = self._spares.take(self._handle.entries[key])
-                t = self._handle.get_tensor(key, out)
-            except (ContainerError, OSError) as e:
-                raise TraceFileError(f"{self.path}: cannot read tensor {key!r}: {e}") from None
+            t = self._alive.get(key)
+            if t is None:
+                try:
+                    out = self._spares.take(self._handle.entries[key])
+                    t = self._handle.get_tensor(key, out)
+                except (ContainerError, OSError) as e:
+                    raise TraceFileError(f"{self.path}: cannot read tensor {key!r}: {e}") from None
+                self._alive[key] = t
             self._cache[key] = t
             self._cached_bytes += _nbytes(t)
             while len(self._cache) > 1 and (
@@ -1467,6 +1480,7 @@ class LazyValues(Mapping):
         with self._lock:
             self._cache.clear()
             self._cached_bytes = 0
+            self._alive = weakref.WeakValueDictionary()
             self._spares = _SpareMemory()
             handle, self._handle = self._handle, None
         if handle is not None and hasattr(handle, "close"):
