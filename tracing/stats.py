@@ -295,17 +295,19 @@ class StatsCollector:
         copy, ``PendingStats.copy``, is contiguous: a tracer may keep it as the value.)"""
         deferred = self.deferred
         if deferred is None:
-            device = t.device.type
-            if device == "cpu":
+            if t.is_cpu:  # (a flag: ``t.device.type`` builds a device object each time)
                 n = t.numel()
                 if 0 < n <= BATCH and t.dtype in _BATCHED and type(t) is torch.Tensor:
-                    _require_data(t, n)
-                    copy = t if private else t.detach().clone(memory_format=_CONTIGUOUS)
-                    pending = PendingStats(None, n, copy)
+                    if not private:
+                        _require_data(t, n)
+                        if t.requires_grad:
+                            t = t.detach()
+                        t = t.clone(memory_format=_CONTIGUOUS)
+                    pending = PendingStats(None, n, t)
                     self._small.append(pending)
                     return pending
                 return tensor_stats(t)
-            deferred = device != "meta"
+            deferred = not t.is_meta
         if not deferred:
             return tensor_stats(t)
         row = device_row(t)
