@@ -92,7 +92,7 @@ from tracing.record import (
     built,
 )
 from tracing.source import caller_location, location_from_traceback
-from tracing.stats import StatsCollector, resolve_stats
+from tracing.stats import PendingStats, StatsCollector, resolve_stats
 from tracing.trace_file import TraceWriter
 from tracing.values import StreamedValues, ValueArena
 
@@ -484,23 +484,12 @@ def _flatten(obj: Any, name: str, out: list, names: list, depth: int = 0) -> Non
 
 class _StepDraft:
     """A step under construction: :class:`Step`'s fields, mutable (its outputs, end and
-    error are known later than the rest). :meth:`freeze` makes the record."""
+    error are known later than the rest). :meth:`seal` turns the draft itself into the
+    record when the trace finishes; :meth:`freeze` makes a copy mid-run (a breakpoint's).
 
-    __slots__ = (
-        "call",
-        "depth",
-        "end",
-        "error",
-        "input_names",
-        "inputs",
-        "kind",
-        "module",
-        "op",
-        "output_names",
-        "outputs",
-        "parent",
-        "source",
-    )  # fmt: skip
+    No ``__slots__``: a draft has a ``__dict__`` like a ``Step``, so sealing only sets the
+    last fields and the class (a record costs no second object and no copy of fields).
+    """
 
     def __init__(
         self, kind, module, op, source, inputs, outputs, input_names, output_names, depth,
@@ -519,6 +508,15 @@ class _StepDraft:
         self.end = None  # module steps: the last step inside the call, set on leaving
         self.call = call
         self.error = None
+
+    def seal(self, index: int) -> Step:
+        """This draft, now the frozen :class:`Step` at ``index`` (the draft is done)."""
+        self.index = index
+        self.inputs = tuple(self.inputs)
+        self.outputs = tuple(self.outputs)
+        self.forward = None
+        self.__class__ = Step  # same layout (a plain __dict__): the fields are Step's
+        return self  # type: ignore[return-value]
 
     def freeze(self, index: int, input_names: tuple[str, ...] | None = None) -> Step:
         return built(  # Step(...), 2.5x faster
@@ -540,8 +538,6 @@ class _TensorDraft:
     (named only in :meth:`freeze`), the stats, the key of its kept value, the step that
     produced it and its role (``param``, ``input``, ``attention``...)."""
 
-    __slots__ = ("device", "dtype", "producer", "role", "shape", "stats", "value_key")
-
     def __init__(self, shape, dtype, device, producer):
         self.shape = shape
         self.dtype = dtype
@@ -550,6 +546,21 @@ class _TensorDraft:
         self.value_key = None
         self.producer = producer
         self.role = None
+
+    def seal(self, rid: int, dims, shape: tuple[int, ...]) -> TensorRecord:
+        """This draft, now the frozen :class:`TensorRecord` ``rid`` (see
+        :meth:`_StepDraft.seal`)."""
+        self.id = rid
+        self.shape = shape
+        self.dtype = _dtype_name(self.dtype)
+        self.device = _device_name(self.device)
+        self.dims = dims
+        stats = self.stats
+        if type(stats) is PendingStats:
+            self.stats = resolve_stats(stats)
+        self.grad_of = None
+        self.__class__ = TensorRecord
+        return self  # type: ignore[return-value]
 
     def freeze(self, rid: int, dims=None, shape: tuple[int, ...] | None = None) -> TensorRecord:
         return built(  # TensorRecord(...), 2.5x faster
@@ -1469,7 +1480,7 @@ class Tracer:
         meta.update(self.extra_meta)
         self._stats.finish()  # statistics still on a device: read back at once, here
         self._sink.finish()  # copies from a device: waited for once, here
-        records = [step.freeze(index) for index, step in enumerate(steps)]
+        records = [step.seal(index) for index, step in enumerate(steps)]
         tensors = self._tensor_records(dims_mod.namer_for(sizes))
         trace = Trace(
             steps=records,
@@ -1508,7 +1519,7 @@ class Tracer:
                 dims = namer(shape, context)
             if draft.role == "attention" and dims is not None and len(dims) == 4:
                 dims = ("B", "H", "T", "T") if dims[:2] == ("B", "H") else dims
-            records.append(draft.freeze(rid, dims, shape))
+            records.append(draft.seal(rid, dims, shape))
         return records
 
 
