@@ -1217,7 +1217,8 @@ class Tracer:
             self._skipped_values += 1
             return
         # a small CPU tensor's stats copy (contiguous, private) serves as its kept value
-        copy = getattr(self._tensors[rid].stats, "copy", None)  # PendingStats.copy
+        pending = self._tensors[rid].stats
+        copy = pending.value() if type(pending) is PendingStats else None
         if copy is not None and copy.dtype == dtype and self.out is None:
             self._store_value(rid, copy)
             return

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import threading
+from typing import Any
 
 import numpy as np
 import torch
@@ -254,15 +255,31 @@ def stats_from_row(row: list[float], n: int) -> TensorStats:
 
 class PendingStats:
     """Statistics not computed yet: a row queued on a device by :class:`StatsCollector`
-    (``row``), or a private copy of a small CPU tensor waiting for the batch (``copy``)."""
+    (``row``), or a private copy of a small CPU tensor waiting for the batch: a NumPy
+    array (``array``: the batch is reduced in NumPy, so it needs no conversion later) or,
+    for dtypes NumPy lacks, a tensor (``copy``)."""
 
-    __slots__ = ("copy", "n", "row", "stats")
+    __slots__ = ("array", "copy", "n", "row", "stats")
 
-    def __init__(self, row: torch.Tensor | None, n: int, copy: torch.Tensor | None = None):
+    def __init__(
+        self,
+        row: torch.Tensor | None,
+        n: int,
+        copy: torch.Tensor | None = None,
+        array: np.ndarray | None = None,
+    ):
         self.row: torch.Tensor | None = row
         self.copy: torch.Tensor | None = copy
+        self.array: np.ndarray | None = array
         self.n = n
         self.stats: TensorStats | None = None
+
+    def value(self) -> torch.Tensor | None:
+        """The private copy as a tensor (contiguous; it shares the array's memory), or
+        None once the batch is computed or when there is none (a device row)."""
+        if self.copy is None and self.array is not None:
+            self.copy = torch.from_numpy(self.array)
+        return self.copy
 
 
 _BATCHED = frozenset(
@@ -298,12 +315,16 @@ class StatsCollector:
             if t.is_cpu:  # (a flag: ``t.device.type`` builds a device object each time)
                 n = t.numel()
                 if 0 < n <= BATCH and t.dtype in _BATCHED and type(t) is torch.Tensor:
-                    if not private:
+                    if private:
+                        pending = PendingStats(None, n, t)
+                    else:
                         _require_data(t, n)
                         if t.requires_grad:
                             t = t.detach()
-                        t = t.clone(memory_format=_CONTIGUOUS)
-                    pending = PendingStats(None, n, t)
+                        try:  # a C-ordered copy (NumPy's copy costs what a clone does)
+                            pending = PendingStats(None, n, None, t.numpy().copy())
+                        except (RuntimeError, TypeError):  # bfloat16, a lazy neg/conj bit
+                            pending = PendingStats(None, n, t.clone(memory_format=_CONTIGUOUS))
                     self._small.append(pending)
                     return pending
                 return tensor_stats(t)
@@ -320,11 +341,13 @@ class StatsCollector:
     def finish(self) -> None:
         """Compute the batch of small tensors, and move every pending row to the host: one
         stack and one copy per device."""
-        small, self._small = [p for p in self._small if p.copy is not None], []
+        small = [p for p in self._small if p.array is not None or p.copy is not None]
+        self._small = []
         if small:
-            for p, stats in zip(small, batch_stats([p.copy for p in small])):
+            parts = [p.copy if p.array is None else p.array for p in small]
+            for p, stats in zip(small, batch_stats(parts)):
                 p.stats = stats
-                p.copy = None
+                p.copy = p.array = None
         by_device: dict[torch.device, list[PendingStats]] = {}
         for p in self._pending:
             if p.row is not None:
@@ -357,8 +380,8 @@ def _require_data(t: torch.Tensor, n: int) -> None:
         raise RuntimeError("the tensor's data is not allocated (its storage is smaller)")
 
 
-def batch_stats(tensors: list[torch.Tensor]) -> list[TensorStats]:
-    """:func:`tensor_stats` of many small CPU tensors at once.
+def batch_stats(tensors: list) -> list[TensorStats]:
+    """:func:`tensor_stats` of many small CPU tensors (or NumPy arrays) at once.
 
     The tensors of each dtype are laid end to end in one buffer, and NumPy's
     ``reduceat`` reduces every segment in one pass per figure: minimum, maximum, the sum
@@ -368,25 +391,28 @@ def batch_stats(tensors: list[torch.Tensor]) -> list[TensorStats]:
     and row-wise ``aminmax`` cost ~15x these). Segments whose minimum or maximum is not
     finite go through :func:`_masked_segments`, together.
     """
-    by_dtype: dict[torch.dtype, list[int]] = {}
+    by_dtype: dict[Any, list[int]] = {}
     for i, t in enumerate(tensors):
         by_dtype.setdefault(t.dtype, []).append(i)
     out: list[TensorStats | None] = [None] * len(tensors)
     with torch.no_grad(), np.errstate(invalid="ignore", over="ignore"):
         for dtype, indices in by_dtype.items():
-            try:
-                if dtype in _HALF:  # NumPy has no such dtype
-                    group = [tensors[i].reshape(-1).float().numpy() for i in indices]
-                else:
-                    group = [tensors[i].numpy().reshape(-1) for i in indices]
-            except (RuntimeError, TypeError):  # a lazy negation or conjugation bit: alone
-                for i in indices:
-                    out[i] = tensor_stats(tensors[i])
-                continue
+            if isinstance(dtype, np.dtype):  # NumPy copies (StatsCollector's)
+                group = [tensors[i].ravel() for i in indices]
+            else:
+                try:
+                    if dtype in _HALF:  # NumPy has no such dtype
+                        group = [tensors[i].reshape(-1).float().numpy() for i in indices]
+                    else:
+                        group = [tensors[i].numpy().reshape(-1) for i in indices]
+                except (RuntimeError, TypeError):  # a lazy negation or conjugation bit
+                    for i in indices:
+                        out[i] = tensor_stats(tensors[i])
+                    continue
             x = np.concatenate(group)  # (NumPy's, single-threaded: see BATCH)
-            if dtype != torch.float32 and dtype != torch.float64:
+            if x.dtype != np.float32 and x.dtype != _F64:
                 x = x.astype(_F64)  # integers exactly
-            _segment_stats(x, [tensors[i].numel() for i in indices], indices, out)
+            _segment_stats(x, [a.size for a in group], indices, out)
     return out  # type: ignore[return-value]
 
 
@@ -470,7 +496,7 @@ def resolve_stats(stats: TensorStats | PendingStats | None) -> TensorStats | Non
     if stats.row is not None:
         stats.stats = stats_from_row(stats.row.cpu().tolist(), stats.n)
         stats.row = None
-    elif stats.copy is not None:
-        stats.stats = tensor_stats(stats.copy)
-        stats.copy = None
+    elif stats.copy is not None or stats.array is not None:
+        stats.stats = tensor_stats(stats.value())
+        stats.copy = stats.array = None
     return stats.stats
