@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Any
 
 import numpy as np
 import torch
@@ -383,7 +382,7 @@ def _require_data(t: torch.Tensor, n: int) -> None:
 def batch_stats(tensors: list) -> list[TensorStats]:
     """:func:`tensor_stats` of many small CPU tensors (or NumPy arrays) at once.
 
-    The tensors of each dtype are laid end to end in one buffer, and NumPy's
+    The tensors are laid end to end in one float64 buffer, and NumPy's
     ``reduceat`` reduces every segment in one pass per figure: minimum, maximum, the sum
     and the sum of squares in float64 (a float64 sum of squares keeps ~8 more digits than
     the float32 data needs; a segment whose mean is over 10^4 times its spread is summed
@@ -391,27 +390,26 @@ def batch_stats(tensors: list) -> list[TensorStats]:
     and row-wise ``aminmax`` cost ~15x these). Segments whose minimum or maximum is not
     finite go through :func:`_masked_segments`, together.
     """
-    by_dtype: dict[Any, list[int]] = {}
-    for i, t in enumerate(tensors):
-        by_dtype.setdefault(t.dtype, []).append(i)
     out: list[TensorStats | None] = [None] * len(tensors)
+    group, indices = [], []
     with torch.no_grad(), np.errstate(invalid="ignore", over="ignore"):
-        for dtype, indices in by_dtype.items():
-            if isinstance(dtype, np.dtype):  # NumPy copies (StatsCollector's)
-                group = [tensors[i].ravel() for i in indices]
-            else:
-                try:
-                    if dtype in _HALF:  # NumPy has no such dtype
-                        group = [tensors[i].reshape(-1).float().numpy() for i in indices]
-                    else:
-                        group = [tensors[i].numpy().reshape(-1) for i in indices]
-                except (RuntimeError, TypeError):  # a lazy negation or conjugation bit
-                    for i in indices:
-                        out[i] = tensor_stats(tensors[i])
-                    continue
-            x = np.concatenate(group)  # (NumPy's, single-threaded: see BATCH)
-            if x.dtype != np.float32 and x.dtype != _F64:
-                x = x.astype(_F64)  # integers exactly
+        for i, t in enumerate(tensors):
+            if isinstance(t, np.ndarray):  # NumPy copies (StatsCollector's)
+                group.append(t.ravel())
+                indices.append(i)
+                continue
+            try:
+                if t.dtype in _HALF:  # NumPy has no such dtype
+                    group.append(t.reshape(-1).float().numpy())
+                else:
+                    group.append(t.numpy().reshape(-1))
+                indices.append(i)
+            except (RuntimeError, TypeError):  # a lazy negation or conjugation bit: alone
+                out[i] = tensor_stats(t)
+        if group:
+            # one float64 buffer for every dtype (exact for float32, half types, bool and
+            # integers up to 2**53): one set of reductions, however many dtypes
+            x = np.concatenate(group, dtype=_F64, casting="unsafe")
             _segment_stats(x, [a.size for a in group], indices, out)
     return out  # type: ignore[return-value]
 
