@@ -370,7 +370,13 @@ class _SharedRead:
     appended to it at the end (:func:`tracing.crc32.combiner`, microseconds each). The
     caller returns only when every piece the helper took is read (the memory is not
     handed back while a thread still writes into it); the first error of either is
-    raised."""
+    raised.
+
+    What checking costs (2-core EPYC, 471 MB gpt2-small ``values`` trace, every tensor
+    read once): ~56 ms without checksums, ~75 ms with; the CRC-32 is ~34 ms of CPU at
+    libdeflate's 14 GB/s, split over the two cores. (Reading ahead the next entry on
+    the helper, so that it never waits, measured no better: both cores are busy
+    already.)"""
 
     def __init__(self, fill_part: Any, view: memoryview, address: int, offset: int, checksum: bool):
         self._fill_part = fill_part
