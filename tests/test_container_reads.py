@@ -1,8 +1,8 @@
 """Reading values from a trace file: pieces checksummed as they are read, large entries
-read in two halves on two threads with their CRC-32 combined, every entry's checksum
-checked on its first read from an open file, a damaged byte anywhere still an error; the
-CRC-32 module (libdeflate or zlib) against ``zlib.crc32``; and the loaded trace's reuse
-of memory that nobody holds any more."""
+read by the caller and a helper thread together with their CRC-32 combined, every
+entry's checksum checked on its first read from an open file, a damaged byte anywhere
+still an error; the CRC-32 module (libdeflate or zlib) against ``zlib.crc32``; and the
+loaded trace's reuse of memory that nobody holds any more."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from tracing import crc32 as crc32_mod
 from tracing.container import Container, ContainerError
 from tracing.trace_file import LazyValues, TraceFileError, write_safetensors
 
-BIG_BYTES = 5 * container_mod.SPLIT_MIN // 2 + 12  # two halves, several pieces each
+BIG_BYTES = 6 * container_mod.PIECE + 12  # several pieces for each thread, a short last
 
 
 @pytest.fixture(params=["libdeflate", "zlib"])
@@ -142,7 +142,9 @@ def test_a_read_into_given_memory(stored):
             c.get_tensor("big", torch.empty(n - 1, dtype=torch.uint8))
 
 
-@pytest.mark.parametrize("where", ["first", "before half", "at half", "middle", "last"])
+@pytest.mark.parametrize(
+    "where", ["first", "second piece", "before half", "at half", "three quarters", "last"]
+)
 @pytest.mark.parametrize("name", ["big", "odd"])
 def test_a_flipped_byte_in_a_large_entry_fails_its_checksum(
     stored, implementation, threads, name, where
@@ -154,9 +156,10 @@ def test_a_flipped_byte_in_a_large_entry_fails_its_checksum(
     half = n // 2 & ~4095
     offset = {
         "first": 0,
+        "second piece": container_mod.PIECE,
         "before half": half - 1,
         "at half": half,
-        "middle": half + container_mod.PIECE + 5,
+        "three quarters": 3 * n // 4,
         "last": n - 1,
     }[where]
     raw = bytearray(path.read_bytes())
@@ -315,3 +318,35 @@ def test_a_value_still_held_is_returned_again_not_read_twice(many, monkeypatch):
     values["v00"]  # nobody held it any more: read again
     assert reads.count("v00") == 2
     values.close()
+
+
+@pytest.mark.parametrize("helper_starts", ["before", "after one piece", "never"])
+def test_pieces_read_by_either_thread_give_the_entry_and_its_checksum(
+    stored, implementation, helper_starts
+):
+    """The helper's timing decided by hand: it takes every piece, all but the caller's
+    first one, or none; the bytes and the combined CRC-32 come out the same."""
+    path, tensors = stored
+    with _open(path) as c:
+        entry = c.entries["big"]
+        out = torch.empty(entry.end - entry.start, dtype=torch.uint8)
+        starts = []
+
+        def fill_part(*args):
+            starts.append(args[3])
+            crc = c._fill_part(*args)
+            if helper_starts == "after one piece" and len(starts) == 1:
+                job.help()  # (on this thread: it takes the rest from the back)
+            return crc
+
+        job = container_mod._SharedRead(
+            fill_part, memoryview(out.numpy()), out.data_ptr(), entry.start, True
+        )
+        if helper_starts == "before":
+            job.help()
+        assert job.read() == entry.checksum
+        assert torch.equal(out.view(torch.float32), tensors["big"])
+        pieces = -(-out.numel() // container_mod.PIECE)
+        assert sorted(starts) == [i * container_mod.PIECE for i in range(pieces)]
+        if helper_starts == "after one piece":
+            assert starts[1:] == sorted(starts[1:], reverse=True)  # from the back

@@ -24,8 +24,9 @@ layout allows:
 Reading is ``preadv`` straight into the tensor's own memory, in ``PIECE``s each
 checksummed (:mod:`tracing.crc32`: libdeflate where installed, else zlib) right after it
 is read, while it is still in the CPU's cache; an entry of ``SPLIT_MIN`` bytes or more is
-read in two halves at once, the second on a helper thread, and the two CRC-32 combined.
-Both calls release the GIL, so checking costs little more than the read alone.
+read by the calling thread and a helper thread together (:class:`_SharedRead`), their
+CRC-32 combined. Both calls release the GIL. What checking still costs, and why: see
+``_SharedRead``.
 
 ``Container`` knows nothing of traces: :mod:`tracing.trace_file` builds on it.
 """
@@ -57,13 +58,13 @@ CHECKSUM_KEY = "checksums"
 
 CHECKSUM_ALGORITHM = "crc32"
 
-PIECE = 256 * 1024
+PIECE = 512 * 1024
 """Bytes read at a time from an entry whose checksum is checked: each piece is
 checksummed right after it is read, while it is still in the CPU's cache."""
 
-SPLIT_MIN = 1 << 20
-"""Entries of at least this many bytes are read in two halves on two threads at once
-(below it, handing work to the helper thread costs more than it saves)."""
+SPLIT_MIN = 512 * 1024
+"""Entries of at least this many bytes are read by two threads at once (below it, handing
+work to the helper thread costs more than it saves)."""
 
 # safetensors dtype code -> (torch dtype name, bytes per element)
 DTYPES: dict[str, tuple[str, int]] = {
@@ -369,7 +370,13 @@ class _SharedRead:
     appended to it at the end (:func:`tracing.crc32.combiner`, microseconds each). The
     caller returns only when every piece the helper took is read (the memory is not
     handed back while a thread still writes into it); the first error of either is
-    raised."""
+    raised.
+
+    What checking costs (2-core EPYC, 471 MB gpt2-small ``values`` trace, every tensor
+    read once): ~56 ms without checksums, ~75 ms with; the CRC-32 is ~34 ms of CPU at
+    libdeflate's 14 GB/s, split over the two cores. (Reading ahead the next entry on
+    the helper, so that it never waits, measured no better: both cores are busy
+    already.)"""
 
     def __init__(self, fill_part: Any, view: memoryview, address: int, offset: int, checksum: bool):
         self._fill_part = fill_part

@@ -1538,7 +1538,8 @@ class _SpareMemory:
     def take(self, entry: Any) -> torch.Tensor | None:
         """A uint8 tensor over kept memory of exactly ``entry``'s size, or None."""
         n = entry.end - entry.start
-        for i, storage in enumerate(self._kept):
+        for i in range(len(self._kept) - 1, -1, -1):  # the newest first: likely still cached
+            storage = self._kept[i]
             if storage.nbytes() == n:
                 del self._kept[i]
                 self._bytes -= n
