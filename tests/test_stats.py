@@ -102,8 +102,11 @@ def test_small_cpu_tensors_wait_for_one_batch_from_their_own_copy():
     x = torch.randn(4, 8)
     expected = tensor_stats(x)
     pending = collector.add(x)
-    assert isinstance(pending, PendingStats) and pending.copy is not x
+    assert isinstance(pending, PendingStats)
+    kept_copy = pending.copy  # the private copy, as the tracer keeps it for `values`
+    assert kept_copy is not x and torch.equal(kept_copy, x) and kept_copy.is_contiguous()
     x.mul_(100)  # the model goes on and changes it in place
+    assert not torch.equal(kept_copy, x)
     kept = torch.arange(6.0)
     assert collector.add(kept, private=True).copy is kept
     early = collector.add(torch.tensor([1.0, NAN]))

@@ -1217,8 +1217,7 @@ class Tracer:
             self._skipped_values += 1
             return
         # a small CPU tensor's stats copy (contiguous, private) serves as its kept value
-        pending = self._tensors[rid].stats
-        copy = pending.value() if type(pending) is PendingStats else None
+        copy = getattr(self._tensors[rid].stats, "copy", None)  # PendingStats.copy
         if copy is not None and copy.dtype == dtype and self.out is None:
             self._store_value(rid, copy)
             return

@@ -254,31 +254,15 @@ def stats_from_row(row: list[float], n: int) -> TensorStats:
 
 class PendingStats:
     """Statistics not computed yet: a row queued on a device by :class:`StatsCollector`
-    (``row``), or a private copy of a small CPU tensor waiting for the batch: a NumPy
-    array (``array``: the batch is reduced in NumPy, so it needs no conversion later) or,
-    for dtypes NumPy lacks, a tensor (``copy``)."""
+    (``row``), or a private copy of a small CPU tensor waiting for the batch (``copy``)."""
 
-    __slots__ = ("array", "copy", "n", "row", "stats")
+    __slots__ = ("copy", "n", "row", "stats")
 
-    def __init__(
-        self,
-        row: torch.Tensor | None,
-        n: int,
-        copy: torch.Tensor | None = None,
-        array: np.ndarray | None = None,
-    ):
+    def __init__(self, row: torch.Tensor | None, n: int, copy: torch.Tensor | None = None):
         self.row: torch.Tensor | None = row
         self.copy: torch.Tensor | None = copy
-        self.array: np.ndarray | None = array
         self.n = n
         self.stats: TensorStats | None = None
-
-    def value(self) -> torch.Tensor | None:
-        """The private copy as a tensor (contiguous; it shares the array's memory), or
-        None once the batch is computed or when there is none (a device row)."""
-        if self.copy is None and self.array is not None:
-            self.copy = torch.from_numpy(self.array)
-        return self.copy
 
 
 _BATCHED = frozenset(
@@ -314,16 +298,12 @@ class StatsCollector:
             if t.is_cpu:  # (a flag: ``t.device.type`` builds a device object each time)
                 n = t.numel()
                 if 0 < n <= BATCH and t.dtype in _BATCHED and type(t) is torch.Tensor:
-                    if private:
-                        pending = PendingStats(None, n, t)
-                    else:
+                    if not private:
                         _require_data(t, n)
                         if t.requires_grad:
                             t = t.detach()
-                        try:  # a C-ordered copy (NumPy's copy costs what a clone does)
-                            pending = PendingStats(None, n, None, t.numpy().copy())
-                        except (RuntimeError, TypeError):  # bfloat16, a lazy neg/conj bit
-                            pending = PendingStats(None, n, t.clone(memory_format=_CONTIGUOUS))
+                        t = t.clone(memory_format=_CONTIGUOUS)
+                    pending = PendingStats(None, n, t)
                     self._small.append(pending)
                     return pending
                 return tensor_stats(t)
@@ -340,13 +320,11 @@ class StatsCollector:
     def finish(self) -> None:
         """Compute the batch of small tensors, and move every pending row to the host: one
         stack and one copy per device."""
-        small = [p for p in self._small if p.array is not None or p.copy is not None]
-        self._small = []
+        small, self._small = [p for p in self._small if p.copy is not None], []
         if small:
-            parts = [p.copy if p.array is None else p.array for p in small]
-            for p, stats in zip(small, batch_stats(parts)):
+            for p, stats in zip(small, batch_stats([p.copy for p in small])):
                 p.stats = stats
-                p.copy = p.array = None
+                p.copy = None
         by_device: dict[torch.device, list[PendingStats]] = {}
         for p in self._pending:
             if p.row is not None:
@@ -379,8 +357,8 @@ def _require_data(t: torch.Tensor, n: int) -> None:
         raise RuntimeError("the tensor's data is not allocated (its storage is smaller)")
 
 
-def batch_stats(tensors: list) -> list[TensorStats]:
-    """:func:`tensor_stats` of many small CPU tensors (or NumPy arrays) at once.
+def batch_stats(tensors: list[torch.Tensor]) -> list[TensorStats]:
+    """:func:`tensor_stats` of many small CPU tensors at once.
 
     The tensors are laid end to end in one float64 buffer, and NumPy's
     ``reduceat`` reduces every segment in one pass per figure: minimum, maximum, the sum
@@ -394,10 +372,6 @@ def batch_stats(tensors: list) -> list[TensorStats]:
     group, indices = [], []
     with torch.no_grad(), np.errstate(invalid="ignore", over="ignore"):
         for i, t in enumerate(tensors):
-            if isinstance(t, np.ndarray):  # NumPy copies (StatsCollector's)
-                group.append(t.ravel())
-                indices.append(i)
-                continue
             try:
                 if t.dtype in _HALF:  # NumPy has no such dtype
                     group.append(t.reshape(-1).float().numpy())
@@ -494,7 +468,7 @@ def resolve_stats(stats: TensorStats | PendingStats | None) -> TensorStats | Non
     if stats.row is not None:
         stats.stats = stats_from_row(stats.row.cpu().tolist(), stats.n)
         stats.row = None
-    elif stats.copy is not None or stats.array is not None:
-        stats.stats = tensor_stats(stats.value())
-        stats.copy = stats.array = None
+    elif stats.copy is not None:
+        stats.stats = tensor_stats(stats.copy)
+        stats.copy = None
     return stats.stats
