@@ -196,3 +196,38 @@ def test_a_streamed_trace_with_no_values_at_all(tmp_path):
     trace = tracing.trace(nn.Linear(3, 2), torch.randn(1, 3), capture="shapes", out=tmp_path / "e")
     assert len(trace.values) == 0 and tracing.load(tmp_path / "e").steps == trace.steps
     assert load_file(str(tmp_path / "e")).keys() <= {"__scratchformer_pad__"}
+
+
+@pytest.mark.parametrize("where", ["header in its reserve", "header outgrows its reserve"])
+def test_a_streamed_file_carries_checksums_and_a_flipped_byte_is_an_error(
+    tmp_path, monkeypatch, where
+):
+    """Values written while the forward runs are checked on read like saved ones."""
+    from tracing.container import Container
+    from tracing.errors import TraceFileError
+
+    if where == "header outgrows its reserve":
+        monkeypatch.setattr(trace_file, "HEADER_RESERVE", 1024)
+    model, ids = _model(), torch.randint(0, 50, (1, 6))
+    path = tmp_path / "t.sft"
+    streamed = tracing.trace(model, ids, capture="values", out=path)
+    keys = list(streamed.values)
+    streamed.values.close()
+    with Container(path) as c:
+        c.attach_checksums()
+        unchecked = [n for n, e in c.entries.items() if e.checksum is None]
+        assert all(n.startswith(trace_file.RESERVED_PREFIX) for n in unchecked)
+        entry = c.entries[keys[len(keys) // 2]]
+    assert entry.checksum is not None and entry.end > entry.start
+    with open(path, "r+b") as f:  # flip one byte in the middle of that value
+        f.seek((entry.start + entry.end) // 2)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0x10]))
+    loaded = tracing.load(path)
+    for key in keys:
+        if key == keys[len(keys) // 2]:
+            with pytest.raises(TraceFileError, match="fails its checksum"):
+                loaded.values[key]
+        else:
+            assert torch.equal(loaded.values[key], tracing.load(path).values[key])

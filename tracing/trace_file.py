@@ -433,6 +433,10 @@ class TraceWriter:
     safetensors file, written once, with no copy of the data; ``tracing.load`` ignores
     the padding entries, other readers see them as ``uint8`` arrays.
 
+    Every value's CRC-32 is taken from its bytes as they are written and listed in the
+    header (``checksums``, as :func:`write_safetensors` does), so a streamed file is
+    checked on read like a saved one.
+
     The file is written under a temporary name and renamed into place by ``close``: a
     capture that is interrupted (or ``abort``-ed) never leaves a complete-looking file.
     If the header outgrows its reserve, ``close`` rewrites the file once, with room.
@@ -445,6 +449,7 @@ class TraceWriter:
         self._entries: dict[str, tuple[str, list[int], int, int]] = {}  # offsets from data
         self._offset = 0  # bytes of data written so far
         self._pads = 0
+        self._sums: dict[str, str] = {}  # entry -> CRC-32 of its bytes as written (8 hex)
         try:
             self._file = open(self._tmp, "wb")  # noqa: SIM115 - closed in close()/abort()
             self._file.seek(self._reserve)
@@ -482,7 +487,11 @@ class TraceWriter:
         nbytes = t.numel() * t.element_size()
         try:
             if nbytes:
-                self._file.write(_memory_of(t))
+                data = _memory_of(t)
+                self._sums[name] = f"{crc32(data):08x}"
+                self._file.write(data)
+            else:
+                self._sums[name] = "00000000"
         except OSError as e:
             self.abort()
             raise TraceFileError(f"cannot write {self.path}: {e.strerror or e}") from None
@@ -543,6 +552,8 @@ class TraceWriter:
         return head + b" " * (limit - gap - len(head))
 
     def _header_bytes(self, metadata: dict[str, str], gap: int) -> bytes:
+        checksums = {"algorithm": CHECKSUM_ALGORITHM, "entries": self._sums}
+        metadata = {**metadata, CHECKSUM_KEY: json.dumps(checksums, separators=(",", ":"))}
         header: dict[str, Any] = {"__metadata__": metadata}
         if gap:
             header[f"{PAD_PREFIX}__"] = {"dtype": "U8", "shape": [gap], "data_offsets": [0, gap]}
