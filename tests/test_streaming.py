@@ -212,6 +212,7 @@ def test_a_streamed_file_carries_checksums_and_a_flipped_byte_is_an_error(
     path = tmp_path / "t.sft"
     streamed = tracing.trace(model, ids, capture="values", out=path)
     keys = list(streamed.values)
+    expected = {key: streamed.values[key].clone() for key in keys}  # read before the flip
     streamed.values.close()
     with Container(path) as c:
         c.attach_checksums()
@@ -229,5 +230,5 @@ def test_a_streamed_file_carries_checksums_and_a_flipped_byte_is_an_error(
         if key == keys[len(keys) // 2]:
             with pytest.raises(TraceFileError, match="fails its checksum"):
                 loaded.values[key]
-        else:
-            assert torch.equal(loaded.values[key], tracing.load(path).values[key])
+        else:  # every other value still reads, and reads what was written
+            assert torch.equal(loaded.values[key], expected[key])

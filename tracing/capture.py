@@ -92,7 +92,7 @@ from tracing.record import (
     built,
 )
 from tracing.source import caller_location, location_from_traceback
-from tracing.stats import PendingStats, StatsCollector, resolve_stats
+from tracing.stats import StatsCollector, resolve_stats
 from tracing.trace_file import TraceWriter
 from tracing.values import StreamedValues, ValueArena
 
@@ -535,8 +535,9 @@ class _StepDraft:
 
 class _TensorDraft:
     """A tensor record under construction: the torch ``Size``, dtype and device as seen
-    (named only in :meth:`freeze`), the stats, the key of its kept value, the step that
-    produced it and its role (``param``, ``input``, ``attention``...)."""
+    (named only when it becomes the record: :meth:`seal`, or :meth:`freeze` for a copy
+    mid-run), the stats, the key of its kept value, the step that produced it and its role
+    (``param``, ``input``, ``attention``...)."""
 
     def __init__(self, shape, dtype, device, producer):
         self.shape = shape
@@ -555,9 +556,7 @@ class _TensorDraft:
         self.dtype = _dtype_name(self.dtype)
         self.device = _device_name(self.device)
         self.dims = dims
-        stats = self.stats
-        if type(stats) is PendingStats:
-            self.stats = resolve_stats(stats)
+        self.stats = resolve_stats(self.stats)
         self.grad_of = None
         self.__class__ = TensorRecord
         return self  # type: ignore[return-value]

@@ -401,14 +401,14 @@ def _stats(mn: float, mx: float, mean: float, std: float, nan: int, inf: int) ->
 
 
 def _segment_stats(x: np.ndarray, counts: list[int], indices: list[int], out: list) -> None:
-    """Fill ``out[indices[j]]`` with the statistics of segment ``j`` of ``x``."""
+    """Fill ``out[indices[j]]`` with the statistics of segment ``j`` of the float64 ``x``."""
     n = np.array(counts)
     starts = np.zeros(len(counts), dtype=np.int64)
     np.cumsum(n[:-1], out=starts[1:])
     lo = np.minimum.reduceat(x, starts).tolist()
     hi = np.maximum.reduceat(x, starts).tolist()
-    total = np.add.reduceat(x, starts, dtype=_F64)
-    squares = np.add.reduceat(np.square(x, dtype=_F64), starts)
+    total = np.add.reduceat(x, starts)
+    squares = np.add.reduceat(np.square(x), starts)
     mean = total / n
     var = (squares / n - mean * mean).tolist()
     mean = mean.tolist()
@@ -423,7 +423,7 @@ def _segment_stats(x: np.ndarray, counts: list[int], indices: list[int], out: li
             out[i] = _stats(mn, mx, mn, 0.0, 0, 0)
             continue
         if mu * mu > 1e8 * v:  # float64 E[x^2] - mean^2 would keep too few digits
-            seg = x[starts[j] : starts[j] + counts[j]].astype(_F64) - mu
+            seg = x[starts[j] : starts[j] + counts[j]] - mu
             v = float(np.dot(seg, seg)) / counts[j] - (float(seg.sum()) / counts[j]) ** 2
         out[i] = _stats(mn, mx, mu, math.sqrt(max(v, 0.0)), 0, 0)
     if bad:
@@ -434,7 +434,8 @@ def _segment_stats(x: np.ndarray, counts: list[int], indices: list[int], out: li
 
 
 def _masked_segments(x: np.ndarray, counts: list[int]) -> list[TensorStats]:
-    """Statistics of the finite elements of each segment of ``x``, with NaN/Inf counts."""
+    """Statistics of the finite elements of each segment of the float64 ``x``, with
+    NaN/Inf counts."""
     n = np.array(counts)
     starts = np.zeros(len(counts), dtype=np.int64)
     np.cumsum(n[:-1], out=starts[1:])
@@ -443,7 +444,7 @@ def _masked_segments(x: np.ndarray, counts: list[int]) -> list[TensorStats]:
     n_nan = np.add.reduceat(np.isnan(x), starts, dtype=np.int64).tolist()
     lo = np.minimum.reduceat(np.where(finite, x, np.inf), starts).tolist()
     hi = np.maximum.reduceat(np.where(finite, x, -np.inf), starts).tolist()
-    zero = np.where(finite, x, 0).astype(_F64, copy=False)
+    zero = np.where(finite, x, 0.0)
     count = np.maximum(n_finite, 1)
     mean = np.add.reduceat(zero, starts) / count
     centred = np.where(finite, zero - np.repeat(mean, n), 0.0)

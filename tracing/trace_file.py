@@ -335,9 +335,7 @@ def write_safetensors(
         offset += n
 
     def header(sums: dict[str, str]) -> bytes:
-        checksums = {"algorithm": CHECKSUM_ALGORITHM, "entries": sums}
-        meta = {**metadata, CHECKSUM_KEY: json.dumps(checksums, separators=(",", ":"))}
-        head = {"__metadata__": meta, **layout}
+        head = {"__metadata__": _with_checksums(metadata, sums), **layout}
         head_bytes = json.dumps(head, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         return head_bytes + b" " * (-len(head_bytes) % 8)
 
@@ -360,6 +358,13 @@ def write_safetensors(
         assert len(final) == len(placeholder)  # same width: hex digits need no escaping
         f.seek(8)
         f.write(final)
+
+
+def _with_checksums(metadata: dict[str, str], sums: dict[str, str]) -> dict[str, str]:
+    """``metadata`` with the ``checksums`` table (entry -> CRC-32 as 8 hex digits) that
+    :class:`tracing.container.Container` checks on read."""
+    checksums = {"algorithm": CHECKSUM_ALGORITHM, "entries": sums}
+    return {**metadata, CHECKSUM_KEY: json.dumps(checksums, separators=(",", ":"))}
 
 
 def _write_tensor(sink: Any, t: torch.Tensor, scratch: list[torch.Tensor]) -> None:
@@ -552,9 +557,7 @@ class TraceWriter:
         return head + b" " * (limit - gap - len(head))
 
     def _header_bytes(self, metadata: dict[str, str], gap: int) -> bytes:
-        checksums = {"algorithm": CHECKSUM_ALGORITHM, "entries": self._sums}
-        metadata = {**metadata, CHECKSUM_KEY: json.dumps(checksums, separators=(",", ":"))}
-        header: dict[str, Any] = {"__metadata__": metadata}
+        header: dict[str, Any] = {"__metadata__": _with_checksums(metadata, self._sums)}
         if gap:
             header[f"{PAD_PREFIX}__"] = {"dtype": "U8", "shape": [gap], "data_offsets": [0, gap]}
         for name, (code, shape, start, end) in self._entries.items():
