@@ -6,6 +6,6 @@ the root step's source is the user's line or none (``tracing.tool_frames``).
 
 import os as _os
 
-from tracing import tool_frames as _tool_frames
+from tracing.capture import tool_frames as _tool_frames
 
 _tool_frames.hide(_os.path.dirname(_os.path.abspath(__file__)))

@@ -22,12 +22,12 @@ from app.session import (
     encode_prompt,
     run_trace,
 )
-from tracing.edits import Action, Edit, EditError, MeanAblate, Patch, Scale, Zero
+from tracing.capture.edits import Action, Edit, EditError, MeanAblate, Patch, Scale, Zero
 from tracing.sites import step_site
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracing import Trace
-    from tracing.patching import SweepResult
+    from tracing.runs.patching import SweepResult
 
 ACTIONS = ("zero", "mean", "scale", "patch", "patch_file")
 """The edit actions the app offers, in menu order."""
@@ -90,7 +90,7 @@ def edit_for_step(trace: Trace, index: int, action: Action) -> Edit:
 def edit_for_head(trace: Trace, map_step: int, head: int, action: Action) -> Edit:
     """An edit of one head's output in the layer whose attention map step ``map_step``
     computed: the per-head output ``(B, H, T, D)`` that the map multiplies into."""
-    from tracing.patching import head_site_for_map
+    from tracing.runs.patching import head_site_for_map
 
     found = head_site_for_map(trace, map_step)
     if found is None:
@@ -228,7 +228,7 @@ def run_sweep(
     """Build the model, encode both prompts (same length) and sweep."""
     import torch
 
-    from tracing.patching import sweep
+    from tracing.runs.patching import sweep
 
     if request.base.source.kind == "file":
         raise SessionError(

@@ -17,12 +17,12 @@ import torch
 import tracing
 from app import session
 from app.session import DEFAULT_CAPTURE, ModelSource, SessionError
-from tracing.generation import trace_generate
+from tracing.runs.generation import trace_generate
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch.nn as nn
 
-    from tracing.generation import GenerationTrace
+    from tracing.runs.generation import GenerationTrace
 
 ProgressCallback = Any  # (done: int, total: int) -> None
 

@@ -241,7 +241,7 @@ def run_trace(
         if request.training:
             if request.edits:
                 raise SessionError("Edits apply to a forward pass, not to a training step.")
-            from tracing.backward import record_step
+            from tracing.runs.backward import record_step
 
             trace = record_step(
                 model,

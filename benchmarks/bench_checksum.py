@@ -32,8 +32,8 @@ from pathlib import Path
 import torch
 
 import tracing
-from tracing import crc32
-from tracing.trace_file import tensors_to_store
+from tracing.file import crc32
+from tracing.file.saving import tensors_to_store
 
 
 def _read_all(path: Path, verify: bool) -> float:

@@ -33,7 +33,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import tracing
 from scratchformer import DecoderOnlyTransformer, ModelConfig
-from tracing.distributed import join_from_environment, output_path, rank_path
+from tracing.capture.distributed import join_from_environment, output_path, rank_path
 
 
 def main() -> None:

@@ -31,8 +31,8 @@ import torch
 from bench_floor import interleaved_medians, print_medians  # this folder, run as a script
 
 import tracing
-from tracing.edits import Edit, Scale, Zero
-from tracing.patching import sweep
+from tracing.capture.edits import Edit, Scale, Zero
+from tracing.runs.patching import sweep
 
 
 def bench_trace(rounds: int) -> None:
@@ -91,9 +91,9 @@ def bench_cells(pairs: int, tokens: int) -> None:
     timed once; the ratio of a 12 x 12 sweep is estimated from the medians."""
     import random
 
-    from tracing.edit_run import run_edited
-    from tracing.edits import EditPlan, Patch
-    from tracing.patching import _Keep, head_sites
+    from tracing.capture.edits import EditPlan, Patch
+    from tracing.runs.edit_run import run_edited
+    from tracing.runs.patching import _Keep, head_sites
 
     model, clean, corrupted = _gpt2_small(tokens)
     with torch.no_grad():

@@ -30,7 +30,7 @@ from torch.overrides import TorchFunctionMode
 
 import tracing
 from tracing import capture
-from tracing.source import caller_location
+from tracing.capture.source import caller_location
 
 
 class _CallThrough(TorchFunctionMode):

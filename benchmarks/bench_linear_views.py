@@ -15,7 +15,8 @@ import importlib.util
 import sys
 import time
 
-from tracing import attention, graph
+from tracing.analysis import attention_maps as attention
+from tracing.analysis import graph
 from tracing.record import ModuleInfo, Step, TensorRecord, Trace
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 import tracing
-from tracing import trace_file
+from tracing import file as trace_file
 
 
 class WriterClock:

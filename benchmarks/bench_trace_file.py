@@ -54,7 +54,7 @@ def median_time(fn, repeat: int) -> float:
 
 def bench_one(label: str, trace: Trace, folder: Path, repeat: int) -> None:
     ours, plain = folder / "t.sft", folder / "p.safetensors"
-    from tracing.trace_file import tensors_to_store
+    from tracing.file.saving import tensors_to_store
 
     prepared = tensors_to_store(trace, plain)
     nbytes = sum(t.numel() * t.element_size() for t in prepared.values())

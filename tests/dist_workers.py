@@ -170,7 +170,7 @@ def ddp_training_step(rank: int, world_size: int, folder: Path) -> None:
     from torch.nn.parallel import DistributedDataParallel
 
     import tracing
-    from tracing.distributed import output_path
+    from tracing.capture.distributed import output_path
 
     traced, plain = (DistributedDataParallel(demo_model(), bucket_cap_mb=0.02) for _ in "ab")
     sgd = {id(m): torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (traced, plain)}

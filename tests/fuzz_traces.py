@@ -66,7 +66,7 @@ def make_seeds(folder: Path) -> list[Path]:
     from app_fixtures import tiny_trace
     from golden.handmade import handmade_trace
 
-    from tracing import trace_file
+    from tracing.file import saving as trace_file  # save() reads the inline limit there
 
     seeds = []
     for name, trace in (
@@ -323,9 +323,9 @@ def mutate(data: bytes, rng: random.Random) -> tuple[bytes, str]:
 
 def exercise(trace, path: Path, with_app: bool) -> None:
     """Everything a user can do with a loaded trace, headless (and in the app if asked)."""
-    from tracing import report
+    from tracing.analysis import report
     from tracing.errors import TraceFileError
-    from tracing.trace_file import read_graph_data
+    from tracing.file.loading import read_graph_data
 
     trace.graph  # noqa: B018
     for depth in range(5):

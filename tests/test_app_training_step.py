@@ -16,7 +16,7 @@ from app import session
 from app.session import ModelSource, TraceRequest
 from app.theme import GRAD_HIGH, GRAD_LOW
 from app.windows.main_window import MainWindow
-from tracing.gradients import layer_grad_norms, step_grad_norm
+from tracing.analysis.gradients import layer_grad_norms, step_grad_norm
 
 pytestmark = [pytest.mark.gui, pytest.mark.usefixtures("one_thread")]
 

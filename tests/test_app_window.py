@@ -154,8 +154,8 @@ def test_the_source_pane_never_reads_what_a_stranger_names(tmp_path, window):
     the user asks; a real .py file is shown once asked for."""
     import os
 
+    from tracing.file.source_files import MAX_SOURCE_BYTES
     from tracing.record import SourceLocation
-    from tracing.source_files import MAX_SOURCE_BYTES
 
     fifo = tmp_path / "pipe.py"
     os.mkfifo(fifo)

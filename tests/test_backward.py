@@ -24,7 +24,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 import tracing
-from tracing.backward import trace_step
+from tracing.runs.backward import trace_step
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

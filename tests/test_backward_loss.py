@@ -18,7 +18,7 @@ from tiny_models import tiny_gpt2
 from torch import nn
 
 import tracing
-from tracing.backward import trace_step
+from tracing.runs.backward import trace_step
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import tracing
-from tracing.backward import trace_step
-from tracing.trace_file import LazyValues
+from tracing.file.lazy_values import LazyValues
+from tracing.runs.backward import trace_step
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

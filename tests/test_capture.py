@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import tracing
-from tracing.capture import Tracer
-from tracing.dims import infer_dims, sizes_from_config
+from tracing.capture.dims import infer_dims, sizes_from_config
+from tracing.capture.tracer import Tracer
 
 
 def tiny_model():

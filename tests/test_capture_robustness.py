@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 import tracing
-from tracing.capture import Tracer
+from tracing.capture.tracer import Tracer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

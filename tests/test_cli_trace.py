@@ -15,7 +15,7 @@ import tracing
 from app.cli import main
 from scratchformer import ByteTokenizer, DecoderOnlyTransformer, ModelConfig, save_checkpoint
 from scratchformer.demo import demo_checkpoint_path
-from tracing import report
+from tracing.analysis import report
 
 TINY = dict(vocab_size=256, block_size=16, d_model=16, n_heads=2, n_layers=1, d_ff=32)
 

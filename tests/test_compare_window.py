@@ -10,7 +10,7 @@ from tiny_models import trace_demo
 
 import scratchformer
 from app.windows.compare_window import CompareWindow, divergence_colour
-from tracing.divergence import entry_score, score_text
+from tracing.analysis.divergence import entry_score, score_text
 
 CHANGED = "blocks.1.feed_forward.linear1"
 

@@ -15,10 +15,12 @@ import numpy as np
 import pytest
 import torch
 
-from tracing import container as container_mod
-from tracing import crc32 as crc32_mod
-from tracing.container import Container, ContainerError
-from tracing.trace_file import LazyValues, TraceFileError, write_safetensors
+from tracing.errors import TraceFileError
+from tracing.file import container as container_mod
+from tracing.file import crc32 as crc32_mod
+from tracing.file.container import Container, ContainerError
+from tracing.file.lazy_values import LazyValues
+from tracing.file.saving import write_safetensors
 
 BIG_BYTES = 6 * container_mod.PIECE + 12  # several pieces for each thread, a short last
 

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import tracing
 from app.cli import main
 from scratchformer import DecoderOnlyTransformer, ModelConfig
-from tracing.trace_diff import diff, step_keys, tensor_metrics
+from tracing.analysis.trace_diff import diff, step_keys, tensor_metrics
 
 # --------------------------------------------------------------------------- fixtures
 
@@ -266,7 +266,6 @@ def test_cli_diff_errors(tmp_path, capsys):
 
 def test_package_level_diff_is_the_function_even_after_importing_the_module() -> None:
     import tracing
-    import tracing.trace_diff
 
     assert tracing.diff is tracing.trace_diff.diff
     assert callable(tracing.diff)

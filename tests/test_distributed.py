@@ -16,8 +16,8 @@ import pytest
 import torch
 
 import tracing
-from tracing.distributed import rank_path, rank_siblings
-from tracing.ranks import collectives_of, load_ranks, pooled_stats, stitch
+from tracing.analysis.ranks import collectives_of, load_ranks, pooled_stats, stitch
+from tracing.capture.distributed import rank_path, rank_siblings
 from tracing.stats import tensor_stats
 
 pytestmark = pytest.mark.skipif(
@@ -121,7 +121,7 @@ def test_stitched_shards_equal_the_layer_unsharded(folder):
     first = ranks.first
     linear0 = next(s for s in first.steps if s.module == "0" and s.op == "linear")
     out_id = linear0.outputs[0]
-    from tracing.ranks import layout_of
+    from tracing.analysis.ranks import layout_of
 
     assert layout_of(first, out_id)["placements"] == [["shard", 1]]
     torch.testing.assert_close(ranks.stitched(out_id), hidden)

@@ -14,8 +14,7 @@ from torch import nn
 
 import scratchformer
 import tracing
-from tracing.edit_run import run_edited
-from tracing.edits import (
+from tracing.capture.edits import (
     Add,
     Edit,
     EditError,
@@ -26,6 +25,7 @@ from tracing.edits import (
     Zero,
     edited_steps,
 )
+from tracing.runs.edit_run import run_edited
 from tracing.sites import Site, parse_site, site_steps, step_site
 
 HEAD_SITE = "blocks.{}.self_attn.attention"  # (output (B, H, T, D), weights)

@@ -11,8 +11,8 @@ from PySide6.QtCore import QSettings
 import scratchformer
 from app import edit_session, session
 from app.windows.main_window import MainWindow
-from tracing.edit_run import run_edited
-from tracing.edits import Edit, Zero
+from tracing.capture.edits import Edit, Zero
+from tracing.runs.edit_run import run_edited
 from tracing.sites import step_site
 
 pytestmark = pytest.mark.gui

@@ -16,7 +16,7 @@ from tiny_models import tiny_gpt2
 from torch import nn
 
 import tracing
-from tracing.capture import Tracer
+from tracing.capture.tracer import Tracer
 
 # --------------------------------------------------------------------------- models
 

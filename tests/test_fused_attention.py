@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from tiny_models import tiny_gpt2
 
-from tracing.fused_attention import attention_weights, bind_arguments, weights_from_call
+from tracing.capture.fused_attention import attention_weights, bind_arguments, weights_from_call
 
 # --------------------------------------------------------------------------- the rebuild
 

@@ -11,7 +11,7 @@ import torch
 import tracing
 from scratchformer import DecoderOnlyTransformer, ModelConfig
 from tracing.errors import TraceFileError
-from tracing.generation import load_generation, trace_generate
+from tracing.runs.generation import load_generation, trace_generate
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +139,7 @@ def _same_passes(a, b) -> None:
 
 
 def test_a_streamed_generation_equals_one_kept_in_memory(model, tmp_path):
-    from tracing.trace_file import LazyValues
+    from tracing.file.lazy_values import LazyValues
 
     prompt = torch.tensor([[5, 17, 42]])
     memory = trace_generate(model, prompt, 3, capture="values")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import tracing
-from tracing.graph import collapse, to_graphml
+from tracing.analysis.graph import collapse, to_graphml
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from tiny_models import tiny_gpt2
 
 import tracing
 from scratchformer import DecoderOnlyTransformer, ModelConfig
-from tracing.lens import find_blocks, head_contributions, head_writes, logit_lens
+from tracing.analysis.lens import find_blocks, head_contributions, head_writes, logit_lens
 
 # --------------------------------------------------------------------------- fixtures
 

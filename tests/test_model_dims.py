@@ -10,8 +10,8 @@ from torch import nn
 
 import tracing
 from tests.own_models import HF_GPT2, NANOGPT, TUTORIAL_FIXED, load
-from tracing.dim_flow import shape_comment
-from tracing.dims import sizes_from_model
+from tracing.capture.dim_flow import shape_comment
+from tracing.capture.dims import sizes_from_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

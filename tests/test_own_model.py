@@ -183,7 +183,7 @@ def test_failing_op_is_the_failure_step_and_its_line():
     assert step.op == "matmul" and step.error and trace.failure.type == "RuntimeError"
     assert trace.failure.location.text.startswith("return torch.matmul(a, b)")
     assert [trace.tensor(i).shape for i in step.inputs] == [(2, 3), (4, 5)]
-    from tracing.postmortem import failure_lines
+    from tracing.analysis.postmortem import failure_lines
 
     lines = failure_lines(trace)
     assert lines[0].startswith("RuntimeError: ") and "cannot be multiplied" in lines[0]
@@ -213,16 +213,17 @@ def test_sources_survive_save_and_load_and_old_files_still_open(tmp_path):
     # a file written before these fields existed
     import json
 
-    from tracing import trace_file
+    from tracing.file.manifest import encode_manifest
+    from tracing.file.validate import validate
 
-    manifest = trace_file.encode_manifest(trace)
+    manifest = encode_manifest(trace)
     del manifest["failure"], manifest["source_files"]
-    old = trace_file._validate(json.loads(json.dumps(manifest)), None)
+    old = validate(json.loads(json.dumps(manifest)), None)
     assert old.sources == {} and old.failure is None
 
 
 def test_sources_are_capped():
-    from tracing.postmortem import embed_sources
+    from tracing.capture.postmortem import embed_sources
 
     loaded = load(NANOGPT, "gpt", shape=(1, 4))
     trace = tracing.trace(loaded.model, *loaded.args)

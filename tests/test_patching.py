@@ -12,8 +12,8 @@ from tiny_models import tiny_gpt2
 
 import scratchformer
 import tracing
-from tracing.edits import Edit, Patch
-from tracing.patching import head_sites, logit_difference, sweep
+from tracing.capture.edits import Edit, Patch
+from tracing.runs.patching import head_sites, logit_difference, sweep
 from tracing.sites import site_steps
 
 

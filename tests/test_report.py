@@ -21,7 +21,7 @@ import pytest
 from golden.handmade import handmade_trace
 
 import tracing
-from tracing import report
+from tracing.analysis import report
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("SCRATCHFORMER_UPDATE_GOLDEN") == "1"

@@ -165,7 +165,7 @@ def test_a_deferred_trace_records_the_same_stats(monkeypatch):
     ids = torch.randint(0, 256, (1, 12))
     now = tracing.trace(model, ids, capture="stats")
     monkeypatch.setattr(
-        "tracing.capture.StatsCollector", functools.partial(StatsCollector, deferred=True)
+        "tracing.capture.tracer.StatsCollector", functools.partial(StatsCollector, deferred=True)
     )
     later = tracing.trace(model, ids, capture="stats")
     assert len(now.tensors) == len(later.tensors)

@@ -14,8 +14,9 @@ from torch import nn
 
 import tracing
 from tracing import stats as stats_mod
-from tracing import trace_file, values
-from tracing.trace_file import LazyValues
+from tracing.capture import value_sinks as values
+from tracing.file import writer as trace_file  # the streaming writer and its limits
+from tracing.file.lazy_values import LazyValues
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -203,8 +204,8 @@ def test_a_streamed_file_carries_checksums_and_a_flipped_byte_is_an_error(
     tmp_path, monkeypatch, where
 ):
     """Values written while the forward runs are checked on read like saved ones."""
-    from tracing.container import Container
     from tracing.errors import TraceFileError
+    from tracing.file.container import Container
 
     if where == "header outgrows its reserve":
         monkeypatch.setattr(trace_file, "HEADER_RESERVE", 1024)

@@ -14,8 +14,10 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 import tracing
-from tracing import trace_file
+from tracing import file as trace_file
 from tracing.errors import TraceFileError
+from tracing.file import lazy_values, saving
+from tracing.file.manifest import json_default
 from tracing.record import SCHEMA_VERSION, Trace
 
 # --------------------------------------------------------------------------- helpers
@@ -151,7 +153,7 @@ def test_graph_is_stored_as_node_link_data(saved):
     trace, path = saved
     stored = trace_file.read_graph_data(path)
     expected = json.loads(
-        json.dumps(nx.node_link_data(trace.graph, edges="edges"), default=trace_file._json_default)
+        json.dumps(nx.node_link_data(trace.graph, edges="edges"), default=json_default)
     )
     assert stored == expected
     assert "edges" in stored and "links" not in stored
@@ -161,7 +163,7 @@ def test_graph_is_stored_as_node_link_data(saved):
 
 
 def test_big_manifest_goes_into_a_tensor(tmp_path, monkeypatch):
-    monkeypatch.setattr(trace_file, "MANIFEST_INLINE_LIMIT", 10)
+    monkeypatch.setattr(saving, "MANIFEST_INLINE_LIMIT", 10)
     trace = handmade_trace()
     trace.save(tmp_path / "big.sft")
     with safe_open(str(tmp_path / "big.sft"), framework="pt") as f:
@@ -188,7 +190,7 @@ def test_writer_output_is_read_back_exactly_by_safetensors_itself(tmp_path, monk
     """Views, strides, offsets and shared memory, through the block-by-block path too."""
     from safetensors.torch import load_file
 
-    monkeypatch.setattr(trace_file, "WRITE_CHUNK_BYTES", chunk)
+    monkeypatch.setattr(saving, "WRITE_CHUNK_BYTES", chunk)
     base = torch.arange(2 * 3 * 5 * 7, dtype=torch.float32).reshape(2, 3, 5, 7)
     tensors = {
         "transposed": base.transpose(1, 2),  # (2, 5, 3, 7), non-contiguous
@@ -244,7 +246,7 @@ def test_values_load_lazily_and_are_read_only(saved):
 
 def test_cache_keeps_only_the_most_recent_tensors(saved, monkeypatch):
     _, path = saved
-    monkeypatch.setattr(trace_file, "VALUE_CACHE_SIZE", 2)
+    monkeypatch.setattr(lazy_values, "VALUE_CACHE_SIZE", 2)
     values = tracing.load(path).values
     for key in ("t0", "t1", "t2", "t1"):
         values[key]
@@ -253,7 +255,7 @@ def test_cache_keeps_only_the_most_recent_tensors(saved, monkeypatch):
 
 def test_cache_is_bounded_in_bytes_too(saved, monkeypatch):
     _, path = saved
-    monkeypatch.setattr(trace_file, "VALUE_CACHE_BYTES", 60)  # t1 is 48 bytes, t3 is 72
+    monkeypatch.setattr(lazy_values, "VALUE_CACHE_BYTES", 60)  # t1 is 48 bytes, t3 is 72
     values = tracing.load(path).values
     values["t1"]
     values["t2"]
@@ -288,7 +290,7 @@ def test_interrupted_save_leaves_the_old_file_and_no_partial_one(saved, monkeypa
         Path(filename).write_bytes(b"half a file")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(trace_file, "write_safetensors", exploding_write)
+    monkeypatch.setattr(saving, "write_safetensors", exploding_write)
     with pytest.raises(KeyboardInterrupt):
         trace.save(path)
     assert path.read_bytes() == before

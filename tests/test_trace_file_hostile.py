@@ -117,9 +117,9 @@ def test_deep_nesting_in_meta_or_anywhere_is_refused(saved, depth):
 
 def test_a_manifest_entry_that_is_not_bytes_is_refused(saved, monkeypatch):
     trace, path = saved
-    from tracing import trace_file
+    from tracing.file import saving
 
-    monkeypatch.setattr(trace_file, "MANIFEST_INLINE_LIMIT", 10)
+    monkeypatch.setattr(saving, "MANIFEST_INLINE_LIMIT", 10)
     trace.save(path)
     with safe_open(str(path), framework="pt") as f:
         tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
@@ -173,17 +173,17 @@ def test_a_file_without_checksums_still_opens(saved):
 
 
 def test_manifest_size_and_row_caps(saved, monkeypatch):
-    from tracing import trace_file
+    from tracing.file import loading, validate
 
     _, path = saved
-    monkeypatch.setattr(trace_file, "MAX_RECORDS", 5)
+    monkeypatch.setattr(validate, "MAX_RECORDS", 5)
     expect_error(path, "more than 5")
-    monkeypatch.setattr(trace_file, "MAX_MANIFEST_BYTES", 100)
+    monkeypatch.setattr(loading, "MAX_MANIFEST_BYTES", 100)
     expect_error(path, "manifest is longer than the 100")
 
 
 def test_header_entry_cap(saved, monkeypatch):
-    from tracing import container
+    from tracing.file import container
 
     _, path = saved
     monkeypatch.setattr(container, "MAX_ENTRIES", 3)
@@ -297,7 +297,7 @@ def test_writing_never_replaces_a_device_or_a_fifo(tmp_path):
     would turn /dev/null into a regular file for the whole machine)."""
     import stat
 
-    from tracing import report
+    from tracing.analysis import report
 
     trace = tracing.trace(torch.nn.Linear(2, 2), torch.randn(1, 2))
     fifo = tmp_path / "pipe"
@@ -318,8 +318,9 @@ def test_the_column_check_agrees_with_check_trace_record_by_record():
 
     from torch import nn
 
-    from tracing import trace_file
-    from tracing.backward import trace_step
+    from tracing.file import manifest
+    from tracing.file.layout import Invalid
+    from tracing.runs.backward import trace_step
 
     model = nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.Linear(4, 4), nn.ReLU()))
     trace = trace_step(model, torch.randn(2, 4), lambda out: out.sum(), capture="stats")
@@ -331,11 +332,11 @@ def test_the_column_check_agrees_with_check_trace_record_by_record():
     def agree(steps, tensors) -> bool:
         broken = replace(trace, steps=steps, tensors=tensors)
         try:
-            trace_file.check_trace(broken)
+            manifest.check_trace(broken)
             passes = True
-        except trace_file._Invalid:
+        except Invalid:
             passes = False
-        assert trace_file._consistent(columns(steps), columns(tensors), trace.modules) == passes
+        assert manifest.consistent(columns(steps), columns(tensors), trace.modules) == passes
         return passes
 
     assert agree(trace.steps, trace.tensors)

@@ -4,8 +4,19 @@
 >>> t = tracing.trace(model, tokens, capture="stats")   # doctest: +SKIP
 >>> t.steps[10].op, t.tensor(t.steps[10].outputs[0]).shape   # doctest: +SKIP
 
+The package by stage, each folder importing only the ones before it
+(``tests/test_layering.py`` checks it)::
+
+    record, errors, sites, stats, breakpoints, formatting   the record: what a trace is
+    file/       the trace file: save, stream, encode, load, validate, lazy values
+    capture/    the tracer: options, instruments, recorders, dims, edits, distributed
+    runs/       built on the tracer: training steps, generation, watch, edited runs, sweeps
+    analysis/   reading traces (never the tracer): report, diff, lens, attention, ranks
+    show_app    ``tracing.show``: open the app on a trace, a file or a model
+
 This package never imports Qt and never imports ``scratchformer``: it traces any module.
-Heavy submodules are imported on first use, so ``import tracing`` stays cheap.
+Every name below is imported on first use, so ``import tracing`` stays cheap; the old flat
+module paths (``tracing.trace_file``, ``tracing.edits``...) still import (:mod:`tracing.moved`).
 """
 
 from __future__ import annotations
@@ -13,6 +24,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from tracing import moved
 from tracing.errors import ReentrantCheckpointError, TraceError, TraceFileError
 from tracing.record import (
     CAPTURE_LEVELS,
@@ -26,30 +38,45 @@ from tracing.record import (
     Trace,
 )
 
-# public name -> submodule that defines it (imported lazily)
-_LAZY = {
-    "trace": "tracing.capture",
-    "Tracer": "tracing.capture",
-    "load": "tracing.trace_file",
-    "save": "tracing.trace_file",
-    "report": "tracing.report",
-    "diff": "tracing.trace_diff",
-    "TraceDiff": "tracing.trace_diff",
-    "find_next": "tracing.breakpoints",
-    "logit_lens": "tracing.lens",
-    "head_contributions": "tracing.lens",
-    "trace_step": "tracing.backward",
-    "watch": "tracing.watcher",
-    "first_nonfinite_gradient": "tracing.breakpoints",
-    "trace_generate": "tracing.generation",
-    "load_generation": "tracing.generation",
-    "show": "tracing.show_app",
-    "load_ranks": "tracing.ranks",
-    "RankSet": "tracing.ranks",
-    "rank_path": "tracing.distributed",
-    "edits": "tracing.edits",
-    "sites": "tracing.sites",
-    "run_edited": "tracing.edit_run",
+moved.install()
+
+# public name -> (module that defines it, attribute; None: the name is the module itself)
+_LAZY: dict[str, tuple[str, str | None]] = {
+    # --- the record
+    "sites": ("tracing.sites", None),
+    "breakpoints": ("tracing.breakpoints", None),
+    "find_next": ("tracing.breakpoints", "find_next"),
+    "first_nonfinite_gradient": ("tracing.breakpoints", "first_nonfinite_gradient"),
+    # --- the file
+    "file": ("tracing.file", None),
+    "load": ("tracing.file.loading", "load"),
+    "save": ("tracing.file.saving", "save"),
+    "rank_path": ("tracing.file.rank_paths", "rank_path"),
+    # --- capture
+    "capture": ("tracing.capture", None),
+    "trace": ("tracing.capture.tracer", "trace"),
+    "Tracer": ("tracing.capture.tracer", "Tracer"),
+    "CaptureOptions": ("tracing.capture.options", "CaptureOptions"),
+    "edits": ("tracing.capture.edits", None),
+    # --- runs
+    "runs": ("tracing.runs", None),
+    "trace_step": ("tracing.runs.backward", "trace_step"),
+    "watch": ("tracing.runs.watcher", "watch"),
+    "trace_generate": ("tracing.runs.generation", "trace_generate"),
+    "load_generation": ("tracing.runs.generation", "load_generation"),
+    "run_edited": ("tracing.runs.edit_run", "run_edited"),
+    "patching": ("tracing.runs.patching", None),
+    # --- analysis
+    "analysis": ("tracing.analysis", None),
+    "report": ("tracing.analysis.report", None),
+    "diff": ("tracing.analysis.trace_diff", "diff"),
+    "TraceDiff": ("tracing.analysis.trace_diff", "TraceDiff"),
+    "logit_lens": ("tracing.analysis.lens", "logit_lens"),
+    "head_contributions": ("tracing.analysis.lens", "head_contributions"),
+    "load_ranks": ("tracing.analysis.ranks", "load_ranks"),
+    "RankSet": ("tracing.analysis.ranks", "RankSet"),
+    # --- the app, from Python
+    "show": ("tracing.show_app", "show"),
 }
 
 __all__ = [
@@ -70,11 +97,18 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    module_name = _LAZY.get(name)
-    if module_name is None:
+    """``tracing.<name>``: a documented name, or an old flat module path."""
+    if name in _LAZY:
+        module_name, attribute = _LAZY[name]
+        module = importlib.import_module(module_name)
+        value = module if attribute is None else getattr(module, attribute)
+    elif f"tracing.{name}" in moved.MOVED:
+        value = importlib.import_module(moved.MOVED[f"tracing.{name}"])
+    else:
         raise AttributeError(f"module 'tracing' has no attribute {name!r}")
-    module = importlib.import_module(module_name)
-    # `tracing.report` is the module itself; the others are functions/classes in one
-    value = module if module_name.endswith("." + name) else getattr(module, name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -258,24 +258,24 @@ class Trace:
     @cached_property
     def graph(self) -> nx.DiGraph:
         """Data-flow graph: a node per step, edges producer -> consumer by tensor id."""
-        from tracing.graph import build_graph
+        from tracing.analysis.graph import build_graph
 
         return build_graph(self)
 
     def collapsed_graph(self, depth: int) -> nx.DiGraph:
         """Block-level view: every module subtree deeper than ``depth`` as one node."""
-        from tracing.graph import collapse
+        from tracing.analysis.graph import collapse
 
         return collapse(self, depth)
 
     def attention_maps(self) -> dict[str, torch.Tensor]:
         """Every attention-weight tensor, keyed by module path, shaped (B, H, T, T)."""
-        from tracing.attention import attention_maps
+        from tracing.analysis.attention_maps import attention_maps
 
         return attention_maps(self)
 
     def save(self, path) -> None:
         """Write the trace as one safetensors file (see tracing.trace_file)."""
-        from tracing.trace_file import save
+        from tracing.file.saving import save
 
         save(self, path)

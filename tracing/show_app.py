@@ -42,7 +42,7 @@ def show(obj: Any, *inputs: Any, **trace_kwargs: Any) -> Trace | None:
     if isinstance(obj, Trace):
         trace = obj
     elif callable(obj) and hasattr(obj, "named_modules"):
-        from tracing.capture import trace as run_trace
+        from tracing.capture.tracer import trace as run_trace
 
         trace_kwargs.setdefault("capture", "values")
         try:

@@ -86,7 +86,7 @@ def parse_site(site: str | Site) -> Site:
 def step_site(trace: Trace, step: Step | int, with_call: bool = True) -> Site:
     """The site of a step of ``trace``: its module (and call) for a module step, its module,
     op and occurrence within that module call for an op step."""
-    from tracing.trace_diff import step_keys
+    from tracing.analysis.trace_diff import step_keys
 
     index = step if isinstance(step, int) else step.index
     kind, module, op, call, occurrence = step_keys(trace)[index]
@@ -100,7 +100,7 @@ def step_site(trace: Trace, step: Step | int, with_call: bool = True) -> Site:
 
 def site_steps(trace: Trace, site: str | Site) -> list[Step]:
     """Every step of ``trace`` that ``site`` names (one per matching module call)."""
-    from tracing.trace_diff import step_keys
+    from tracing.analysis.trace_diff import step_keys
 
     site = parse_site(site)
     found = []

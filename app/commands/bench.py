@@ -199,7 +199,7 @@ def measure_file(trace, folder: Path, repeat: int = 3) -> FileFigures:
     from safetensors.torch import load_file, save_file
 
     import tracing
-    from tracing.trace_file import tensors_to_store
+    from tracing.file.saving import tensors_to_store
 
     ours, plain = folder / "bench.sft", folder / "plain.safetensors"
     # the same tensors, made ready for a plain write beforehand (contiguous, no shared memory)

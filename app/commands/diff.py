@@ -39,9 +39,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from app.cli import UserError
-    from tracing.report import write_text
-    from tracing.trace_diff import diff
-    from tracing.trace_file import load
+    from tracing.analysis.report import write_text
+    from tracing.analysis.trace_diff import diff
+    from tracing.file.loading import load
 
     out = output_file(args.output) if args.output else None  # checked before the work
     traces = [load(name) for name in (args.a, args.b)]

@@ -129,7 +129,7 @@ def _traced(model, idx, args, temperature, generator, stop_token, tok) -> int:
     import tracing
     from app.cli import UserError
     from app.progress import ProgressBar
-    from tracing.generation import trace_generate
+    from tracing.runs.generation import trace_generate
 
     folder = Path(args.trace)
     if folder.exists() and not folder.is_dir():

@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     from app.cli import UserError
     from app.progress import ProgressBar
     from scratchformer import ByteTokenizer
-    from tracing.patching import sweep
+    from tracing.runs.patching import sweep
 
     quiet = args.quiet
     say = stderr_say(quiet)

@@ -35,7 +35,7 @@ def join(args: argparse.Namespace, output: Path) -> tuple[Path, bool]:
     import torch
 
     from app.cli import UserError
-    from tracing.distributed import join_from_environment, rank_path
+    from tracing.capture.distributed import join_from_environment, rank_path
 
     if not join_from_environment(args.backend):
         if args.ddp:

@@ -46,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import tracing
     from app.cli import UserError
-    from tracing import report
+    from tracing.analysis import report
 
     out = output_file(args.output) if args.output else None  # checked before the work
     fmt = args.format
@@ -61,8 +61,8 @@ def run(args: argparse.Namespace) -> int:
 
     rank_files = _rank_files(args.trace)
     if rank_files is not None:
-        from tracing import rank_report
-        from tracing.ranks import load_ranks
+        from tracing.analysis import rank_report
+        from tracing.analysis.ranks import load_ranks
 
         if fmt not in rank_report.FORMATS:
             raise UserError(f"a report over rank files is md or json, not {fmt}")
@@ -89,7 +89,7 @@ def _rank_files(paths: list[str]) -> list | None:
     or one name with ``<stem>.rank<N>`` files beside it and no file of its own."""
     from pathlib import Path
 
-    from tracing.distributed import rank_siblings
+    from tracing.capture.distributed import rank_siblings
 
     if len(paths) > 1:
         return [Path(p) for p in paths]

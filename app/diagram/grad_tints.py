@@ -10,7 +10,7 @@ from __future__ import annotations
 from PySide6.QtGui import QColor
 
 from app.theme import ERROR, GRAD_HIGH, GRAD_LOW
-from tracing.gradients import log_scale, step_grad_norm
+from tracing.analysis.gradients import log_scale, step_grad_norm
 
 
 def ramp(position: float) -> QColor:

@@ -62,7 +62,7 @@ def _base(path: str) -> str:
 
 def attention_steps(trace: Trace, paths: list[str]) -> list[int | None]:
     """For each attention path: the step that produced its weights (else its module call)."""
-    from tracing.attention import attention_map_records
+    from tracing.analysis.attention_maps import attention_map_records
 
     records = attention_map_records(trace)
     result: list[int | None] = []

@@ -44,7 +44,7 @@ from app.windows import dialogs
 from app.windows.compare_window import CompareWindow
 from app.windows.sweep_dialog import SweepDialog
 from app.workers import BackgroundJob, JobWithProgress
-from tracing.edits import Action, Edit, EditError
+from tracing.capture.edits import Action, Edit, EditError
 
 if TYPE_CHECKING:  # pragma: no cover
     from app.session import TraceOutcome

@@ -72,7 +72,7 @@ from app.workers import GenerationJob
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracing import Trace
-    from tracing.generation import GenerationTrace
+    from tracing.runs.generation import GenerationTrace
 
 
 class TraceGenerationDialog(QDialog):

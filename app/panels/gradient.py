@@ -29,8 +29,8 @@ from PySide6.QtWidgets import (
 from app.theme import BACKGROUND, CURRENT, EDGE, ERROR, NONFINITE, TEXT_MUTED
 from app.widgets.common import column
 from app.widgets.tensor_view import TensorView
+from tracing.analysis.gradients import layer_grad_norms, layer_of
 from tracing.breakpoints import Output, grad_norm
-from tracing.gradients import layer_grad_norms, layer_of
 from tracing.record import TensorRecord, Trace
 
 COLUMNS = ("tensor", "shape", "norm", "min", "max", "mean", "std", "NaN", "Inf")

@@ -49,8 +49,8 @@ from app.widgets.common import ElidedLabel, LayoutFirewall, column, make_heading
 from app.widgets.heatmap import HeatmapView
 from app.widgets.shape_table import ShapeTableModel
 from app.widgets.tensor_view import TensorView, token_labels
+from tracing.analysis.postmortem import failure_lines
 from tracing.formatting import format_number
-from tracing.postmortem import failure_lines
 from tracing.record import TensorRecord, Trace
 
 _ROW = QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows

@@ -50,13 +50,13 @@ from app.theme import PROBABILITY_CMAP
 from app.widgets.common import column, hint_label, make_heading, monospace_font, titled
 from app.widgets.heatmap import HeatmapView, colormap
 from app.widgets.tensor_view import token_label
-from tracing.lens import find_attention_modules, head_contributions, logit_lens
+from tracing.analysis.lens import find_attention_modules, head_contributions, logit_lens
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch.nn as nn
 
     from tracing import Trace
-    from tracing.lens import LensResult
+    from tracing.analysis.lens import LensResult
 
 TOP_K = 5
 

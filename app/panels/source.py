@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
 
 from app import theme
 from app.widgets.common import make_scroll_area_opaque
-from tracing.source_files import SourceRefused, read_source_file
+from tracing.file.source_files import SourceRefused, read_source_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracing import SourceLocation

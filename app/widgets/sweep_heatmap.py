@@ -16,7 +16,7 @@ from PySide6.QtGui import QColor, QFont, QFontMetrics, QImage, QPainter
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
 from app import theme
-from tracing.patching import SweepResult
+from tracing.runs.patching import SweepResult
 
 _POSITIVE = QColor(theme.CURRENT)
 _NEGATIVE = QColor(theme.TEXT_SHAPE)

@@ -88,7 +88,7 @@ from app.widgets.heatmap import HeatmapView
 from app.widgets.masked_cells import masked_cells
 from app.widgets.tensor_view import as_matrix, axis_names, leading_axes, token_labels
 from app.windows import dialogs
-from tracing.divergence import (
+from tracing.analysis.divergence import (
     STATUS_TEXT,
     divergence_fraction,
     entry_place,
@@ -97,9 +97,9 @@ from tracing.divergence import (
     score_text,
     step_scores,
 )
+from tracing.analysis.trace_diff import StepDiff, TraceDiff
+from tracing.analysis.trace_diff import diff as diff_traces
 from tracing.formatting import format_number, format_shape
-from tracing.trace_diff import StepDiff, TraceDiff
-from tracing.trace_diff import diff as diff_traces
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch

@@ -41,7 +41,7 @@ from app.panels.step_bar import StepBar
 from app.widgets.common import LayoutFirewall, titled
 from app.windows import compare_window, dialogs, rank_window
 from app.workers import TraceJob
-from tracing import report
+from tracing.analysis import report
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracing import Trace

@@ -52,11 +52,11 @@ from app.widgets.heatmap import HeatmapView
 from app.widgets.tensor_view import as_matrix, axis_names
 from app.windows import dialogs
 from app.windows.compare_window import CompareWindow, divergence_colour
-from tracing.distributed import rank_siblings
-from tracing.divergence import entry_score, score_text
+from tracing.analysis.divergence import entry_score, score_text
+from tracing.analysis.rank_report import collective_detail, placements_text
+from tracing.analysis.ranks import RankDivergence, RankSet, collectives_of, layout_of, load_ranks
+from tracing.capture.distributed import rank_siblings
 from tracing.errors import TraceFileError
-from tracing.rank_report import collective_detail, placements_text
-from tracing.ranks import RankDivergence, RankSet, collectives_of, layout_of, load_ranks
 
 
 class RankWindow(QMainWindow):

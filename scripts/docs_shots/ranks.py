@@ -22,7 +22,7 @@ def _ddp_demo(**options):
     from torch.nn.parallel import DistributedDataParallel
 
     import scratchformer
-    from tracing.distributed import join_from_environment
+    from tracing.capture.distributed import join_from_environment
 
     join_from_environment()
     torch.set_num_threads(1)

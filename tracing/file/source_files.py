@@ -18,7 +18,7 @@ import os
 import stat
 from pathlib import Path
 
-from tracing.container import ContainerError, open_regular_file
+from tracing.file.container import ContainerError, open_regular_file
 
 SOURCE_SUFFIXES = frozenset({".py", ".pyw", ".pyi"})
 """What counts as a source file (by name, and by the name a symlink resolves to)."""

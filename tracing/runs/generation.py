@@ -182,7 +182,7 @@ def write_index(folder: Path, generation: GenerationTrace) -> Path:
 def load_generation(folder: str | os.PathLike) -> GenerationTrace:
     """Open a folder written by :meth:`GenerationTrace.save` (traces load lazily)."""
     from tracing.errors import TraceFileError
-    from tracing.trace_file import load
+    from tracing.file.loading import load
 
     folder = Path(folder)
     index_path = folder / INDEX_FILE
@@ -293,7 +293,7 @@ def trace_generate(
     ``error``; with ``out``, that is also what the folder then holds. Stopped any other
     way (``SystemExit``...), the folder is left without an index: not a generation.
     """
-    from tracing.capture import Tracer
+    from tracing.capture.tracer import Tracer
 
     if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.size(0) != 1:
         shape = tuple(idx.shape) if isinstance(idx, torch.Tensor) else type(idx).__name__

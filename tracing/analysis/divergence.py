@@ -14,8 +14,8 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
+    from tracing.analysis.trace_diff import StepDiff, TraceDiff
     from tracing.record import Trace
-    from tracing.trace_diff import StepDiff, TraceDiff
 
 LOG_FLOOR = -7.0  # relative L2 of 1e-7 and below sits at the green end of the scale
 

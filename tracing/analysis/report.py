@@ -708,7 +708,7 @@ def _render_html(report: Report) -> str:
 def _render_graphml(trace: Trace) -> str:
     """The trace graph as GraphML, by ``tracing.graph.to_graphml`` when it is there."""
     try:
-        from tracing.graph import to_graphml
+        from tracing.analysis.graph import to_graphml
     except ImportError:
         return _graphml_fallback(trace)
     with tempfile.TemporaryDirectory() as tmp:

@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from tracing.dims import DimNamer
+from tracing.capture.dims import DimNamer
 from tracing.record import Step, TensorRecord
 
 Dims = tuple[str, ...]

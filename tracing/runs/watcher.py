@@ -35,8 +35,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from tracing.backward import loss_fn_name, loss_from_output, record_step
-from tracing.distributed import output_path
+from tracing.capture.distributed import output_path
+from tracing.runs.backward import loss_fn_name, loss_from_output, record_step
 
 When = str | int | Callable[[int], bool]
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from tracing.trace_file import can_store
+from tracing.file.writer import can_store
 
 CHUNK_BYTES = 32 * 2**20
 """Size of one arena chunk (a larger value gets a chunk of its own size)."""

@@ -45,7 +45,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from tracing import crc32
+from tracing.file import crc32
 
 MAX_HEADER_BYTES = 100_000_000
 """Largest header accepted (safetensors' own limit)."""

@@ -59,11 +59,11 @@ import torch
 import torch.utils.checkpoint
 from torch import nn
 
-from tracing import distributed as distributed_mod
-from tracing.backward_collectives import backward_collectives
-from tracing.capture import DEFAULT_VALUE_CAP, Tracer
+from tracing.capture import distributed as distributed_mod
+from tracing.capture.tracer import DEFAULT_VALUE_CAP, Tracer
 from tracing.errors import ReentrantCheckpointError, TraceError
 from tracing.record import ModuleInfo, Step, TensorRecord, Trace
+from tracing.runs.backward_collectives import backward_collectives
 from tracing.stats import tensor_stats
 
 _ACCUMULATE = "AccumulateGrad"

@@ -43,70 +43,28 @@ shape but no statistics (they are not written yet).
 from __future__ import annotations
 
 import functools
-import glob
 import inspect
 import os
-import re
 import socket
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tracing.capture import Tracer
+    from tracing.capture.tracer import Tracer
 
-# --------------------------------------------------------------------------- rank files
-
-_RANK_SUFFIX = re.compile(r"\.rank(\d+)$")
-
-
-def rank_path(path: str | os.PathLike, rank: int) -> Path:
-    """``trace.sft`` -> ``trace.rank3.sft`` for rank 3. A path already naming a rank
-    gets this rank's number instead (never ``trace.rank0.rank3.sft``, and two ranks
-    given ``trace.rank0.sft`` still write two files)."""
-    p = Path(path)
-    stem = _RANK_SUFFIX.sub("", p.stem)
-    return p.with_name(f"{stem}.rank{int(rank)}{p.suffix or '.sft'}")
-
-
-def output_path(path: str | os.PathLike) -> Path:
-    """Where this process saves a trace asked for at ``path``: its rank's file inside a
-    process group of more than one rank, ``path`` itself otherwise."""
-    if group_ready() and torch.distributed.get_world_size() > 1:
-        return rank_path(path, torch.distributed.get_rank())
-    return Path(path)
-
-
-def rank_of_path(path: str | os.PathLike) -> int | None:
-    """The rank a file name says (``trace.rank3.sft`` -> 3), or None."""
-    m = _RANK_SUFFIX.search(Path(path).stem)
-    return int(m.group(1)) if m else None
-
-
-def rank_siblings(path: str | os.PathLike) -> list[Path]:
-    """Every ``<stem>.rank<N><suffix>`` file beside ``path``, in rank order: given
-    ``trace.sft`` or any one rank's file, the whole set that exists on disk."""
-    p = Path(path)
-    stem = _RANK_SUFFIX.sub("", p.stem)
-    found = []
-    for candidate in p.parent.glob(f"{glob.escape(stem)}.rank*{p.suffix or '.sft'}"):
-        rank = rank_of_path(candidate)
-        if rank is not None and _RANK_SUFFIX.sub("", candidate.stem) == stem:
-            found.append((rank, candidate))
-    return [c for _, c in sorted(found)]
-
+from tracing.file.rank_paths import (
+    group_ready,
+    output_path,
+    rank_of_path,
+    rank_path,
+    rank_siblings,
+)
 
 # --------------------------------------------------------------------------- process group
-
-
-def group_ready() -> bool:
-    """True inside an initialized default process group."""
-    dist = torch.distributed
-    return dist.is_available() and dist.is_initialized()
 
 
 def join_from_environment(backend: str | None = None) -> bool:

@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tracing import markdown
+from tracing.analysis.ranks import RankSet, collectives_of, layout_of
 from tracing.formatting import format_shape
-from tracing.ranks import RankSet, collectives_of, layout_of
 
 FORMATS = ("md", "json")
 

@@ -58,13 +58,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from tracing.distributed import RankCapture, group_description, group_ready, in_collective
+from tracing.capture.distributed import RankCapture, group_description, group_ready, in_collective
+from tracing.capture.source import caller_location
 from tracing.record import Step, TensorRecord
-from tracing.source import caller_location
 from tracing.stats import tensor_stats
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tracing.backward import _BackwardRecorder
+    from tracing.runs.backward import _BackwardRecorder
 
 
 def _ddp_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:

@@ -17,14 +17,14 @@ from types import CodeType, FrameType
 
 import torch
 
-from tracing import tool_frames
+from tracing.capture import tool_frames
 from tracing.record import SourceLocation
 
 # --------------------------------------------------------------------------- which frames
 
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
-_TRACING_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_TRACING_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # tracing/
 
 # Wrappers that only forward a module call (``Module.__call__`` and subclasses' overrides)
 _CALL_WRAPPERS = frozenset({"__call__", "_call_impl", "_wrapped_call_impl"})

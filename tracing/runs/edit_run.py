@@ -21,8 +21,9 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from tracing.capture import _SKIP, _classify
-from tracing.edits import Edit, EditPlan
+from tracing.capture.edits import Edit, EditPlan
+from tracing.capture.op_names import SKIP as _SKIP
+from tracing.capture.op_names import classify as _classify
 
 
 def _has_tensor(result: Any) -> bool:

@@ -39,8 +39,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from tracing.edit_run import run_edited
-from tracing.edits import Action, Edit, EditError, EditPlan, Patch, as_edit
+from tracing.capture.edits import Action, Edit, EditError, EditPlan, Patch, as_edit
+from tracing.runs.edit_run import run_edited
 from tracing.sites import Site, step_site
 
 Metric = Callable[[Any], float]

@@ -32,14 +32,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tracing.distributed import rank_of_path, rank_siblings
 from tracing.errors import TraceFileError
+from tracing.file.rank_paths import rank_of_path, rank_siblings
 from tracing.record import TensorStats, Trace
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-    from tracing.trace_diff import StepDiff, TraceDiff
+    from tracing.analysis.trace_diff import StepDiff, TraceDiff
 
 AGREEING_COLLECTIVES = frozenset(
     {
@@ -197,7 +197,7 @@ class RankSet:
         a = self.ranks[0] if against is None else against
         found = self._diffs.get((a, rank))
         if found is None:
-            from tracing.trace_diff import diff
+            from tracing.analysis.trace_diff import diff
 
             found = self._diffs[a, rank] = diff(self.traces[a], self.traces[rank])
         return found
@@ -209,7 +209,7 @@ class RankSet:
         divergence. What the app's rank view shows."""
         from dataclasses import replace
 
-        from tracing.trace_diff import TensorDiff
+        from tracing.analysis.trace_diff import TensorDiff
 
         if replicas is None:
             replicas = self.replicas_expected()
@@ -386,7 +386,7 @@ def load_ranks(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> RankSe
     (its name when the meta has none). Two files of one rank, or files of different runs
     (world sizes disagree), raise ``TraceFileError``.
     """
-    from tracing.trace_file import load
+    from tracing.file.loading import load
 
     if isinstance(paths, (str, os.PathLike)):
         files = rank_siblings(paths)

@@ -1,0 +1,213 @@
+"""The streaming writer: a trace file written while the trace records."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import shutil
+import struct
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tracing.errors import TraceFileError
+from tracing.file.crc32 import crc32
+from tracing.file.layout import RESERVED_PREFIX, TORCH_DTYPES
+from tracing.file.saving import dtype_name, header_metadata, partial_name, with_checksums
+from tracing.record import (
+    Trace,
+)
+
+# --------------------------------------------------------------------------- streaming writer
+
+HEADER_RESERVE = 2 * 2**20
+"""Bytes a streamed file keeps free at its start for the header. The unused part is a
+hole (no disk space on the usual file systems) covered by a padding entry."""
+
+STREAM_INLINE_LIMIT = 2**20
+"""A streamed file keeps a manifest or graph up to this many characters in its header;
+larger ones become entries after the data (the header must fit ``HEADER_RESERVE``)."""
+
+PAD_PREFIX = f"{RESERVED_PREFIX}_pad"
+
+
+def can_store(dtype: torch.dtype) -> bool:
+    """Whether a trace file can hold values of ``dtype`` (safetensors has no complex128,
+    no quantized types...)."""
+    return str(dtype).removeprefix("torch.") in TORCH_DTYPES
+
+
+def _memory_of(t: torch.Tensor) -> memoryview:
+    """The bytes of a contiguous CPU tensor, without a copy and without numpy: a numpy
+    view marks the storage as never to be resized again, and a live tensor may need that
+    (FSDP frees a gathered parameter by resizing its storage to 0)."""
+    nbytes = t.numel() * t.element_size()
+    return memoryview((ctypes.c_char * nbytes).from_address(t.data_ptr())).cast("B")
+
+
+class TraceWriter:
+    """Writes a trace file while the trace is recorded: values first, the header last.
+
+    A safetensors file starts with its header, which lists every entry, so it cannot be
+    written before the last value is known. This writer leaves ``HEADER_RESERVE`` bytes
+    free, appends each value behind them as it comes (``add``), and on ``close`` writes
+    the header into the reserved space; the space the header does not use is covered by a
+    ``uint8`` padding entry (safetensors wants the data region tiled by entries), as is
+    any gap that keeps a value aligned to its element size. So the result is one ordinary
+    safetensors file, written once, with no copy of the data; ``tracing.load`` ignores
+    the padding entries, other readers see them as ``uint8`` arrays.
+
+    Every value's CRC-32 is taken from its bytes as they are written and listed in the
+    header (``checksums``, as :func:`write_safetensors` does), so a streamed file is
+    checked on read like a saved one.
+
+    The file is written under a temporary name and renamed into place by ``close``: a
+    capture that is interrupted (or ``abort``-ed) never leaves a complete-looking file.
+    If the header outgrows its reserve, ``close`` rewrites the file once, with room.
+    """
+
+    def __init__(self, path: str | os.PathLike, reserve: int = HEADER_RESERVE):
+        self.path = Path(path)
+        self._tmp = partial_name(self.path)
+        self._reserve = reserve + (-reserve % 8)
+        self._entries: dict[str, tuple[str, list[int], int, int]] = {}  # offsets from data
+        self._offset = 0  # bytes of data written so far
+        self._pads = 0
+        self._sums: dict[str, str] = {}  # entry -> CRC-32 of its bytes as written (8 hex)
+        try:
+            self._file = open(self._tmp, "wb")  # noqa: SIM115 - closed in close()/abort()
+            self._file.seek(self._reserve)
+        except OSError as e:
+            raise TraceFileError(f"cannot write {self.path}: {e.strerror or e}") from None
+
+    @property
+    def bytes_written(self) -> int:
+        return self._offset
+
+    def add(self, name: str, t: torch.Tensor) -> None:
+        """Append one CPU tensor's bytes (a non-contiguous one, or a tensor subclass,
+        through a contiguous copy)."""
+        if name in self._entries or name.startswith(RESERVED_PREFIX):
+            raise ValueError(f"cannot stream value {name!r}: the name is taken or reserved")
+        self._append(name, t)
+
+    def _append(self, name: str, t: torch.Tensor) -> None:
+        code = TORCH_DTYPES.get(dtype_name(t))
+        if code is None:
+            self.abort()
+            raise TraceFileError(
+                f"cannot write {self.path}: value {name!r} has dtype {t.dtype}, which "
+                "safetensors cannot store"
+            )
+        gap = -self._offset % t.element_size()
+        if gap:
+            self._pad(gap)
+        if type(t) is not torch.Tensor or not t.is_contiguous():
+            # a subclass (an async collective's output) only has its data after a torch
+            # op waits for it: copy through one
+            plain = torch.empty(t.shape, dtype=t.dtype)
+            plain.copy_(t)
+            t = plain
+        nbytes = t.numel() * t.element_size()
+        try:
+            if nbytes:
+                data = _memory_of(t)
+                self._sums[name] = f"{crc32(data):08x}"
+                self._file.write(data)
+            else:
+                self._sums[name] = "00000000"
+        except OSError as e:
+            self.abort()
+            raise TraceFileError(f"cannot write {self.path}: {e.strerror or e}") from None
+        self._entries[name] = (code, list(t.shape), self._offset, self._offset + nbytes)
+        self._offset += nbytes
+
+    def _pad(self, nbytes: int, at: int | None = None) -> None:
+        """A ``uint8`` entry over ``nbytes`` of the data region (written as zeros)."""
+        start = self._offset if at is None else at
+        self._entries[f"{PAD_PREFIX}{self._pads}__"] = ("U8", [nbytes], start, start + nbytes)
+        self._pads += 1
+        if at is None:
+            self._file.write(bytes(nbytes))
+            self._offset += nbytes
+
+    def close(self, trace: Trace) -> Path:
+        """Write the manifest of ``trace`` and the header; rename the file into place."""
+        try:
+            metadata, extra = header_metadata(trace, STREAM_INLINE_LIMIT)
+            for name, t in extra.items():
+                self._append(name, t)
+            head = self._header(metadata)
+            if head is None:
+                return self._rewrite(metadata)
+            self._file.truncate(self._reserve + self._offset)  # a hole if nothing came
+            self._file.seek(0)
+            self._file.write(struct.pack("<Q", len(head)))
+            self._file.write(head)
+            self._file.close()
+            os.replace(self._tmp, self.path)
+        except OSError as e:
+            self.abort()
+            raise TraceFileError(f"cannot write {self.path}: {e.strerror or e}") from None
+        except BaseException:
+            self.abort()
+            raise
+        return self.path
+
+    def _header(self, metadata: dict[str, str]) -> bytes | None:
+        """Header bytes that end exactly where the reserve does (None: it does not fit).
+
+        Data offsets count from the end of the header, and the values lie at the end of
+        the reserve, so a padding entry covers the gap between the two; the header is
+        then filled up with spaces (which JSON and safetensors allow) to the last byte.
+        """
+        limit = self._reserve - 8
+        head = self._header_bytes(metadata, 0)
+        if len(head) > limit:
+            return None
+        # moving every offset by the gap lengthens each entry by at most 16 digits
+        slack = 256 + 16 * len(self._entries)
+        gap = limit - len(head) - slack
+        if gap > 0:
+            gap -= gap % 8
+            head = self._header_bytes(metadata, gap)
+        else:
+            gap = 0
+        return head + b" " * (limit - gap - len(head))
+
+    def _header_bytes(self, metadata: dict[str, str], gap: int) -> bytes:
+        header: dict[str, Any] = {"__metadata__": with_checksums(metadata, self._sums)}
+        if gap:
+            header[f"{PAD_PREFIX}__"] = {"dtype": "U8", "shape": [gap], "data_offsets": [0, gap]}
+        for name, (code, shape, start, end) in self._entries.items():
+            header[name] = {"dtype": code, "shape": shape, "data_offsets": [start + gap, end + gap]}
+        head = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        return head + b" " * (-len(head) % 8)
+
+    def _rewrite(self, metadata: dict[str, str]) -> Path:
+        """The header outgrew the reserve: copy the data into a file with a larger one."""
+        head = self._header_bytes(metadata, 0)
+        self._file.close()
+        final = partial_name(self.path).with_suffix(".rewrite")
+        try:
+            with open(self._tmp, "rb") as src, open(final, "wb") as dst:
+                dst.write(struct.pack("<Q", len(head)))
+                dst.write(head)
+                src.seek(self._reserve)
+                shutil.copyfileobj(src, dst, 16 * 2**20)
+            os.replace(final, self.path)
+        except BaseException:
+            final.unlink(missing_ok=True)
+            raise
+        finally:
+            self._tmp.unlink(missing_ok=True)
+        return self.path
+
+    def abort(self) -> None:
+        """Stop writing and remove the partial file."""
+        with contextlib.suppress(OSError):
+            self._file.close()
+        self._tmp.unlink(missing_ok=True)

@@ -1,0 +1,72 @@
+"""Old import paths of the flat layout, mapped to their stage folders.
+
+``tracing`` was once 39 flat modules; it is now split by stage (``file/``, ``capture/``,
+``runs/``, ``analysis/``). Code written against the flat layout keeps working:
+``from tracing.edits import Edit``, ``import tracing.trace_file`` and
+``tracing.patching.sweep`` resolve to the module that now holds them, the very same module
+object (so ``isinstance`` and monkeypatching agree). New code imports the new paths.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+
+MOVED: dict[str, str] = {
+    # the file format
+    "tracing.trace_file": "tracing.file",
+    "tracing.container": "tracing.file.container",
+    "tracing.crc32": "tracing.file.crc32",
+    "tracing.source_files": "tracing.file.source_files",
+    # capture
+    "tracing.dims": "tracing.capture.dims",
+    "tracing.dim_flow": "tracing.capture.dim_flow",
+    "tracing.source": "tracing.capture.source",
+    "tracing.tool_frames": "tracing.capture.tool_frames",
+    "tracing.fused_attention": "tracing.capture.fused_attention",
+    "tracing.distributed": "tracing.capture.distributed",
+    "tracing.edits": "tracing.capture.edits",
+    "tracing.values": "tracing.capture.value_sinks",
+    "tracing.postmortem": "tracing.capture.postmortem",
+    # runs built on the tracer
+    "tracing.backward": "tracing.runs.backward",
+    "tracing.backward_collectives": "tracing.runs.backward_collectives",
+    "tracing.generation": "tracing.runs.generation",
+    "tracing.watcher": "tracing.runs.watcher",
+    "tracing.edit_run": "tracing.runs.edit_run",
+    "tracing.patching": "tracing.runs.patching",
+    # analysis
+    "tracing.report": "tracing.analysis.report",
+    "tracing.trace_diff": "tracing.analysis.trace_diff",
+    "tracing.divergence": "tracing.analysis.divergence",
+    "tracing.lens": "tracing.analysis.lens",
+    "tracing.gradients": "tracing.analysis.gradients",
+    "tracing.graph": "tracing.analysis.graph",
+    "tracing.ranks": "tracing.analysis.ranks",
+    "tracing.rank_report": "tracing.analysis.rank_report",
+    "tracing.attention": "tracing.analysis.attention_maps",
+}
+"""Old module path -> the module that holds its code now."""
+
+
+class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds an old path and hands back the already-imported new module."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in MOVED:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self)
+
+    def create_module(self, spec):
+        return importlib.import_module(MOVED[spec.name])
+
+    def exec_module(self, module) -> None:
+        """Nothing to run: the new module is imported already."""
+
+
+def install() -> None:
+    """Put the alias finder first on ``sys.meta_path`` (once)."""
+    if not any(isinstance(f, _Alias) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Alias())
