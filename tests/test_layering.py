@@ -6,6 +6,11 @@ logic (:data:`QT_FREE_APP`: the diagram's layout, folding, routing and geometry,
 sessions, the theme's colours) runs without Qt, so it can be used and tested headless.
 Checked two ways: by reading every import statement, and by importing the modules in a
 fresh interpreter.
+
+Inside ``tracing/`` the stages have an order too (:data:`TRACING_STAGES`): the record at the
+base, then ``file/``, ``capture/``, ``runs/``; ``analysis/`` reads the record and the file
+only, never the tracer. Every import is checked, those inside functions too; the few lazy
+ones that go the other way are listed in :data:`LAZY_EXCEPTIONS` with their reason.
 """
 
 from __future__ import annotations
@@ -91,3 +96,93 @@ def test_importing_tracing_and_model_loads_no_qt() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert out.stdout.strip() == ""
+
+
+# --------------------------------------------------------------------------- tracing stages
+
+#: stage -> the stages its modules may import (itself included)
+TRACING_STAGES: dict[str, set[str]] = {
+    "record": {"record"},
+    "file": {"record", "file"},
+    "capture": {"record", "file", "capture"},
+    "runs": {"record", "file", "capture", "runs"},
+    "analysis": {"record", "file", "analysis"},
+    "show": {"record", "file", "capture", "runs", "analysis", "show"},
+}
+#: (importing module, imported module) pairs allowed inside a function, and why
+LAZY_EXCEPTIONS = {
+    ("tracing.record", "tracing.file.saving"): "Trace.save(path), a convenience",
+    ("tracing.record", "tracing.analysis.graph"): "Trace.graph, built on first use",
+    ("tracing.record", "tracing.analysis.attention_maps"): "Trace.attention_maps()",
+}
+
+
+def stage_of(module: str) -> str:
+    parts = module.split(".")
+    if parts[:2] == ["tracing", "show_app"]:
+        return "show"
+    if len(parts) > 1 and parts[1] in {"file", "capture", "runs", "analysis"}:
+        return parts[1]
+    return "record"  # tracing/*.py: record, errors, sites, stats, breakpoints, formatting...
+
+
+def _is_module(name: str) -> bool:
+    path = ROOT / name.replace(".", "/")
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def tracing_imports(path: Path) -> list[tuple[str, bool]]:
+    """``(imported tracing module, at module level)`` for every import in ``path``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    top = set(map(id, tree.body))
+    out = []
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            base = node.module
+            # `from tracing.file import saving` imports the module tracing.file.saving
+            names = [
+                f"{base}.{a.name}" if _is_module(f"{base}.{a.name}") else base for a in node.names
+            ]
+        out += [(n, id(node) in top) for n in names if n.split(".")[0] == "tracing"]
+    return out
+
+
+def tracing_modules() -> list[tuple[str, Path]]:
+    found = []
+    for f in sorted((ROOT / "tracing").rglob("*.py")):
+        rel = f.relative_to(ROOT).with_suffix("")
+        name = ".".join(rel.parts).removesuffix(".__init__")
+        found.append((name, f))
+    return found
+
+
+def test_every_tracing_module_has_a_stage_folder_or_is_the_record() -> None:
+    folders = {p.name for p in (ROOT / "tracing").iterdir() if p.is_dir() and p.name[0] != "_"}
+    assert folders <= {"file", "capture", "runs", "analysis", "__pycache__"}, folders
+    for folder in folders - {"__pycache__"}:
+        init = ROOT / "tracing" / folder / "__init__.py"
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
+        assert doc and len(doc.splitlines()[0]) > 20, (
+            f"tracing/{folder}/__init__.py: say what it owns"
+        )
+
+
+@pytest.mark.parametrize("module,path", tracing_modules(), ids=lambda v: str(v))
+def test_tracing_stage_order(module: str, path: Path) -> None:
+    if module == "tracing":
+        return  # the facade names every stage, lazily, by string
+    stage = stage_of(module)
+    bad = []
+    for imported, at_top in tracing_imports(path):
+        if imported == "tracing":
+            bad.append(f"{imported} (the facade: import the module that defines the name)")
+            continue
+        if stage_of(imported) in TRACING_STAGES[stage]:
+            continue
+        if not at_top and (module, imported) in LAZY_EXCEPTIONS:
+            continue
+        bad.append(imported)
+    assert not bad, f"{module} ({stage}) may not import {bad}"

@@ -1,7 +1,7 @@
 """Sites: addresses of a place in a forward pass that stay the same from one run to the next.
 
 A step index changes whenever a model runs one op more or less; a *site* names the place by
-what is there instead, the same way :func:`tracing.trace_diff.step_keys` lines steps up:
+what is there instead, the same way :func:`step_keys` lines steps up (for ``tracing.diff`` too):
 
 - ``"blocks.1.feed_forward"`` — the output of that module (every call of it);
 - ``"blocks.0@1"`` — the output of the *second* call of ``blocks.0`` only (``@0`` is the
@@ -23,6 +23,7 @@ Site(module='blocks.1.self_attn.attention', op='softmax', occurrence=0, call=Non
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -86,8 +87,6 @@ def parse_site(site: str | Site) -> Site:
 def step_site(trace: Trace, step: Step | int, with_call: bool = True) -> Site:
     """The site of a step of ``trace``: its module (and call) for a module step, its module,
     op and occurrence within that module call for an op step."""
-    from tracing.analysis.trace_diff import step_keys
-
     index = step if isinstance(step, int) else step.index
     kind, module, op, call, occurrence = step_keys(trace)[index]
     return Site(
@@ -100,8 +99,6 @@ def step_site(trace: Trace, step: Step | int, with_call: bool = True) -> Site:
 
 def site_steps(trace: Trace, site: str | Site) -> list[Step]:
     """Every step of ``trace`` that ``site`` names (one per matching module call)."""
-    from tracing.analysis.trace_diff import step_keys
-
     site = parse_site(site)
     found = []
     for step, (kind, module, op, call, occurrence) in zip(trace.steps, step_keys(trace)):
@@ -116,3 +113,29 @@ def site_steps(trace: Trace, site: str | Site) -> list[Step]:
 
 
 __all__ = ["Site", "parse_site", "site_steps", "step_site"]
+
+
+StepKey = tuple[str, str, str, int, int]
+"""``(kind, module, op, call, occurrence)``: a step's place, the same in another run."""
+
+
+def step_keys(trace: Trace) -> list[StepKey]:
+    """The alignment key of every step: ``(kind, module, op, call, occurrence)``.
+
+    For an op, ``call`` is the call number of the module call it ran in, so the ops of the
+    second call of a shared module line up with the second call on the other side.
+    """
+    steps = trace.steps
+    seen: Counter = Counter()
+    keys: list[StepKey] = []
+    for s in steps:
+        if s.kind == "module":
+            call = s.call
+        elif s.parent is not None and 0 <= s.parent < len(steps):
+            call = steps[s.parent].call
+        else:
+            call = 0
+        base = (s.kind, s.module, s.op, call)
+        keys.append((*base, seen[base]))
+        seen[base] += 1
+    return keys

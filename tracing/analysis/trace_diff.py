@@ -35,13 +35,13 @@ from typing import TYPE_CHECKING, Literal
 
 from tracing import markdown
 from tracing.formatting import format_number, format_shape
+from tracing.sites import StepKey, step_keys
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from tracing.record import Step, TensorRecord, Trace
 
-StepKey = tuple[str, str, str, int, int]
 DiffStatus = Literal["equal", "changed", "shape", "only_a", "only_b"]
 
 # --------------------------------------------------------------------------- records
@@ -272,28 +272,6 @@ class TraceDiff:
 
 
 # --------------------------------------------------------------------------- alignment
-
-
-def step_keys(trace: Trace) -> list[StepKey]:
-    """The alignment key of every step: ``(kind, module, op, call, occurrence)``.
-
-    For an op, ``call`` is the call number of the module call it ran in, so the ops of the
-    second call of a shared module line up with the second call on the other side.
-    """
-    steps = trace.steps
-    seen: Counter = Counter()
-    keys: list[StepKey] = []
-    for s in steps:
-        if s.kind == "module":
-            call = s.call
-        elif s.parent is not None and 0 <= s.parent < len(steps):
-            call = steps[s.parent].call
-        else:
-            call = 0
-        base = (s.kind, s.module, s.op, call)
-        keys.append((*base, seen[base]))
-        seen[base] += 1
-    return keys
 
 
 def _output_order(trace: Trace) -> list[float]:

@@ -296,7 +296,7 @@ def sweep(
     ``threading.Event``) stops the sweep between runs: the result then has
     ``cancelled=True`` and NaN where it did not run.
     """
-    import tracing
+    from tracing.capture.tracer import trace
 
     t0 = time.perf_counter()
     clean_args, corrupted_args = _as_args(clean), _as_args(corrupted)
@@ -307,7 +307,7 @@ def sweep(
                 f"other; got {tuple(a.shape)} and {tuple(b.shape)}"
             )
     should_stop = getattr(cancel, "is_set", cancel)
-    structure = tracing.trace(model, *clean_args, capture="shapes")
+    structure = trace(model, *clean_args, capture="shapes")
     clean_values: dict[str, torch.Tensor] = {}
     rows, columns, cells, keep = _grid(structure, over, clean_values)
     with torch.no_grad():
