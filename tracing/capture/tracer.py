@@ -9,7 +9,6 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,6 +26,7 @@ from tracing.capture.op_names import (
     op_input_names,
     tensor_kind,
 )
+from tracing.capture.options import DEFAULT_VALUE_CAP, CaptureOptions
 from tracing.capture.postmortem import embed_sources, failure_of
 from tracing.capture.recorders import COLLECTIVE_OPS, NOTED_OPS, OpMode, module_recorder
 from tracing.capture.source import caller_location, location_from_traceback
@@ -35,7 +35,6 @@ from tracing.capture.value_sinks import StreamedValues, ValueArena
 from tracing.errors import TraceError
 from tracing.file.writer import TraceWriter
 from tracing.record import (
-    CAPTURE_LEVELS,
     Failure,
     SourceLocation,
     Step,
@@ -46,10 +45,6 @@ from tracing.stats import StatsCollector
 
 _Disable = torch._C.DisableTorchFunction
 _Tensor = torch.Tensor
-
-
-DEFAULT_VALUE_CAP = 64 * 2**20
-"""Bytes: a tensor larger than this (after any ``value_dtype`` downcast) keeps no copy."""
 
 
 # --------------------------------------------------------------------------- tracer
@@ -100,6 +95,8 @@ class Tracer:
             header when the trace finishes, and ``trace.values`` then reads lazily from
             the file. An interrupted capture leaves no complete-looking file; a forward
             that raises leaves the partial trace in it.
+        options: a :class:`~tracing.capture.options.CaptureOptions` holding any of the
+            above (the keywords given beside it take precedence where not the default).
     """
 
     def __init__(
@@ -116,34 +113,36 @@ class Tracer:
         break_on: Any = None,
         edits: Any = None,
         out: str | os.PathLike | None = None,
+        options: CaptureOptions | None = None,
     ):
         if not isinstance(model, nn.Module):
             raise TypeError(f"Tracer needs an nn.Module, got {type(model).__name__}")
-        if capture not in CAPTURE_LEVELS:
-            raise ValueError(f"capture must be one of {', '.join(CAPTURE_LEVELS)}; got {capture!r}")
-        if value_dtype is not None and not isinstance(value_dtype, torch.dtype):
-            raise TypeError(f"value_dtype must be a torch.dtype, got {value_dtype!r}")
+        opts = CaptureOptions.of(
+            options, capture=capture, dims=dims, value_cap=value_cap, value_dtype=value_dtype,
+            ops=ops, meta=meta, break_on=break_on, edits=edits, out=out,
+        )  # fmt: skip
+        self.options = opts
         self.model = model
-        self.capture = capture
-        self.dims = dict(dims) if dims else None
-        self.value_cap = None if value_cap is None else int(value_cap)
-        self.out = None if out is None else Path(out)
-        self.value_dtype = value_dtype
+        self.capture = opts.capture
+        self.dims = dict(opts.dims) if opts.dims else None
+        self.value_cap = opts.value_cap
+        self.out = opts.out
+        self.value_dtype = opts.value_dtype
         self.train = train
-        self.ops = ops
-        self.extra_meta = dict(meta) if meta else {}
+        self.ops = opts.ops
+        self.extra_meta = dict(opts.meta) if opts.meta else {}
         self._breaker = None
-        if break_on:
+        if opts.break_on:
             from tracing.breakpoints import LiveBreaker
 
-            self._breaker = LiveBreaker(break_on)
+            self._breaker = LiveBreaker(opts.break_on)
         self._edits = None
-        if edits:
+        if opts.edits:
             from tracing.capture.edits import EditPlan
 
-            self._edits = EditPlan.of(edits)
+            self._edits = EditPlan.of(opts.edits)
             self._edits.check_model(model)
-            if self._edits.op_names and not ops:
+            if self._edits.op_names and not opts.ops:
                 raise ValueError("op sites need ops=True: module-only tracing sees no ops")
         self.trace: Trace | None = None
         self.output: Any = None  # the root module's last output, when it returned
@@ -836,6 +835,7 @@ def trace(
     break_on: Any = None,
     out: str | os.PathLike | None = None,
     edits: Any = None,
+    options: CaptureOptions | None = None,
     **kwargs: Any,
 ) -> Trace:
     """Run ``model(*args, **kwargs)`` once and return everything it did as a :class:`Trace`.
@@ -851,12 +851,13 @@ def trace(
     (``out=trace.sft`` -> ``trace.rank0.sft``, ``trace.rank1.sft``...). See
     :class:`Tracer` for the rest.
     """
-    if out is not None:
-        out = distributed_mod.output_path(out)
-    tracer = Tracer(
-        model, capture, dims=dims, value_cap=value_cap, value_dtype=value_dtype,
-        train=train, ops=ops, meta=meta, break_on=break_on, edits=edits, out=out,
+    opts = CaptureOptions.of(
+        options, capture=capture, dims=dims, value_cap=value_cap, value_dtype=value_dtype,
+        ops=ops, meta=meta, break_on=break_on, edits=edits, out=out,
     )  # fmt: skip
+    if opts.out is not None:
+        opts = opts.replace(out=distributed_mod.output_path(opts.out))
+    tracer = Tracer(model, train=train, options=opts)
     with torch.set_grad_enabled(grad), tracer:
         model(*args, **kwargs)
     assert tracer.trace is not None

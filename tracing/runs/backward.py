@@ -60,7 +60,8 @@ import torch.utils.checkpoint
 from torch import nn
 
 from tracing.capture import distributed as distributed_mod
-from tracing.capture.tracer import DEFAULT_VALUE_CAP, Tracer
+from tracing.capture.options import DEFAULT_VALUE_CAP, CaptureOptions
+from tracing.capture.tracer import Tracer
 from tracing.errors import ReentrantCheckpointError, TraceError
 from tracing.record import ModuleInfo, Step, TensorRecord, Trace
 from tracing.runs.backward_collectives import backward_collectives
@@ -411,6 +412,9 @@ def trace_step(
     dims: Mapping[str, int] | None = None,
     meta: Mapping[str, Any] | None = None,
     out: str | os.PathLike | None = None,
+    ops: bool = True,
+    edits: Any = None,
+    options: CaptureOptions | None = None,
 ) -> Trace:
     """Run one training step — forward, loss, backward, and ``optimizer.step()`` if given —
     and return it as one :class:`Trace` whose backward steps follow the forward ones.
@@ -431,8 +435,10 @@ def trace_step(
             training loop does.
         before_step: called between the backward and ``optimizer.step()`` (gradient
             clipping: ``lambda: clip_grad_norm_(model.parameters(), 1.0)``).
-        capture, value_cap, value_dtype, dims, meta: as for :func:`tracing.trace`; the
-            gradients follow the same level, cap and dtype.
+        capture, value_cap, value_dtype, dims, meta, ops, edits, options: as for
+            :func:`tracing.trace` (one :class:`~tracing.capture.options.CaptureOptions`);
+            the gradients follow the same level, cap and dtype, and an edit changes the
+            forward the backward then runs through.
         out: write the trace to this file as it records: every kept value, forward and
             gradient, goes to the file when it is produced (memory stays flat), the header
             last, and ``trace.values`` then reads lazily from the file. A step that raises
@@ -451,20 +457,19 @@ def trace_step(
             ``.grad``, the optimizer and the CPU random state as they were.
         TypeError / ValueError: no scalar loss that requires grad.
     """
-    options = dict(
-        capture=capture, break_on=break_on, value_cap=value_cap, value_dtype=value_dtype,
-        dims=dims, meta=meta, out=out,
+    opts = CaptureOptions.of(
+        options, capture=capture, break_on=break_on, value_cap=value_cap,
+        value_dtype=value_dtype, dims=dims, meta=meta, out=out, ops=ops, edits=edits,
     )  # fmt: skip
-    if loss_fn is not None:
-        options["loss_type"] = loss_fn_name(loss_fn)
     return record_step(
         model,
         lambda: _call(model, inputs),
         lambda output: _compute_loss(output, loss_fn, targets),
         optimizer,
+        loss_type=None if loss_fn is None else loss_fn_name(loss_fn),
         before_step=before_step,
         loss_targets=targets,
-        **options,
+        options=opts,
     )
 
 
@@ -493,19 +498,24 @@ def record_step(
     dims: Mapping[str, int] | None = None,
     meta: Mapping[str, Any] | None = None,
     out: str | os.PathLike | None = None,
+    ops: bool = True,
+    edits: Any = None,
+    options: CaptureOptions | None = None,
 ) -> Trace:
     """:func:`trace_step` for a forward given as a function: ``run()`` calls the model,
     ``loss_of(output)`` returns the loss (``tracing.watch`` replays a user's step so).
     With ``loss_type`` (the loss function's name) the ``loss_of`` call is recorded as the
     step ``loss``, with ``loss_targets`` among its inputs; without, it only looks the
     loss up in the output."""
-    if out is not None:
-        out = distributed_mod.output_path(out)  # one file per rank under torch.distributed
-    tracer = _StepTracer(
-        model, capture, dims=dims, value_cap=value_cap, value_dtype=value_dtype,
-        train=model.training, meta=meta, out=out,
-        break_on=[c for c in _as_list(break_on) if not _gradient_only(c)] or None,
+    opts = CaptureOptions.of(
+        options, capture=capture, break_on=break_on, value_cap=value_cap,
+        value_dtype=value_dtype, dims=dims, meta=meta, out=out, ops=ops, edits=edits,
     )  # fmt: skip
+    if opts.out is not None:  # one file per rank under torch.distributed
+        opts = opts.replace(out=distributed_mod.output_path(opts.out))
+    capture, break_on = opts.capture, opts.break_on
+    forward_breaks = [c for c in _as_list(break_on) if not _gradient_only(c)] or None
+    tracer = _StepTracer(model, train=model.training, options=opts.replace(break_on=forward_breaks))
     undo = _Undo(model)
     try:
         trace = _run_step(tracer, run, loss_of, optimizer, before_step, capture, break_on,
