@@ -19,6 +19,7 @@ from tracing.capture import dims as dims_mod
 from tracing.capture import distributed as distributed_mod
 from tracing.capture.dim_flow import refine_dims
 from tracing.capture.drafts import StepDraft, TensorDraft
+from tracing.capture.frames import Frame
 from tracing.capture.op_names import (
     UNSUPPORTED,
     force_eager,
@@ -331,10 +332,10 @@ class Tracer:
         if self._breaker is not None:
             self._check_outputs(index, outs)
 
-    def _module_done(self, frame: tuple, tensors) -> None:
+    def _module_done(self, frame: Frame, tensors) -> None:
         """Every module call's output tensors, once its step holds their records: attention
         weights an attention module returns as ``output[1]``, then breakpoints."""
-        index, module = frame[0], frame[1]
+        index, module = frame.index, frame.module
         step = self._steps[index]
         if (
             len(tensors) >= 2
@@ -604,7 +605,7 @@ class Tracer:
     def _post_hook(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
         with _Disable():
             for frame in reversed(self._stack):
-                if frame[1] is module:
+                if frame.module is module:
                     new = self._exit_module(frame, output)
                     return None if new is output else new  # an edit replaces the output
         return None
@@ -615,7 +616,7 @@ class Tracer:
         """Attention maps made by op ``index`` (a softmax in an attention module, a fused
         attention call); returns its outputs with any rebuilt map added."""
         if name == "softmax" or name == "_softmax":
-            module = self._stack[-1][1]
+            module = self._stack[-1].module
             if outs[0].dim() == 4 and id(module) in self._structure.attention:
                 self._mark_attention(self._steps[index].outputs[0], outs[0])
             return outs
@@ -686,7 +687,7 @@ class Tracer:
         last = len(self._steps) - 1
         failed = self._failed_step
         if failed is None and self._stack:
-            failed = self._stack[-1][0]
+            failed = self._stack[-1].index
         for index, *_ in self._stack:
             step = self._steps[index]
             step.error = step.error or detail

@@ -60,6 +60,7 @@ import torch.utils.checkpoint
 from torch import nn
 
 from tracing.capture import distributed as distributed_mod
+from tracing.capture.frames import ModuleSpec
 from tracing.capture.options import DEFAULT_VALUE_CAP, CaptureOptions
 from tracing.capture.tracer import Tracer
 from tracing.errors import ReentrantCheckpointError, TraceError
@@ -111,7 +112,7 @@ class _StepTracer(Tracer):
         the loss as its output and the loss function's ops inside it."""
         taken = {path for path, _ in self._named}
         path = next(p for p in ("loss", "loss_fn", "<loss>") if p not in taken)
-        spec = (path, type_name, False, ("output", "targets"))
+        spec = ModuleSpec(path, type_name, False, ("output", "targets"))
         with torch._C.DisableTorchFunction():  # our own calls: not the loss's ops
             frame = self._enter_module(spec, loss_of, inputs, {})
         self.loss_info = ModuleInfo(path, type_name, None)
