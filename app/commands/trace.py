@@ -75,6 +75,16 @@ def add_input_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def model_inputs(args: argparse.Namespace) -> list[str | Path | None]:
+    """The files a model option reads (an output may not be one of them)."""
+    files: list[str | Path | None] = [getattr(args, "checkpoint", None)]
+    if getattr(args, "model", None):
+        path, sep, _name = args.model.rpartition(":")
+        if sep and path:
+            files.append(Path(path).expanduser())
+    return files
+
+
 def load_user_model(args: argparse.Namespace):
     """``--model FILE.py:NAME`` with its inputs, or one ``error:`` line naming the file."""
     from app.cli import UserError
@@ -106,7 +116,7 @@ def _run(args: argparse.Namespace, output: Path) -> int:
     say = stderr_say(args.quiet)
 
     # --- arguments, checked before any slow work
-    output_file(output)
+    output_file(output, inputs=model_inputs(args))
     prompt = DEMO_PROMPT if args.prompt is None else args.prompt
     if not prompt:
         raise UserError("the prompt is empty; give some text with --prompt")
