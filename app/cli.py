@@ -31,10 +31,16 @@ class OneLineParser(argparse.ArgumentParser):
 
 def _one_line(e: BaseException) -> str:
     """The message of ``e`` on one line (a path that holds a newline stays one line)."""
-    text = str(e) or type(e).__name__
+    try:
+        text = str(e) or type(e).__name__
+    except Exception:  # an exception whose __str__ itself raises
+        text = f"{type(e).__name__} (its message cannot be shown)"
     if isinstance(e, OSError) and e.strerror:
         text = f"{e.filename}: {e.strerror}" if e.filename else e.strerror
-    return " ".join(text.split()) if "\n" in text or "\r" in text else text
+    from tracing.safe_text import inert
+
+    # one line, and inert: an error may quote a file's text (ESC, CR, bidi overrides)
+    return inert(" ".join(text.split()) if "\n" in text or "\r" in text else text)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -193,8 +193,11 @@ def _trace_and_save(model, inputs, kwargs, meta, args, options, output: Path) ->
         f"{kept} values kept, {_human_bytes(size)}"
     )
     if failure is not None:
+        from app.cli import _one_line
+
+        cause = trace.error or _one_line(failure)
         print(
-            f"error: the forward pass raised: {trace.error or failure}; "
+            f"error: the forward pass raised: {_one_line(Exception(cause))}; "
             f"the partial trace was saved to {output}",
             file=sys.stderr,
         )
