@@ -81,6 +81,7 @@ from tracing.container import (
 )
 from tracing.crc32 import crc32
 from tracing.errors import TraceFileError
+from tracing.meta_checks import MetaProblem, check_meta
 from tracing.postmortem import failure_from_json, failure_to_json, sources_from_json
 from tracing.record import (
     SCHEMA_VERSION,
@@ -909,7 +910,8 @@ def load(path: str | os.PathLike) -> Trace:
         manifest = _read_manifest(container)
         stored = {k: (e.shape, e.dtype) for k, e in container.entries.items()}
         trace = _validate(manifest, stored)
-    except (_Invalid, ContainerError) as e:
+        check_meta(trace.meta, steps=len(trace.steps), tensors=len(trace.tensors))
+    except (_Invalid, ContainerError, MetaProblem) as e:
         container.close()
         raise TraceFileError(f"{path}: {e}") from None
     except RecursionError:
