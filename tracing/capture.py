@@ -91,6 +91,7 @@ from tracing.record import (
     Trace,
     built,
 )
+from tracing.safe_text import exception_text
 from tracing.source import caller_location, location_from_traceback
 from tracing.stats import StatsCollector, resolve_stats
 from tracing.trace_file import TraceWriter
@@ -953,12 +954,14 @@ class Tracer:
         failed_inside = exc is not None and (self._stack or self._failed_step is not None)
         if failed_inside and isinstance(exc, Exception):
             error = self._mark_failure(exc, tb)
-        elif failed_inside and isinstance(exc, KeyboardInterrupt):
+        elif failed_inside and not isinstance(exc, GeneratorExit):  # Ctrl-C, SystemExit...
             # interrupted: the trace so far is partial, and says so; Ctrl-C goes on up
             # with it attached (``exc.trace``), so a caller may still save it (a streamed
             # file is closed with it: a valid trace that says it was interrupted)
-            self._mark_failure(exc, tb)
-            self.trace = self._finish("KeyboardInterrupt: interrupted before the forward ended")
+            stop = self._mark_failure(exc, tb)
+            if isinstance(exc, KeyboardInterrupt):
+                stop = "KeyboardInterrupt: interrupted before the forward ended"
+            self.trace = self._finish(stop)
             exc.trace = self.trace  # type: ignore[union-attr]
             return False
         if exc is not None and not isinstance(exc, Exception):
@@ -1411,7 +1414,7 @@ class Tracer:
 
     def _mark_failure(self, exc: BaseException, tb) -> str:
         """Set ``error`` on the failing step and every enclosing module step; return msg."""
-        detail = f"{type(exc).__name__}: {exc}"
+        detail = exception_text(exc)  # safe when exc's __str__ itself raises
         last = len(self._steps) - 1
         failed = self._failed_step
         if failed is None and self._stack:

@@ -88,3 +88,18 @@ def _is_number(text: str) -> bool:
     except ValueError:
         return False
     return math.isfinite(number) or text.strip().lstrip("+-").lower() in ("inf", "nan")
+
+
+def exception_message(exc: BaseException) -> str:
+    """``str(exc)``, or a note saying it cannot be shown when its ``__str__`` raises (a
+    hostile or broken exception class must not take the partial trace down with it)."""
+    try:
+        text = str(exc)
+    except Exception:
+        return f"<{type(exc).__name__}: its message cannot be shown>"
+    return text if isinstance(text, str) else f"<{type(exc).__name__}>"
+
+
+def exception_text(exc: BaseException) -> str:
+    """``"Type: message"`` of ``exc``, safe whatever its ``__str__`` does."""
+    return f"{type(exc).__name__}: {exception_message(exc)}"

@@ -180,6 +180,10 @@ def _trace_and_save(model, inputs, kwargs, meta, args, options, output: Path) ->
                 tracing.save(partial, output)
             print(f"interrupted: the partial trace was saved to {output}", file=sys.stderr)
         raise
+    except BaseException as e:  # sys.exit() or another BaseException inside the forward
+        if getattr(e, "trace", None) is None:
+            raise
+        trace, failure = e.trace, e
     stages.update(1, stage="saving")
     if getattr(trace.values, "path", None) != output:  # not streamed there: save it now
         tracing.save(trace, output)
