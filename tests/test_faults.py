@@ -6,6 +6,7 @@ command alive."""
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -61,6 +62,9 @@ def unprintable():
 
 def slow():
     net = Net(); net.how = "slow"; return net
+
+def wide():
+    return torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(40)])
 
 def threaded():
     threading.Thread(target=time.sleep, args=(600,), name="stray").start()
@@ -144,3 +148,42 @@ def test_threads_a_model_leaves_running_do_not_keep_the_command_alive(models, tm
     assert proc.returncode == 0, err
     assert "not waiting for 1 thread" in err
     assert len(tracing.load(out).steps) > 2
+
+
+def test_a_file_size_limit_while_streaming_is_named_and_the_partial_trace_kept(models, tmp_path):
+    out = tmp_path / "wide.sft"
+    argv = _argv(models, "wide", out)
+    argv[argv.index("2,4")] = "64,256"
+
+    def limit() -> None:  # RLIMIT_FSIZE: the write fails with EFBIG (SIGXFSZ is ignored)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (3_000_000, 3_000_000))
+
+    proc = _run(argv, preexec_fn=limit)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), lines
+    assert "File too large" in lines[0] and "truncate of closed file" not in lines[0]
+    partial = tracing.load(out)
+    assert "File too large" in partial.error
+    kept = [r for r in partial.tensors if r.value_key is not None]
+    assert kept and all(partial.value(r.id) is not None for r in kept)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_the_api_raises_trace_file_error_with_the_partial_trace(tmp_path):
+    code = f"""
+import resource, torch, tracing
+from tracing.errors import TraceFileError
+resource.setrlimit(resource.RLIMIT_FSIZE, (2_200_000, 2_200_000))
+model = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(40)])
+try:
+    tracing.trace(model, torch.randn(64, 256), capture="values", out={str(tmp_path / "api.sft")!r})
+except TraceFileError as e:
+    print("partial", len(e.trace.steps), e)
+"""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("partial") and "File too large" in done.stdout
+    assert len(tracing.load(tmp_path / "api.sft").steps) >= 1

@@ -79,7 +79,7 @@ from tracing import dims as dims_mod
 from tracing import distributed as distributed_mod
 from tracing import trace_file
 from tracing.dim_flow import refine_dims
-from tracing.errors import TraceError
+from tracing.errors import TraceError, TraceFileError
 from tracing.postmortem import embed_sources, failure_of
 from tracing.record import (
     CAPTURE_LEVELS,
@@ -967,6 +967,9 @@ class Tracer:
         if exc is not None and not isinstance(exc, Exception):
             self._sink.abort()  # stopped from outside (exit...): no file that looks complete
         self.trace = self._finish(error)
+        if isinstance(exc, TraceFileError):  # the streamed file could not grow: named as is
+            exc.trace = self.trace  # type: ignore[attr-defined]
+            raise exc
         if error is not None:
             raise TraceError(error, self.trace) from exc
         if self._edits is not None and exc is None:
@@ -1181,6 +1184,8 @@ class Tracer:
                     record.stats = self._stats.add(t)
                 if self._keep_values and record.value_key is None:
                     self._keep_value(rid, t)
+            except TraceFileError:  # the streamed file cannot grow (a full disk): stop
+                raise
             except _UNSUPPORTED as e:  # meta, sparse, masked... tensors: shapes only
                 record.stats = None
                 self._note_unsupported(t, e)

@@ -498,9 +498,14 @@ class TraceWriter:
                 self._file.write(data)
             else:
                 self._sums[name] = "00000000"
-        except OSError as e:
-            self.abort()
-            raise TraceFileError(f"cannot write {self.path}: {e.strerror or e}") from None
+        except OSError as e:  # a full disk, a size limit: keep what is complete, say why
+            self._sums.pop(name, None)
+            with contextlib.suppress(OSError):
+                self._file.truncate(self._reserve + self._offset)
+            raise TraceFileError(
+                f"cannot write {self.path}: {e.strerror or e}; the trace is kept up to the "
+                "last complete value"
+            ) from None
         self._entries[name] = (code, list(t.shape), self._offset, self._offset + nbytes)
         self._offset += nbytes
 
