@@ -15,9 +15,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from tiny_models import demo_ids
-from tracing.edits import Edit, Zero
 
 import tracing
+from tracing.capture.edits import Edit, Zero
 from tracing.capture.options import DEFAULT_VALUE_CAP, CaptureOptions
 from tracing.runs.backward import record_step
 from tracing.runs.generation import trace_generate

@@ -92,12 +92,14 @@ def _trace_requests(args: argparse.Namespace) -> list[tuple[object, Path]]:
         if not 1 <= args.trace_step <= args.steps:
             raise UserError(f"--trace-step must be between 1 and --steps ({args.steps})")
         default = out.with_name(f"{out.stem}.step{args.trace_step}.trace")
-        requests.append((args.trace_step, output_file(args.trace_out or default)))
+        requests.append(
+            (args.trace_step, output_file(args.trace_out or default, inputs=[args.text, out]))
+        )
     if args.trace_on_nonfinite:
         path = Path(args.trace_out or out.with_name(f"{out.stem}.nonfinite.trace"))
         if args.trace_step is not None and args.trace_out:
             path = path.with_name(f"{path.stem}.nonfinite{path.suffix}")
-        requests.append(("nonfinite", output_file(path)))
+        requests.append(("nonfinite", output_file(path, inputs=[args.text, out])))
     return requests
 
 
@@ -114,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
 
     wall_start = time.perf_counter()
     # --- paths and sizes, checked before any work (nothing is created but the checkpoint)
-    output_file(args.output)
+    output_file(args.output, inputs=[args.text])
     _trace_requests(args)  # their paths too
     if args.text:
         size = input_file(args.text, "text file").stat().st_size

@@ -33,7 +33,7 @@ from tracing.capture.recorders import COLLECTIVE_OPS, NOTED_OPS, OpMode, module_
 from tracing.capture.source import caller_location, location_from_traceback
 from tracing.capture.structure import IDLE_CALLS, global_hooks, structure_of, wrap_forward
 from tracing.capture.value_sinks import StreamedValues, ValueArena
-from tracing.errors import TraceError
+from tracing.errors import TraceError, TraceFileError
 from tracing.file.writer import TraceWriter
 from tracing.record import (
     Failure,
@@ -42,6 +42,7 @@ from tracing.record import (
     TensorRecord,
     Trace,
 )
+from tracing.safe_text import exception_text
 from tracing.stats import StatsCollector
 
 _Disable = torch._C.DisableTorchFunction
@@ -227,17 +228,22 @@ class Tracer:
         failed_inside = exc is not None and (self._stack or self._failed_step is not None)
         if failed_inside and isinstance(exc, Exception):
             error = self._mark_failure(exc, tb)
-        elif failed_inside and isinstance(exc, KeyboardInterrupt):
+        elif failed_inside and not isinstance(exc, GeneratorExit):  # Ctrl-C, SystemExit...
             # interrupted: the trace so far is partial, and says so; Ctrl-C goes on up
             # with it attached (``exc.trace``), so a caller may still save it (a streamed
             # file is closed with it: a valid trace that says it was interrupted)
-            self._mark_failure(exc, tb)
-            self.trace = self._finish("KeyboardInterrupt: interrupted before the forward ended")
+            stop = self._mark_failure(exc, tb)
+            if isinstance(exc, KeyboardInterrupt):
+                stop = "KeyboardInterrupt: interrupted before the forward ended"
+            self.trace = self._finish(stop)
             exc.trace = self.trace  # type: ignore[union-attr]
             return False
         if exc is not None and not isinstance(exc, Exception):
             self._sink.abort()  # stopped from outside (exit...): no file that looks complete
         self.trace = self._finish(error)
+        if isinstance(exc, TraceFileError):  # the streamed file could not grow: named as is
+            exc.trace = self.trace  # type: ignore[attr-defined]
+            raise exc
         if error is not None:
             raise TraceError(error, self.trace) from exc
         if self._edits is not None and exc is None:
@@ -450,6 +456,8 @@ class Tracer:
                     record.stats = self._stats.add(t)
                 if self._keep_values and record.value_key is None:
                     self._keep_value(rid, t)
+            except TraceFileError:  # the streamed file cannot grow (a full disk): stop
+                raise
             except UNSUPPORTED as e:  # meta, sparse, masked... tensors: shapes only
                 record.stats = None
                 self._note_unsupported(t, e)
@@ -683,7 +691,7 @@ class Tracer:
 
     def _mark_failure(self, exc: BaseException, tb) -> str:
         """Set ``error`` on the failing step and every enclosing module step; return msg."""
-        detail = f"{type(exc).__name__}: {exc}"
+        detail = exception_text(exc)  # safe when exc's __str__ itself raises
         last = len(self._steps) - 1
         failed = self._failed_step
         if failed is None and self._stack:
