@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from tracing.breakpoints import NonFinite, step_outputs
+from tracing.breakpoints import NonFinite, nonfinite_origin, step_outputs
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -433,11 +433,13 @@ _NON_FINITE = NonFinite()
 
 
 def next_nonfinite(trace: Trace, index: int) -> int | None:
-    """The first step after ``index`` that produced NaN or Inf (see step_has_nonfinite)."""
-    for j in range(index + 1, len(trace.steps)):
-        if step_has_nonfinite(trace, j):
-            return j
-    return None
+    """The next step after ``index`` where it went non-finite: the op that made a NaN or
+    an Inf (not the modules around it, nor the steps it passed through), or in the
+    backward the node that produced the first non-finite gradient
+    (``tracing.breakpoints.nonfinite_origin``, the one definition N, breaks and the
+    report share)."""
+    hit = nonfinite_origin(trace, index)
+    return None if hit is None else hit.step
 
 
 def failing_step(trace: Trace) -> int:
