@@ -132,3 +132,26 @@ def test_a_mask_inf_carried_on_is_not_where_it_went_nonfinite():
     trace = tracing.trace(Masked(), torch.randn(4, 4), capture="stats")
     hits = find_all(trace, NonFinite())
     assert [trace.steps[h.step].op for h in hits] == ["softmax"]  # only the NaN's maker
+
+
+# --------------------------------------------------------------------------- report
+
+
+def test_the_report_counts_each_phase_and_names_where_each_went_nonfinite():
+    from tracing import report
+
+    torch.manual_seed(0)
+    model, x = NaiveLogSoftmax(), torch.randn(3, 4) * 1e4
+    trace = tracing.trace_step(model, x, nn.NLLLoss(), targets=torch.zeros(3, dtype=torch.long))
+    text = report.render(trace, "md")
+    loss_step = next(s for s in trace.steps if s.kind == "module" and s.module == "loss")
+    n_loss = 1 + sum(1 for s in trace.steps[: trace.backward_start] if s.parent == loss_step.index)
+    n_back = sum(1 for s in trace.steps if s.kind == "backward")
+    n_fwd = trace.backward_start - n_loss
+    assert f"**forward steps**: {n_fwd}" in text and f"**loss steps**: {n_loss}" in text
+    assert f"**backward steps**: {n_back}" in text and f", {n_back} backward)" in text
+    log = next(s for s in trace.steps if s.op == "log")
+    line = next(x for x in text.splitlines() if "forward: first non-finite" in x)
+    assert f"step {log.index} " in line and "p.log()" in line
+    line = next(x for x in text.splitlines() if "backward: first non-finite" in x)
+    assert f"follows from the forward's, step {log.index}" in line
