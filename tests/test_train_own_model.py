@@ -130,3 +130,23 @@ def test_the_apps_training_step_uses_the_model_files_loss():
     # nanoGPT's own cross-entropy: its log_softmax is among the model's steps
     assert any(s.op in ("cross_entropy", "log_softmax") for s in trace.steps if s.kind == "op")
     assert trace.backward_start is not None
+
+
+def test_gradient_norms_group_by_repeated_layers_and_keep_nan(bad_trace):
+    import math
+
+    from tracing.gradients import layer_grad_norms, layer_of
+
+    assert layer_of("model.layers.3.self_attn.q_proj.weight") == "model.layers.3"
+    assert layer_of("transformer.h.1.attn.c_attn.weight") == "transformer.h.1"
+    assert layer_of("blocks.0.ff.fc1.weight") == "blocks.0"
+    assert layer_of("lm_head.weight") == "lm_head"
+    trace = tracing.load(bad_trace)
+    norms = layer_grad_norms(trace)
+    assert {"transformer.h.0", "transformer.h.1"} <= set(norms)
+    for layer, norm in norms.items():  # NaN exactly where a parameter's gradient holds one
+        bad = any(
+            trace.param_grad(n).stats.nan for n in trace.meta["param_grads"] if layer_of(n) == layer
+        )
+        assert math.isnan(norm) == bad, layer
+    assert any(math.isnan(v) for v in norms.values())
