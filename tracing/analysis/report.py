@@ -231,6 +231,25 @@ def compute(trace: Trace) -> Report:
         "parameters": modules[""].params_total if "" in modules else None,
         "torch": meta.get("torch_version", meta.get("torch", "")),
     }
+    from tracing.analysis.phases import phases
+
+    training = phases(trace)
+    if training is not None:  # a training step: each phase, and where it went non-finite
+        summary["phases"] = [
+            {
+                "phase": p.name,
+                "steps": p.steps,
+                "first_nonfinite": None
+                if p.first_nonfinite is None
+                else {
+                    "step": p.first_nonfinite.step,
+                    "label": p.first_nonfinite.label,
+                    "reason": p.first_nonfinite.reason,
+                    "source": p.first_nonfinite.source,
+                },
+            }
+            for p in training
+        ]
     error = None if trace.error is None else shown(trace.error, NAME_CUT)
     if error:
         summary["error"] = error
@@ -388,9 +407,27 @@ def _summary_lines(report: Report) -> list[tuple[str, str]]:
     lines.append(
         (
             "steps",
-            f"{s['steps']} ({s['module_steps']} module calls, {s['op_steps']} ops)",
+            f"{s['steps']} ({s['module_steps']} module calls, {s['op_steps']} ops"
+            + (f", {s['phases'][2]['steps']} backward)" if s.get("phases") else ")"),
         )
     )
+    for p in s.get("phases", ()):
+        lines.append((f"{p['phase']} steps", str(p["steps"])))
+        hit = p["first_nonfinite"]
+        if hit is not None:
+            where = f" — {hit['source']}" if hit["source"] else ""
+            earlier = next((q for q in s["phases"] if q["first_nonfinite"]), p)
+            if earlier is not p:  # the forward (or the loss) was already non-finite
+                where += (
+                    f" (follows from the {earlier['phase']}'s, step"
+                    f" {earlier['first_nonfinite']['step']})"
+                )
+            lines.append(
+                (
+                    f"{p['phase']}: first non-finite",
+                    f"step {hit['step']} {hit['label']}: {hit['reason']}{where}",
+                )
+            )
     lines.append(("tensors", f"{s['tensors']} ({s['kept_values']} values kept)"))
     if s.get("torch"):
         lines.append(("torch", str(s["torch"])))

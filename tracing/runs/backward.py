@@ -239,6 +239,12 @@ class _BackwardRecorder:
         # id(node) -> {output_nr: forward record id}, and the forward step of the node
         self.made: dict[int, dict[int, int]] = {}
         self.link: dict[int, int | None] = {}
+        # who passes whom a gradient: id(node) -> ids of the nodes that consume its
+        # outputs; id(node) -> its step once it ran; step -> the steps that passed it one
+        self.consumers: dict[int, list[int]] = {}
+        self.step_of: dict[int, int] = {}
+        self.senders: dict[str, list[int]] = {}
+        self.nonfinite: dict[int, tuple[bool, bool]] = {}  # step -> its gradients' (NaN, Inf)
         tensors = trace.tensors
         for rid, node, nr in tracer.nodes:
             outs = self.made.setdefault(id(node), {})
@@ -253,9 +259,13 @@ class _BackwardRecorder:
             raise ReentrantCheckpointError(REENTRANT_MESSAGE)
         handles = []
         link = self.link
+        consumers = self.consumers
         for node, parent in nodes:
             if id(node) not in link:  # inside one op, or the loss: its consumer's step
                 link[id(node)] = None if parent is None else link.get(id(parent))
+            for nxt, _ in node.next_functions:
+                if nxt is not None:
+                    consumers.setdefault(id(nxt), []).append(id(node))
             handles.append(node.register_prehook(self._hook(node)))
         return handles
 
@@ -289,13 +299,17 @@ class _BackwardRecorder:
                 if fstep is not None:
                     source, depth, parent = fstep.source, fstep.depth, fstep.parent
                 module, depth = param.rpartition(".")[0], depth or 0
+        self.step_of[id(node)] = index
+        step_of = self.step_of
+        self.senders[str(index)] = sorted(
+            step_of[c] for c in self.consumers.get(id(node), ()) if c in step_of
+        )
         ids, names, live = [], [], []
         for nr, g in enumerate(grads):
             if g is None:
                 continue
             of = made.get(nr)
-            full = of is not None or param is not None  # a recorded tensor's or a parameter's
-            rid = self._grad_record(g, index, of, full)
+            rid = self._grad_record(g, index, of, True)  # every gradient: stats, values
             ids.append(rid)
             names.append("grad" if len(grads) == 1 else f"grad[{nr}]")
             live.append(g)
@@ -347,14 +361,28 @@ class _BackwardRecorder:
         return key
 
     def _check(self, step: Step, live: list[torch.Tensor]) -> None:
-        from tracing.breakpoints import Output, make_hit
+        """Check the conditions on the gradients ``step`` received. Where they are the
+        first non-finite ones, the hit is at the node that sent them (see
+        ``tracing.breakpoints.NonFinite``)."""
+        from tracing.breakpoints import Output, make_hit, nonfinite_counts, sender_hit
 
+        senders = self.senders.get(str(step.index), [])
+        got = [self.nonfinite[i] for i in senders if i in self.nonfinite]
+        came_in = (any(n for n, _ in got), any(i for _, i in got))
         outputs = [
-            Output(self.trace.tensors[rid], g, name)
+            Output(self.trace.tensors[rid], g, name, came_in=came_in)
             for rid, g, name in zip(step.outputs, live, step.output_names)
         ]
+        counts = [nonfinite_counts(o) for o in outputs]
+        nan, inf = any(n for n, _ in counts), any(i for _, i in counts)
+        if nan or inf:
+            self.nonfinite[step.index] = (nan, inf)
         reason = self.condition.check(step, "exit", outputs)
-        if reason:
+        if not reason:
+            return
+        if (nan or inf) and not any(came_in) and senders:
+            self.hit = sender_hit(self.trace.steps, step, reason, senders)
+        else:
             self.hit = make_hit(step, "exit", reason)
 
 
@@ -579,6 +607,7 @@ def _run_step(tracer, run, loss_of, optimizer, before_step, capture, break_on, l
         trace.meta["forward_steps"] = len(trace.steps)
         recorder = _BackwardRecorder(trace, tracer, capture, break_on)
         trace.meta["param_grads"] = recorder.param_grads  # filled as the backward runs
+        trace.meta["grad_senders"] = recorder.senders  # step -> the steps passing it grads
         handles: list = []
         try:
             handles = recorder.instrument(loss)
