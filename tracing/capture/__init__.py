@@ -79,5 +79,8 @@ recorders):
 
 from tracing.capture.structure import config_dict, module_infos
 from tracing.capture.tracer import DEFAULT_VALUE_CAP, Tracer, trace
+from tracing.moved import submodules
 
 __all__ = ["DEFAULT_VALUE_CAP", "Tracer", "config_dict", "module_infos", "trace"]
+
+__getattr__ = submodules(__name__)
