@@ -19,7 +19,7 @@ os.environ.setdefault("PYQTGRAPH_QT_LIB", "PySide6")
 
 import pytest
 import torch
-from tiny_models import trace_demo
+from helpers.tiny_models import trace_demo
 
 import scratchformer
 
