@@ -13,7 +13,7 @@ from tiny_models import demo_ids
 
 import scratchformer
 import tracing
-from app.session import next_token_loss
+from app.core.session import next_token_loss
 from app.windows.compare_window import CompareWindow, DivergenceMark
 
 CHANGED = "blocks.1.feed_forward.linear2"

@@ -137,7 +137,7 @@ def test_from_files_and_helpers(qtbot, tmp_path, demo_values):
     assert score_text(None) == "?" and score_text(0.0) == "0"
     assert score_text(math.inf, "only_a") == "A only"
     assert entry_score(None) is None
-    from app.session import SessionError
+    from app.core.session import SessionError
 
     with pytest.raises(SessionError):
         CompareWindow.from_files(tmp_path / "missing.trace", path)

@@ -34,10 +34,10 @@ QT_FREE_APP = [
     "app.diagram.folding",
     "app.diagram.layout",
     "app.diagram.routing",
-    "app.session",
-    "app.generation_session",
-    "app.edit_session",
-    "app.progress",
+    "app.core.session",
+    "app.core.generation_session",
+    "app.core.edit_session",
+    "app.core.progress",
     "app.theme",
 ]
 

@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from app.cli import UserError
-    from app.progress import ProgressBar
+    from app.core.progress import ProgressBar
     from scratchformer import ByteTokenizer, DecoderOnlyTransformer, ModelConfig
     from scratchformer.tasks import TextDataset, exact_match_accuracy, get_task
     from scratchformer.training import TrainConfig, train

@@ -79,7 +79,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import session, theme
+from app import theme
+from app.core import session
 from app.diagram.items import FrameItem
 from app.diagram.view import DiagramView
 from app.panels.step_bar import StepBar
@@ -574,7 +575,7 @@ class CompareWindow(QMainWindow):
 
     @classmethod
     def from_files(cls, path_a: str | Path, path_b: str | Path, **kwargs) -> CompareWindow:
-        """Open two trace files (``app.session.SessionError`` names a bad one)."""
+        """Open two trace files (``app.core.session.SessionError`` names a bad one)."""
         a = session.open_trace(path_a)
         b = session.open_trace(path_b)
         return cls(a, b, Path(path_a).name, Path(path_b).name, **kwargs)

@@ -73,7 +73,7 @@ class TraceOutcome:
 @dataclass(frozen=True)
 class ModelSource:
     """Which model to trace: the bundled demo, a preset with random weights, a checkpoint,
-    or the user's own file (``model = "FILE.py:NAME"``, see ``app.user_model``)."""
+    or the user's own file (``model = "FILE.py:NAME"``, see ``app.core.user_model``)."""
 
     kind: Literal["demo", "preset", "checkpoint", "file"] = "demo"
     preset: str = "demo"
@@ -101,7 +101,7 @@ class TraceRequest:
     source: ModelSource = field(default_factory=ModelSource)
     capture: str = DEFAULT_CAPTURE
     training: bool = False  # a training step: forward, next-token loss, backward
-    edits: tuple = ()  # tracing.edits.Edit objects applied while tracing (app.edit_session)
+    edits: tuple = ()  # tracing.edits.Edit objects applied while tracing (app.core.edit_session)
 
 
 def next_token_loss(output: Any, targets: Any) -> Any:
@@ -297,7 +297,7 @@ def load_user_model(request: TraceRequest) -> tuple[Any, tuple, dict, dict]:
     """Import and build the user's ``FILE.py:NAME`` afresh (every re-trace re-imports it),
     with its inputs: ``input_shape`` if given, else the prompt, else ``example_inputs``.
     A failure is a SessionError whose text ends with the traceback, for the dialog."""
-    from app import user_model
+    from app.core import user_model
 
     source = request.source
     try:
