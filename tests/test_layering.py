@@ -30,10 +30,10 @@ FORBIDDEN = {
 }
 #: app modules that import no Qt, not even through the app modules they import
 QT_FREE_APP = [
-    "app.diagram.geometry",
-    "app.diagram.folding",
-    "app.diagram.layout",
-    "app.diagram.routing",
+    "app.diagram.plan.geometry",
+    "app.diagram.plan.folding",
+    "app.diagram.plan.layout",
+    "app.diagram.plan.routing",
     "app.core.session",
     "app.core.generation_session",
     "app.core.edit_session",
