@@ -14,7 +14,8 @@ from tiny_models import demo_ids
 import scratchformer
 import tracing
 from app.core.session import next_token_loss
-from app.windows.compare_window import CompareWindow, DivergenceMark
+from app.diagram.divergence import DivergenceMark
+from app.windows.compare_window import CompareWindow
 
 CHANGED = "blocks.1.feed_forward.linear2"
 

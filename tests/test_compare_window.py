@@ -9,7 +9,8 @@ import torch
 from tiny_models import trace_demo
 
 import scratchformer
-from app.windows.compare_window import CompareWindow, divergence_colour
+from app.diagram.divergence import divergence_colour
+from app.windows.compare_window import CompareWindow
 from tracing.analysis.divergence import entry_score, score_text
 
 CHANGED = "blocks.1.feed_forward.linear1"
