@@ -19,6 +19,44 @@ class UserError(Exception):
     """A problem with the user's input, reported as one line without a traceback."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C would be: a capture ends the same way (the partial
+    trace kept, a streamed file closed), and the command exits with 128 + 15."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Terminated
+
+
+def _end_on_sigterm() -> None:
+    """Let SIGTERM end the command as Ctrl-C does (main thread, default handler only)."""
+    import signal
+    import threading
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _exit_despite_threads(code: int) -> None:
+    """Exit now if threads a user's model started (non-daemon) would keep the process
+    alive after its work is done: they are not waited for."""
+    import os
+    import threading
+
+    stray = [t for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()]
+    if not stray:
+        return
+    names = ", ".join(t.name for t in stray[:3])
+    print(
+        f"note: not waiting for {len(stray)} thread(s) the model started ({names})",
+        file=sys.stderr,
+    )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is one ``error: ...`` line (exit 2), not the usage
     block; ``--help`` still shows the usage. Subcommand parsers are of this class too."""
@@ -31,10 +69,16 @@ class OneLineParser(argparse.ArgumentParser):
 
 def _one_line(e: BaseException) -> str:
     """The message of ``e`` on one line (a path that holds a newline stays one line)."""
-    text = str(e) or type(e).__name__
+    try:
+        text = str(e) or type(e).__name__
+    except Exception:  # an exception whose __str__ itself raises
+        text = f"{type(e).__name__} (its message cannot be shown)"
     if isinstance(e, OSError) and e.strerror:
         text = f"{e.filename}: {e.strerror}" if e.filename else e.strerror
-    return " ".join(text.split()) if "\n" in text or "\r" in text else text
+    from tracing.safe_text import inert
+
+    # one line, and inert: an error may quote a file's text (ESC, CR, bidi overrides)
+    return inert(" ".join(text.split()) if "\n" in text or "\r" in text else text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,10 +100,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command ``argv`` (default: ``sys.argv``); as the program itself (no
+    ``argv``), it also ends on SIGTERM as on Ctrl-C and does not wait for threads a
+    user's model left running."""
+    as_program = argv is None
+    code = _main(argv, as_program)
+    if as_program:
+        _exit_despite_threads(code)
+    return code
+
+
+def _main(argv: list[str] | None, as_program: bool) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if as_program:
+        _end_on_sigterm()
     try:
         return int(args.func(args) or 0)
+    except Terminated:
+        print("terminated", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -83,9 +83,10 @@ def test_find_next_nonfinite_stops_at_the_op_that_made_it(overflowing, capture):
     assert "Inf" in hit.reason
     assert hit.source.endswith("h = h * self.gain  # block 2's gain overflows float32 to Inf")
     assert find_next(t, -1, [NonFinite()]) == mul
-    # from there, the next hit is the residual add that carries the Inf on
-    nxt = find_hit(t, mul, NonFinite())
-    assert (t.steps[nxt.step].module, t.steps[nxt.step].op) == ("blocks.2", "add")
+    # the residual add and the head only carry the Inf on: it was not made there
+    carried = [s.index for s in t.steps if s.index > mul and s.outputs
+               and t.tensor(s.outputs[0]).stats.inf]  # fmt: skip
+    assert carried and find_hit(t, mul, NonFinite()) is None
     assert find_next(t, len(t.steps), NonFinite()) is None
 
 

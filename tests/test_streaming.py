@@ -104,11 +104,16 @@ def test_an_interrupted_capture_leaves_a_file_that_says_so(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["t.sft"]
 
 
-def test_a_capture_stopped_from_outside_leaves_no_file(tmp_path):
+def test_a_capture_stopped_by_sys_exit_keeps_the_partial_file(tmp_path):
+    """SystemExit (or any BaseException) inside the forward goes on up as Ctrl-C does,
+    with the partial trace attached and the streamed file closed as one that says so."""
     out = tmp_path / "t.sft"
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as info:
         tracing.trace(_Raises(SystemExit(3)), torch.randn(2, 4), capture="values", out=out)
-    assert list(tmp_path.iterdir()) == []
+    assert sorted(os.listdir(tmp_path)) == ["t.sft"]
+    loaded = tracing.load(out)
+    assert not loaded.complete and "SystemExit: 3" in loaded.error
+    assert info.value.trace.error == loaded.error
 
 
 def test_a_partial_file_never_looks_complete(tmp_path):

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -65,7 +65,7 @@ class Output:
     they stay exact when a trace keeps its values downcast to float16.
     """
 
-    __slots__ = ("_loader", "_value", "name", "record")
+    __slots__ = ("_counts", "_loader", "_value", "came_in", "name", "record")
 
     def __init__(
         self,
@@ -73,11 +73,17 @@ class Output:
         value: torch.Tensor | None = None,
         name: str = "output",
         loader: Callable[[], torch.Tensor | None] | None = None,
+        came_in: tuple[bool, bool] | None = None,
     ):
         self.record = record
         self._value = value
         self._loader = loader
         self.name = name
+        self.came_in = came_in
+        """(a NaN came in, an Inf came in): whether what the step computed from already
+        held NaN / Inf (its inputs' for an op; for a backward step, the gradients the
+        nodes that passed it its gradient had received). None: not known."""
+        self._counts: tuple[int, int] | None = None
 
     @property
     def value(self) -> torch.Tensor | None:
@@ -253,10 +259,23 @@ before the softmax), not a numerical problem: value conditions ignore an Inf the
 
 @dataclass(frozen=True)
 class NonFinite(Condition):
-    """Break when a NaN or an Inf appears in an output.
+    """Break where a NaN or an Inf is *made*: the one definition of "where it went
+    non-finite" that live breaks, the app's N, :func:`first_nonfinite_gradient` and the
+    report share.
+
+    A step is where it went non-finite when its own computation turned what it was given
+    into a non-finite output: a NaN where no input held a NaN, or an Inf where no input
+    held a NaN or an Inf. So the op that overflowed stops the run, not the ops (and the
+    module calls) that merely pass its Inf along. Innermost: a module call counts only
+    for outputs no op inside it produced. In the backward the step is the node that
+    *produced* the gradient: a backward step records the gradient it receives, so when
+    that gradient is the first non-finite one, the hit names the node that sent it
+    (:func:`find_hit` moves it there).
 
     The Inf a mask op writes (see ``MASK_OPS``) does not count, a NaN anywhere does;
-    without that every causal attention layer would stop the run at its mask.
+    without that every causal attention layer would stop the run at its mask. Where it
+    is not known what a step was given (``Output.came_in`` is None), any NaN or Inf in
+    an output holds.
     """
 
     mask_ops: frozenset[str] = MASK_OPS
@@ -264,13 +283,38 @@ class NonFinite(Condition):
     def on_exit(self, step, outputs):
         at_mask = step.op in self.mask_ops
         for o in outputs:
+            if not _made_here(step, o):
+                continue
             nan, inf = _nonfinite_counts(o)
             if at_mask:
                 inf = 0
+            if o.came_in is not None:
+                nan_in, inf_in = o.came_in
+                if nan_in:
+                    nan = 0
+                if nan_in or inf_in:
+                    inf = 0
             if nan or inf:
                 parts = [f"{n} {what}" for n, what in ((nan, "NaN"), (inf, "Inf")) if n]
-                return f"{' and '.join(parts)} in {o.name}"
+                why = " (made from an Inf it was given)" if o.came_in and o.came_in[1] else ""
+                return f"{' and '.join(parts)} in {o.name}{why}"
         return None
+
+
+def _made_here(step: Step, o: Output) -> bool:
+    """Whether ``step`` itself produced output ``o`` (a module's output that an op inside
+    it produced is that op's, so the op is where it went non-finite, not the module)."""
+    if step.kind != "module" or o.record is None or o.record.producer is None:
+        return True
+    return o.record.producer == step.index
+
+
+def uses_nonfinite(condition: Condition) -> bool:
+    """Whether ``condition`` is or contains :class:`NonFinite` (then the steps' inputs
+    are worth following, to tell where a NaN was made from where it was passed on)."""
+    if isinstance(condition, NonFinite):
+        return True
+    return any(uses_nonfinite(c) for c in getattr(condition, "conditions", ()))
 
 
 @dataclass(frozen=True)
@@ -335,12 +379,12 @@ def grad_norm(o: Output) -> float | None:
 
 def _grad_norm_reason(step, outputs, threshold: float, above: bool) -> str | None:
     """The reason a backward step's gradient norm is above (or below) ``threshold``.
-    Gradients inside one op (shape-only records) are not judged when looking below."""
+    Gradients inside one op (of no recorded tensor) are not judged when looking below."""
     if step.kind != "backward":
         return None
     for o in outputs:
         rec = o.record
-        if not above and rec is not None and rec.grad_of is None and rec.stats is None:
+        if not above and rec is not None and rec.grad_of is None:
             continue
         n = grad_norm(o)
         if n is None:
@@ -376,48 +420,127 @@ class GradNormBelow(Condition):
 
 
 def first_nonfinite_gradient(trace: Trace) -> BreakHit | None:
-    """The backward step that first produced a NaN or an Inf gradient, or None.
+    """Where a training step's gradients went non-finite, or None when they did not.
 
-    A backward step records the gradient it *receives* (that of its forward op's output).
-    The first step that receives a non-finite one got it from the backward of an op that
-    consumed that output: that earlier step is the culprit (``SqrtBackward0`` for a
-    ``sqrt`` at 0, which sends Inf to the op before it). The hit's label and source are
-    those of the culprit's forward op (``blocks.1.attn · sqrt``, ``model.py:42: ...``).
+    The backward step whose node first *produced* a NaN or an Inf gradient: a backward
+    step records the gradient it receives, so the first one to receive a non-finite
+    gradient got it from a node that ran before it (``SqrtBackward0`` for a ``sqrt`` at 0,
+    which sends Inf to the op before it); that node is the hit, with the label and source
+    line of its forward op (``blocks.1.attn · sqrt``, ``model.py:42: ...``).
+
+    When the forward was already non-finite, the gradients only follow from it: the hit
+    is then the forward op where it went non-finite (:class:`NonFinite`), and its reason
+    says which backward step it reached.
     """
     start = trace.backward_start
     if start is None:
         return None
-    hit = find_hit(trace, start - 0.5, NonFinite())
-    if hit is None:
+    backward = next(iter_origins(trace, start - 0.5), None)
+    forward = next(iter_origins(trace, -1.0, stop=start), None)
+    if forward is None:
+        return backward
+    then = "; the backward never went non-finite"
+    if backward is not None:
+        then = (
+            f"; the forward was already non-finite here, so the backward's first "
+            f"non-finite gradient (step {backward.step}, {trace.steps[backward.step].op}) "
+            "follows from it"
+        )
+    return BreakHit(forward.step, forward.event, forward.reason + then, forward.label,
+                    forward.source)  # fmt: skip
+
+
+def nonfinite_origin(trace: Trace, after: int = -1) -> BreakHit | None:
+    """The next step after step ``after`` where it went non-finite (:class:`NonFinite`):
+    what the app's N goes to. A backward hit names the node that produced the gradient,
+    which ran before the step that received it, so the search is by the hit's step."""
+    for hit in iter_origins(trace, -1.0):
+        if hit.step > after:
+            return hit
+    return None
+
+
+def iter_origins(trace: Trace, start: float = -1.0, stop: int | None = None):
+    """Every :class:`NonFinite` hit after position ``start`` (and before step ``stop``)."""
+    cond = NonFinite()
+    for pos, index, event in _events(trace):
+        if pos <= start or event == "enter":
+            continue
+        if stop is not None and index >= stop:
+            break
+        step = trace.steps[index]
+        outputs = step_outputs(trace, step)
+        reason = cond.check(step, event, outputs)
+        if reason:
+            yield _hit_at_origin(trace, step, event, reason, outputs)
+
+
+def grad_senders(trace: Trace, step: Step) -> list[int] | None:
+    """The backward steps that passed ``step`` its gradient (the nodes whose outputs it
+    consumed, the ones that ran), as recorded by ``tracing.trace_step``; None for a
+    trace recorded without them."""
+    senders = trace.meta.get("grad_senders")
+    if not isinstance(senders, Mapping):
         return None
-    receiver = trace.steps[hit.step]
-    culprit = _sender(trace, receiver)
-    if culprit is None or culprit.forward is None:
-        step, reason = receiver, hit.reason
-    else:
-        step = culprit
-        got = trace.steps[receiver.forward].op if receiver.forward is not None else receiver.op
-        reason = f"{hit.reason} that it sends back to {got} (step {receiver.index})"
-    if step.forward is None:
-        return make_hit(step, "exit", f"{reason} ({step.op})")
-    fwd = trace.steps[step.forward]
+    got = senders.get(str(step.index))
+    return None if got is None else [int(i) for i in got]
+
+
+def _hit_at_origin(trace: Trace, step: Step, event: Event, reason: str,
+                   outputs: Sequence[Output]) -> BreakHit:  # fmt: skip
+    """The hit for ``reason`` at ``step``; at a backward step that received a gradient made
+    non-finite by the node that sent it, the hit is at that node (see :class:`NonFinite`)."""
+    if step.kind != "backward" or not any(sum(_nonfinite_counts(o)) for o in outputs):
+        return make_hit(step, event, reason)
+    came_in = outputs[0].came_in if outputs else None
+    if came_in is not None and any(came_in):
+        return make_hit(step, event, reason)
+    senders = grad_senders(trace, step)
+    if senders is None:  # an older trace: the forward graph says who
+        sender = _sender(trace, step)
+        senders = [] if sender is None else [sender.index]
+    senders = sorted(i for i in senders if 0 <= i < step.index)
+    if not senders:
+        return make_hit(step, event, reason)
+    return sender_hit(trace.steps, step, reason, senders)
+
+
+def sender_hit(steps: Sequence[Step], receiver: Step, reason: str,
+               senders: Sequence[int]) -> BreakHit:  # fmt: skip
+    """The hit at the node that sent ``receiver`` its non-finite gradient (the latest of
+    ``senders`` to run; when several passed it one, the reason names them all, since
+    which of them sent the NaN is not recorded)."""
+    sender = steps[senders[-1]]
+    got = steps[receiver.forward].op if receiver.forward is not None else receiver.op
+    reason = reason.removesuffix(" in grad").split(" in grad", 1)[0]
+    reason = f"{reason} in the gradient it sends back to {got} (step {receiver.index})"
+    if len(senders) > 1:
+        names = ", ".join(f"{steps[i].op} (step {i})" for i in senders)
+        reason += (
+            f"; {len(senders)} nodes pass it gradients ({names}): which one sent it is not recorded"
+        )
+    if sender.forward is None:
+        return make_hit(sender, "exit", f"{reason} ({sender.op})")
+    fwd = steps[sender.forward]
     src = make_hit(fwd, "exit", "").source
-    reason = f"{reason} ({step.op}, the backward of step {fwd.index}: {fwd.op})"
-    return BreakHit(step.index, "exit", reason, fwd.label, src)
+    reason = f"{reason} ({sender.op}, the backward of step {fwd.index}: {fwd.op})"
+    return BreakHit(sender.index, "exit", reason, fwd.label, src)
 
 
 def _sender(trace: Trace, receiver: Step) -> Step | None:
     """The latest backward step before ``receiver`` whose forward op consumed a tensor
-    ``receiver`` holds the gradient of (the op that passed it that gradient)."""
+    ``receiver`` holds the gradient of (the op that passed it that gradient): for traces
+    recorded before ``meta["grad_senders"]``."""
+    start = trace.backward_start
     forward_ids = {trace.tensors[t].grad_of for t in receiver.outputs} - {None}
-    if not forward_ids:
+    if not forward_ids or start is None:
         return None
     consumers = {
         s.index
-        for s in trace.steps[: trace.backward_start]
+        for s in trace.steps[:start]
         if s.kind == "op" and not forward_ids.isdisjoint(s.inputs)
     }
-    for s in reversed(trace.steps[trace.backward_start : receiver.index]):
+    for s in reversed(trace.steps[start : receiver.index]):
         if s.forward in consumers:
             return s
     return None
@@ -441,7 +564,17 @@ def _as_float(value: torch.Tensor) -> torch.Tensor | None:
     return value.detach()
 
 
-def _nonfinite_counts(o: Output) -> tuple[int, int]:
+def nonfinite_counts(o: Output) -> tuple[int, int]:
+    """(NaN count, Inf count) of an output, from its statistics or its value."""
+    if o._counts is None:
+        o._counts = _count_nonfinite(o)
+    return o._counts
+
+
+_nonfinite_counts = nonfinite_counts
+
+
+def _count_nonfinite(o: Output) -> tuple[int, int]:
     import torch
 
     if o.stats is not None:
@@ -496,14 +629,39 @@ def as_condition(conditions: Condition | Iterable[Condition]) -> Condition:
 
 
 def step_outputs(trace: Trace, step: Step) -> list[Output]:
-    """The outputs of ``step`` as conditions see them (named, values read on demand)."""
+    """The outputs of ``step`` as conditions see them (named, values read on demand, and
+    what the step was given: see ``Output.came_in``)."""
     names = step.output_names if len(step.output_names) == len(step.outputs) else ()
+    came_in = _came_in(trace, step) if step.outputs else None
     outs = []
     for k, tid in enumerate(step.outputs):
         rec = trace.tensors[tid]
         name = names[k] if names else f"output[{k}]"
-        outs.append(Output(rec, name=name, loader=functools.partial(trace.value, rec.id)))
+        loader = functools.partial(trace.value, rec.id)
+        outs.append(Output(rec, name=name, loader=loader, came_in=came_in))
     return outs
+
+
+def _came_in(trace: Trace, step: Step) -> tuple[bool, bool] | None:
+    """Whether a NaN / an Inf was among what ``step`` computed from: a forward step's
+    inputs that earlier steps produced (a parameter or the model's input is where a
+    computation starts, so a NaN weight is found at the op that uses it); for a backward
+    step, the gradients received by the nodes that passed it its gradient. From the
+    statistics, or the kept values; None when the trace does not say (a backward step of
+    a trace recorded without ``meta["grad_senders"]``)."""
+    if step.kind == "backward":
+        senders = grad_senders(trace, step)
+        if senders is None:
+            return None
+        ids = [rid for i in senders if 0 <= i < len(trace.steps) for rid in trace.steps[i].outputs]
+    else:
+        ids = [rid for rid in step.inputs if trace.tensors[rid].producer is not None]
+    nan = inf = False
+    for rid in ids:
+        loader = functools.partial(trace.value, rid)
+        n, i = _nonfinite_counts(Output(trace.tensors[rid], loader=loader))
+        nan, inf = nan or n > 0, inf or i > 0
+    return nan, inf
 
 
 def _events(trace: Trace) -> list[tuple[float, int, Event]]:
@@ -538,7 +696,9 @@ def find_hit(
         outputs = step_outputs(trace, step) if event == "exit" else ()
         reason = cond.check(step, event, outputs)
         if reason:
-            return make_hit(step, event, reason)
+            hit = _hit_at_origin(trace, step, event, reason, outputs)
+            if hit.step == index or hit.step > start:  # a sender already passed: go on
+                return hit
     return None
 
 
@@ -563,7 +723,7 @@ def find_all(trace: Trace, conditions: Condition | Iterable[Condition]) -> list[
         outputs = step_outputs(trace, step) if event == "exit" else ()
         reason = cond.check(step, event, outputs)
         if reason:
-            hits.append(make_hit(step, event, reason))
+            hits.append(_hit_at_origin(trace, step, event, reason, outputs))
     return hits
 
 
@@ -589,6 +749,11 @@ class LiveBreaker:
 
     def __init__(self, conditions: Condition | Iterable[Condition]):
         self.condition = as_condition(conditions)
+        # record id -> (NaN, Inf) of the non-finite outputs seen so far, when a NaN's
+        # origin matters (NonFinite): a step given one of them did not make it
+        self.nonfinite: dict[int, tuple[bool, bool]] | None = (
+            {} if uses_nonfinite(self.condition) else None
+        )
 
     def enter(self, step: Step) -> None:
         reason = self.condition.check(step, "enter", ())
@@ -602,10 +767,20 @@ class LiveBreaker:
         tensors: Sequence[torch.Tensor | None],
     ) -> None:
         names = step.output_names if len(step.output_names) == len(tensors) else ()
+        seen = self.nonfinite
+        came_in = None
+        if seen is not None:
+            got = [seen[rid] for rid in step.inputs if rid in seen]
+            came_in = (any(n for n, _ in got), any(i for _, i in got))
         outputs = [
-            Output(rec, t, names[k] if names else f"output[{k}]")
+            Output(rec, t, names[k] if names else f"output[{k}]", came_in=came_in)
             for k, (rec, t) in enumerate(zip(records, tensors))
         ]
         reason = self.condition.check(step, "exit", outputs)
         if reason:
             raise StopForward(make_hit(step, "exit", reason))
+        if seen is not None:
+            for o in outputs:
+                nan, inf = _nonfinite_counts(o)
+                if (nan or inf) and o.record is not None:
+                    seen[o.record.id] = (nan > 0, inf > 0)

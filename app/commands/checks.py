@@ -6,8 +6,11 @@ than a traceback after an hour of training:
 - :func:`input_file` accepts a regular file only (a FIFO would block the read forever,
   ``/dev/zero`` would never end);
 - :func:`output_file` checks the folder exists and may be written, and that the target
-  is not a folder, a FIFO or a device. It never creates folders: only what the user named
-  is written.
+  is not a folder, a FIFO or a device, nor one of the command's ``inputs`` (the same file
+  by device and inode, whatever its spelling: a symlink or a hard link is caught too). It
+  never creates folders: only what the user named is written.
+- :func:`replace_atomically` writes a finished file under a temporary name beside the
+  target, then renames it over the target: an existing output is never half-replaced.
 - the ``*_int`` / ``*_float`` factories are argparse ``type=`` functions: ``nan``, ``inf``,
   negatives and absurd sizes are refused while parsing, with the option's name.
 
@@ -21,6 +24,8 @@ import argparse
 import math
 import os
 import stat
+import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 
@@ -60,10 +65,16 @@ def input_file(path: str | os.PathLike, what: str = "file") -> Path:
     return path
 
 
-def output_file(path: str | os.PathLike) -> Path:
-    """``path`` as a Path if a file can be written there; creates nothing."""
+def output_file(
+    path: str | os.PathLike, *, inputs: Iterable[str | os.PathLike | None] = ()
+) -> Path:
+    """``path`` as a Path if a file can be written there; creates nothing.
+
+    ``inputs`` are the files (and folders) the command reads: the output may be none of
+    them, nor the folder of any of them, compared by device and inode."""
     path = Path(path)
     info = _stat(path)
+    _not_an_input(path, info, inputs)
     if info is not None:
         if stat.S_ISDIR(info.st_mode):
             raise PathProblem(f"cannot write {_shown(path)}: it is a folder")
@@ -83,6 +94,63 @@ def output_file(path: str | os.PathLike) -> Path:
     if not writable or (info is not None and not os.access(path, os.W_OK)):
         raise PathProblem(f"cannot write {_shown(path)}: permission denied")
     return path
+
+
+def _not_an_input(
+    path: Path, info: os.stat_result | None, inputs: Iterable[str | os.PathLike | None]
+) -> None:
+    """A PathProblem if ``path`` (stat ``info``, None if it does not exist yet) is one of
+    ``inputs`` or the folder of one."""
+    for given in inputs:
+        if given is None:
+            continue
+        given = Path(given)
+        if os.path.abspath(given) == os.path.abspath(path):  # also when neither exists yet
+            raise PathProblem(
+                f"cannot write {_shown(path)}: it is an input of this command; "
+                "choose another output"
+            )
+        if info is None:
+            continue
+        folder = given.parent if str(given.parent) else Path(".")
+        for candidate, what in ((given, "an input of this command"), (folder, "the folder of")):
+            try:
+                other = os.stat(candidate)
+            except (OSError, ValueError):
+                continue
+            if (other.st_dev, other.st_ino) == (info.st_dev, info.st_ino):
+                raise PathProblem(
+                    f"cannot write {_shown(path)}: it is {what} {_shown(given)}; "
+                    "choose another output"
+                )
+
+
+def replace_atomically(path: str | os.PathLike, write: Callable[[Path], None]) -> Path:
+    """Call ``write(tmp)`` with a temporary path beside ``path``, then rename the finished
+    file over ``path``; on any failure the temporary file is removed and ``path`` is as
+    it was. A FIFO or a device (``/dev/null``) is written directly."""
+    path = Path(path)
+    if os.path.lexists(path) and not path.is_file() and not path.is_dir():
+        write(path)
+        return path
+    folder = path.parent if str(path.parent) else Path(".")
+    fd, name = tempfile.mkstemp(dir=folder, prefix=f".{path.name[:100]}.", suffix=".partial")
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o644 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 # --------------------------------------------------------------------------- numbers

@@ -43,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
     from tracing.analysis.trace_diff import diff
     from tracing.file.loading import load
 
-    out = output_file(args.output) if args.output else None  # checked before the work
+    # checked before the work; never one of the files read
+    out = output_file(args.output, inputs=(args.a, args.b)) if args.output else None
     traces = [load(name) for name in (args.a, args.b)]
     result = diff(*traces)
     text = result.render(args.format, atol=args.atol, all_steps=args.all)

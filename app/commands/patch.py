@@ -19,7 +19,7 @@ import io
 import os
 from pathlib import Path
 
-from app.commands.checks import output_file
+from app.commands.checks import output_file, replace_atomically
 from app.commands.options import add_command, add_model_source, load_model, stderr_say
 
 
@@ -58,10 +58,15 @@ def write_png(result, path: Path, title: str) -> None:
 
     # a QApplication (not a QGuiApplication): a later widget in this process needs one
     _app = QApplication.instance() or QApplication(["scratchformer"])
-    if not sweep_image(result, title).save(str(path), "PNG"):
-        from app.cli import UserError
+    image = sweep_image(result, title)
 
-        raise UserError(f"cannot write the image {path}")
+    def save(tmp: Path) -> None:
+        if not image.save(str(tmp), "PNG"):
+            from app.cli import UserError
+
+            raise UserError(f"cannot write the image {path}")
+
+    replace_atomically(path, save)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,8 +80,8 @@ def run(args: argparse.Namespace) -> int:
     quiet = args.quiet
     say = stderr_say(quiet)
 
-    output = output_file(args.output)
-    png = output_file(args.png) if args.png else None
+    output = output_file(args.output, inputs=[args.checkpoint])
+    png = output_file(args.png, inputs=[args.checkpoint, output]) if args.png else None
     tok = ByteTokenizer()
     clean, corrupted = tok.encode(args.clean), tok.encode(args.corrupted)
     if not clean or not corrupted:
@@ -115,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
         )
     if bar is not None:
         bar.close()
-    output.write_text(result.to_csv())
+    csv = result.to_csv()
+    replace_atomically(output, lambda tmp: tmp.write_text(csv, encoding="utf-8"))
     best = result.best()
     where = f"; largest: {best[0]} {best[1]} = {best[2]:.3f}" if best else ""
     print(

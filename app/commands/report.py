@@ -48,7 +48,10 @@ def run(args: argparse.Namespace) -> int:
     from app.cli import UserError
     from tracing.analysis import report
 
-    out = output_file(args.output) if args.output else None  # checked before the work
+    rank_files = _rank_files(args.trace)
+    inputs = [*args.trace, *(rank_files or ())]
+    # checked before the work; never one of the files read
+    out = output_file(args.output, inputs=inputs) if args.output else None
     fmt = args.format
     if fmt is None:
         if args.output:
@@ -59,7 +62,6 @@ def run(args: argparse.Namespace) -> int:
         else:
             fmt = "md"
 
-    rank_files = _rank_files(args.trace)
     if rank_files is not None:
         from tracing.analysis import rank_report
         from tracing.analysis.ranks import load_ranks

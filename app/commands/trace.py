@@ -75,6 +75,16 @@ def add_input_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def model_inputs(args: argparse.Namespace) -> list[str | Path | None]:
+    """The files a model option reads (an output may not be one of them)."""
+    files: list[str | Path | None] = [getattr(args, "checkpoint", None)]
+    if getattr(args, "model", None):
+        path, sep, _name = args.model.rpartition(":")
+        if sep and path:
+            files.append(Path(path).expanduser())
+    return files
+
+
 def load_user_model(args: argparse.Namespace):
     """``--model FILE.py:NAME`` with its inputs, or one ``error:`` line naming the file."""
     from app.cli import UserError
@@ -106,7 +116,7 @@ def _run(args: argparse.Namespace, output: Path) -> int:
     say = stderr_say(args.quiet)
 
     # --- arguments, checked before any slow work
-    output_file(output)
+    output_file(output, inputs=model_inputs(args))
     prompt = DEMO_PROMPT if args.prompt is None else args.prompt
     if not prompt:
         raise UserError("the prompt is empty; give some text with --prompt")
@@ -170,6 +180,10 @@ def _trace_and_save(model, inputs, kwargs, meta, args, options, output: Path) ->
                 tracing.save(partial, output)
             print(f"interrupted: the partial trace was saved to {output}", file=sys.stderr)
         raise
+    except BaseException as e:  # sys.exit() or another BaseException inside the forward
+        if getattr(e, "trace", None) is None:
+            raise
+        trace, failure = e.trace, e
     stages.update(1, stage="saving")
     if getattr(trace.values, "path", None) != output:  # not streamed there: save it now
         tracing.save(trace, output)
@@ -183,8 +197,11 @@ def _trace_and_save(model, inputs, kwargs, meta, args, options, output: Path) ->
         f"{kept} values kept, {_human_bytes(size)}"
     )
     if failure is not None:
+        from app.cli import _one_line
+
+        cause = trace.error or _one_line(failure)
         print(
-            f"error: the forward pass raised: {trace.error or failure}; "
+            f"error: the forward pass raised: {_one_line(Exception(cause))}; "
             f"the partial trace was saved to {output}",
             file=sys.stderr,
         )

@@ -3,6 +3,8 @@
     scratchformer train --task reverse --preset demo --steps 3000 -o resources/demo.safetensors
     scratchformer train --text corpus.txt --preset nano --steps 2000 -o nano.safetensors
     scratchformer train --task reverse --steps 500 -o m.safetensors --trace-on-nonfinite
+    scratchformer train --model examples/nanogpt_nan/model.py:GPT \
+        --data examples/nanogpt_nan/data.py:get_batch --lr 1e14 --trace-on-nonfinite -o bad.sft
 
 ``--trace-step N`` saves a training-step trace (forward, backward, gradients, update
 ratios) of step N; ``--trace-on-nonfinite`` saves one of the first step whose gradients
@@ -44,7 +46,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--task", choices=("reverse", "copy"), help="built-in synthetic task")
     source.add_argument("--text", metavar="FILE", help="train a byte-level LM on this file")
-    p.add_argument("-o", "--output", required=True, help="checkpoint to write (.safetensors)")
+    source.add_argument(
+        "--data", metavar="FILE.py:NAME", help="with --model: (inputs, targets) batches"
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="checkpoint to write (.safetensors); with --model, the training-step trace",
+    )
+    own = p.add_argument_group("your own model (see app/own_training.py)")
+    own.add_argument("--model", metavar="FILE.py:NAME", help="train this model instead")
+    own.add_argument("--loss", metavar="FILE.py:NAME", help="loss(output, targets) -> scalar")
     p.add_argument("--preset", default="demo", help="model preset (demo, nano, gpt2-small)")
     model = p.add_argument_group("model overrides")
     for flag in ("block-size", "d-model", "n-heads", "n-layers", "d-ff"):
@@ -92,12 +105,14 @@ def _trace_requests(args: argparse.Namespace) -> list[tuple[object, Path]]:
         if not 1 <= args.trace_step <= args.steps:
             raise UserError(f"--trace-step must be between 1 and --steps ({args.steps})")
         default = out.with_name(f"{out.stem}.step{args.trace_step}.trace")
-        requests.append((args.trace_step, output_file(args.trace_out or default)))
+        requests.append(
+            (args.trace_step, output_file(args.trace_out or default, inputs=[args.text, out]))
+        )
     if args.trace_on_nonfinite:
         path = Path(args.trace_out or out.with_name(f"{out.stem}.nonfinite.trace"))
         if args.trace_step is not None and args.trace_out:
             path = path.with_name(f"{path.stem}.nonfinite{path.suffix}")
-        requests.append(("nonfinite", output_file(path)))
+        requests.append(("nonfinite", output_file(path, inputs=[args.text, out])))
     return requests
 
 
@@ -112,9 +127,13 @@ def run(args: argparse.Namespace) -> int:
     from scratchformer.tasks import TextDataset, exact_match_accuracy, get_task
     from scratchformer.training import TrainConfig, train
 
+    if args.model or args.data or args.loss:
+        from app.commands.train_own import run_own
+
+        return run_own(args)
     wall_start = time.perf_counter()
     # --- paths and sizes, checked before any work (nothing is created but the checkpoint)
-    output_file(args.output)
+    output_file(args.output, inputs=[args.text])
     _trace_requests(args)  # their paths too
     if args.text:
         size = input_file(args.text, "text file").stat().st_size

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from tracing.breakpoints import NonFinite, step_outputs
+from tracing.breakpoints import NonFinite, nonfinite_origin, step_outputs
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -243,11 +243,12 @@ def run_trace(
                 raise SessionError("Edits apply to a forward pass, not to a training step.")
             from tracing.runs.backward import record_step
 
+            run, loss_of, loss_type = _training_plan(request, model, args, kwargs, targets, meta)
             trace = record_step(
                 model,
-                lambda: model(*args, **kwargs),
-                lambda output: next_token_loss(output, targets),
-                loss_type="next_token_loss",  # recorded as the step `loss`
+                run,
+                loss_of,
+                loss_type=loss_type,  # recorded as the step `loss` (None: the model's own)
                 loss_targets=targets,
                 capture=request.capture,
                 meta=meta,
@@ -272,6 +273,46 @@ def run_trace(
     if progress is not None:
         progress(total, total)
     return TraceOutcome(trace, "complete")
+
+
+def _training_plan(request: TraceRequest, model: Any, args: tuple, kwargs: dict, targets: Any,
+                   meta: dict) -> tuple[Any, Any, str | None]:  # fmt: skip
+    """``(run, loss_of, loss_type)`` for a training step: for the user's own model, the
+    loss ``scratchformer train --model`` uses (``app.own_training``: a ``loss(output,
+    targets)`` in the model's file, else the model's own loss when its forward takes
+    ``targets``, else next-token cross-entropy); for the others, next-token cross-entropy."""
+    if request.source.kind != "file":
+        return (
+            lambda: model(*args, **kwargs),
+            lambda output: next_token_loss(output, targets),
+            "next_token_loss",
+        )
+    from app import own_training, user_model
+
+    module = user_model.loaded_module(meta.get("model_file", ""))
+    file_loss = getattr(module, "loss", None)
+    file_loss = file_loss if callable(file_loss) and not isinstance(file_loss, type) else None
+    how = own_training.plan(model, file_loss)
+    meta["loss_from"] = how.describe
+
+    def run():
+        return how.call(model, args[0], targets) if not kwargs else model(*args, **kwargs)
+
+    if how.loss is None:
+
+        def own(output):
+            loss = own_training.own_loss(output)
+            if loss is None:
+                raise own_training.LossShapeError(
+                    "the model was given targets but returned no loss: expected "
+                    "(logits, loss), .loss or ['loss']"
+                )
+            return loss
+
+        return run, own, None
+    loss = how.loss
+    name = "loss" if file_loss is not None else "next_token_loss"
+    return run, lambda output: loss(output, targets), name
 
 
 def _next_token_split(args: tuple) -> tuple[tuple, Any]:
@@ -433,11 +474,13 @@ _NON_FINITE = NonFinite()
 
 
 def next_nonfinite(trace: Trace, index: int) -> int | None:
-    """The first step after ``index`` that produced NaN or Inf (see step_has_nonfinite)."""
-    for j in range(index + 1, len(trace.steps)):
-        if step_has_nonfinite(trace, j):
-            return j
-    return None
+    """The next step after ``index`` where it went non-finite: the op that made a NaN or
+    an Inf (not the modules around it, nor the steps it passed through), or in the
+    backward the node that produced the first non-finite gradient
+    (``tracing.breakpoints.nonfinite_origin``, the one definition N, breaks and the
+    report share)."""
+    hit = nonfinite_origin(trace, index)
+    return None if hit is None else hit.step
 
 
 def failing_step(trace: Trace) -> int:

@@ -129,6 +129,13 @@ def import_file(path: Path) -> ModuleType:
     return module
 
 
+def loaded_module(path: str | Path) -> ModuleType | None:
+    """The module :func:`import_file` last made of ``path``, or None."""
+    if not path:
+        return None
+    return sys.modules.get(f"scratchformer_user.{Path(path).stem}")
+
+
 def _forget_modules_under(folder: str) -> None:
     prefix = folder.rstrip("/\\") + "/"
     for name, module in list(sys.modules.items()):

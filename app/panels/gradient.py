@@ -167,11 +167,11 @@ class GradientPanel(QWidget):
             view.show_message(missing)
             return
         value = self._trace.value(rec.id)
-        reason = (
-            ""
-            if value is not None
-            else "<b>No value kept</b><br>(trace at capture <code>values</code>)."
-        )
+        reason = ""
+        if value is None:
+            reason = "<b>No value kept</b><br>(trace at capture <code>values</code>)."
+            if self._trace.meta.get("capture") == "values":
+                reason = "<b>No value kept</b><br>(larger than the trace's value cap)."
         view.show_tensor(rec, value, token_labels=self._tokens, missing_reason=reason)
 
     def _follow_slice(self) -> None:
@@ -186,8 +186,10 @@ class GradientPanel(QWidget):
         if not self._norms:
             return
         names = self._layers
+        finite = [math.log10(max(v, 1e-30)) for v in self._norms.values() if math.isfinite(v)]
+        top = max(finite, default=0.0) + 0.5  # a NaN or Inf norm: a full-height error bar
         logs = [
-            math.log10(max(v, 1e-30)) if math.isfinite(v) else 0.0 for v in self._norms.values()
+            math.log10(max(v, 1e-30)) if math.isfinite(v) else top for v in self._norms.values()
         ]
         low = min(logs) - 0.5
         brushes = [
@@ -206,4 +208,12 @@ class GradientPanel(QWidget):
         plot.addItem(bars)
         axis = plot.getAxis("bottom")
         step = max(1, len(names) // 12)
-        axis.setTicks([[(i, names[i]) for i in range(0, len(names), step)]])
+        values = list(self._norms.values())
+        labels = [
+            name if math.isfinite(v) else f"{name} ({'NaN' if math.isnan(v) else 'Inf'})"
+            for name, v in zip(names, values)
+        ]
+        shown = set(range(0, len(names), step)) | {
+            i for i, v in enumerate(values) if not math.isfinite(v)
+        }
+        axis.setTicks([[(i, labels[i]) for i in sorted(shown)]])

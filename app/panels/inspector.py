@@ -423,10 +423,18 @@ class Inspector(QWidget):
             nonfinite = f"NaN {stats.nan} · Inf {stats.inf}"
             if stats.has_nonfinite:
                 nonfinite = f"<span style='color:{theme.NONFINITE}'><b>{nonfinite}</b></span>"
-            lines.append(
-                f"min {format_number(stats.min)} · max {format_number(stats.max)} · "
-                f"mean {format_number(stats.mean)} · std {format_number(stats.std)} · " + nonfinite
-            )
+            if record.numel and stats.nan + stats.inf >= record.numel:  # min... are of nothing
+                summary = "no finite value"
+                if stats.nan == record.numel:
+                    summary = "all NaN"
+                lines.append(f"<span style='color:{theme.NONFINITE}'><b>{summary}</b></span> · "
+                             + nonfinite)  # fmt: skip
+            else:
+                lines.append(
+                    f"min {format_number(stats.min)} · max {format_number(stats.max)} · "
+                    f"mean {format_number(stats.mean)} · std {format_number(stats.std)} · "
+                    + nonfinite
+                )
         cut = self.tensor_view.current_slice
         if cut is not None and self.heatmap.matrix is not None:
             shown = f"showing {html.escape(cut.describe())}"

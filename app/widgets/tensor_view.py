@@ -52,14 +52,14 @@ def token_label(token: int) -> str:
 
 def token_labels(trace: Trace) -> list[str] | None:
     """Labels for the traced prompt's tokens (``trace.meta["tokens"]``), or None."""
-    tokens: Any = trace.meta.get("tokens")
-    if not tokens:
+    tokens: Any = trace.meta.get("tokens")  # checked on load; an in-memory meta may be odd
+    if not tokens or not isinstance(tokens, (list, tuple)):
         return None
     if isinstance(tokens[0], (list, tuple)):  # a batch of prompts: label by the first
         tokens = tokens[0]
     try:
         return [token_label(int(t)) for t in tokens]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
 
 

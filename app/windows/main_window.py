@@ -511,11 +511,13 @@ class MainWindow(QMainWindow):
     def run_to_nonfinite(self) -> None:
         if self.trace is None or not self.trace.steps:
             return
-        target = session.next_nonfinite(self.trace, self.current)
-        if target is None:
-            self.statusBar().showMessage("No NaN or Inf after this step.", 4000)
+        hit = session.nonfinite_origin(self.trace, self.current)
+        if hit is None:
+            self.statusBar().showMessage("No NaN or Inf is made after this step.", 4000)
             return
-        self.go_to(target)
+        self.go_to(hit.step)
+        where = f" · {hit.source}" if hit.source else ""
+        self.statusBar().showMessage(f"⚠ {hit.label}: {hit.reason}{where}", 30000)
 
     def go_to_module(self, path: str) -> None:
         """Jump to the first call of the module at ``path`` (from the tree)."""

@@ -35,18 +35,22 @@ def step_grad_norm(trace: Trace, index: int) -> float | None:
 
 
 def layer_of(name: str, depth: int = 2) -> str:
-    """``blocks.3`` for ``blocks.3.attn.W_q.weight`` at depth 2; ``lm_head`` for
-    ``lm_head.weight`` (a parameter's layer: its first ``depth`` path parts, the
-    parameter's own name excluded)."""
+    """The layer a parameter belongs to: a repeated layer up to its number
+    (``blocks.3`` for ``blocks.3.attn.W_q.weight``, ``model.layers.3`` for a Hugging Face
+    Llama's, ``transformer.h.1`` for nanoGPT's), else its module's first path part
+    (``lm_head`` for ``lm_head.weight``); the parameter's own
+    name is excluded. ``depth`` is kept for callers; the number decides."""
     parts = name.split(".")[:-1]
-    if len(parts) >= 2 and parts[1].isdigit():
-        return ".".join(parts[:depth])  # a numbered layer: "blocks.3"
-    return ".".join(parts[:1]) if parts else ""
+    for i, part in enumerate(parts):
+        if part.isdigit() and i > 0:
+            return ".".join(parts[: i + 1])  # a numbered layer: "model.layers.3"
+    return ".".join(parts[:1])
 
 
 def layer_grad_norms(trace: Trace, depth: int = 2) -> dict[str, float]:
     """L2 norm of the parameters' gradients per layer (``blocks.0``, ``lm_head``...), in
-    model order: a vanishing or exploding stack shows as a slope across them."""
+    model order: a vanishing or exploding stack shows as a slope across them. A layer
+    with a NaN (or an Inf) gradient has a NaN (an Inf) norm."""
     squares: dict[str, float] = {}
     order = {path: i for i, path in enumerate(trace.modules)}
     for name in trace.meta.get("param_grads", {}):

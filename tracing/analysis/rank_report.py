@@ -157,11 +157,13 @@ def _aligned(ranks: RankSet, rank: int, index: int) -> int | None:
 def render(ranks: RankSet | RankReport, fmt: str = "md") -> str:
     """The report as Markdown (``md``) or JSON (``json``)."""
     report = ranks if isinstance(ranks, RankReport) else compute(ranks)
-    if fmt == "json":
+    from tracing.safe_text import inert_document
+
+    if fmt == "json":  # ASCII: every control character escaped
         return json.dumps(asdict(report), indent=1, default=str) + "\n"
     if fmt != "md":
         raise ValueError(f"unknown rank report format {fmt!r}; choose one of {FORMATS}")
-    return _render_md(report)
+    return inert_document(_render_md(report))  # names from the files: controls escaped
 
 
 def _render_md(report: RankReport) -> str:

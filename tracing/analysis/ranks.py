@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from tracing.errors import TraceFileError
 from tracing.file.rank_paths import rank_of_path, rank_siblings
+from tracing.meta_checks import MAX_WORLD_SIZE
 from tracing.record import TensorStats, Trace
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -172,7 +173,13 @@ class RankSet:
 
     @property
     def world_size(self) -> int:
-        return int(self.first.meta.get("world_size") or len(self.traces))
+        """The run's rank count: its meta's (checked on load, at most
+        ``meta_checks.MAX_WORLD_SIZE``), else the number of files; never below the
+        highest rank present."""
+        claimed = self.first.meta.get("world_size")
+        if isinstance(claimed, bool) or not isinstance(claimed, int):
+            claimed = len(self.traces)
+        return max(min(claimed, MAX_WORLD_SIZE), max(self.traces) + 1)
 
     @property
     def first(self) -> Trace:
@@ -409,6 +416,11 @@ def load_ranks(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> RankSe
             rank = rank_of_path(path)
         if rank is None:
             rank = position
+        if not 0 <= rank < MAX_WORLD_SIZE:  # a name like t.rank99999999999.sft
+            raise TraceFileError(f"{path}: rank {str(rank)[:40]} is out of range")
+        world = trace.meta.get("world_size")
+        if world is not None and rank >= world:
+            raise TraceFileError(f"{path}: rank {rank} is not below meta.world_size {world}")
         if rank in traces:
             raise TraceFileError(f"{path}: rank {rank} is also {where[rank]}")
         traces[rank], where[rank] = trace, path

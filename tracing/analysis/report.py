@@ -32,6 +32,10 @@ from tracing import markdown
 from tracing.formatting import format_number, format_shape
 from tracing.jsonable import to_jsonable
 from tracing.record import Step, TensorRecord, Trace
+from tracing.safe_text import csv_cell, inert_document, shown
+
+NAME_CUT = 1000
+"""Longest module path, type, op or tensor name a report shows (then a cut marker)."""
 
 FORMATS: tuple[str, ...] = ("md", "csv", "json", "html", "graphml")
 """Report formats, by the name ``render`` and ``scratchformer report --format`` take."""
@@ -145,14 +149,14 @@ def compute(trace: Trace) -> Report:
         out = []
         for i, tid in enumerate(ids):
             r = trace.tensors[tid]
-            name = names[i] if i < len(names) else ""
+            name = shown(names[i], NAME_CUT) if i < len(names) else ""
             out.append(TensorCell(tid, name, r.shape, r.dims, r.dtype, r.role))
         return tuple(out)
 
     steps: list[StepRow] = []
     for s in trace.steps:
         info = modules.get(s.module)
-        mtype = info.type if info else ""
+        mtype = shown(info.type, NAME_CUT) if info else ""
         outputs = cells(s.outputs, s.output_names)
         first = trace.tensors[s.outputs[0]] if s.outputs else None
         source, code = _source_text(s)
@@ -161,9 +165,9 @@ def compute(trace: Trace) -> Report:
                 index=s.index,
                 kind=s.kind,
                 depth=s.depth,
-                module=s.module,
+                module=shown(s.module, NAME_CUT),
                 type=mtype,
-                op=s.op,
+                op=shown(s.op, NAME_CUT),
                 source=source,
                 code=code,
                 inputs=cells(s.inputs, s.input_names),
@@ -171,7 +175,7 @@ def compute(trace: Trace) -> Report:
                 dtype=first.dtype if first else "",
                 params=(info.params_total if info else None) if s.kind == "module" else None,
                 stats=_stats_cell(first),
-                error=s.error,
+                error=None if s.error is None else shown(s.error, NAME_CUT),
             )
         )
 
@@ -185,8 +189,8 @@ def compute(trace: Trace) -> Report:
         first_call = steps[ran[0].index] if ran else None
         module_rows.append(
             ModuleRow(
-                path=m.path,
-                type=m.type,
+                path=shown(m.path, NAME_CUT),
+                type=shown(m.type, NAME_CUT),
                 depth=m.depth,
                 calls=len(ran),
                 first_step=first_call.index if first_call else None,
@@ -198,15 +202,18 @@ def compute(trace: Trace) -> Report:
                 outputs=first_call.outputs if first_call else (),
                 dtype=first_call.dtype if first_call else "",
                 stats=first_call.stats if first_call else StatsCell(),
-                extra=m.extra,
+                extra=shown(m.extra, NAME_CUT),
             )
         )
 
     meta = trace.meta
-    model = str(
-        meta.get("model_class")
-        or meta.get("model")
-        or (modules[""].type if "" in modules else "model")
+    model = shown(
+        str(
+            meta.get("model_class")
+            or meta.get("model")
+            or (modules[""].type if "" in modules else "model")
+        ),
+        NAME_CUT,
     )
     tokens = meta.get("tokens")
     n_tokens = _count_tokens(tokens)
@@ -224,15 +231,35 @@ def compute(trace: Trace) -> Report:
         "parameters": modules[""].params_total if "" in modules else None,
         "torch": meta.get("torch_version", meta.get("torch", "")),
     }
-    if trace.error:
-        summary["error"] = trace.error
+    from tracing.analysis.phases import phases
+
+    training = phases(trace)
+    if training is not None:  # a training step: each phase, and where it went non-finite
+        summary["phases"] = [
+            {
+                "phase": p.name,
+                "steps": p.steps,
+                "first_nonfinite": None
+                if p.first_nonfinite is None
+                else {
+                    "step": p.first_nonfinite.step,
+                    "label": p.first_nonfinite.label,
+                    "reason": p.first_nonfinite.reason,
+                    "source": p.first_nonfinite.source,
+                },
+            }
+            for p in training
+        ]
+    error = None if trace.error is None else shown(trace.error, NAME_CUT)
+    if error:
+        summary["error"] = error
     return Report(
         title=f"Trace report: {model.rsplit('.', 1)[-1]}",
         summary=summary,
         meta=to_jsonable(meta),
         modules=module_rows,
         steps=steps,
-        error=trace.error,
+        error=error,
     )
 
 
@@ -250,7 +277,7 @@ def _source_text(step: Step) -> tuple[str, str]:
     src = step.source
     if src is None:
         return "", ""
-    return f"{short_path(src.file)}:{src.line}", src.text
+    return f"{shown(short_path(src.file))}:{src.line}", shown(src.text)
 
 
 def short_path(file: str) -> str:
@@ -293,10 +320,11 @@ def render(trace: Trace | Report, fmt: str) -> str:
     if fmt == "graphml":
         if isinstance(trace, Report):
             raise ValueError("a GraphML report needs the trace itself, not a computed Report")
-        return _encodable(_render_graphml(trace))
+        return inert_document(_encodable(_render_graphml(trace)))
     report = trace if isinstance(trace, Report) else compute(trace)
     render_format = {"md": _render_md, "csv": _render_csv, "json": _render_json}.get(fmt)
-    return _encodable((render_format or _render_html)(report))
+    # text from the file is cut and escaped in compute; what is left (meta) escaped here
+    return inert_document(_encodable((render_format or _render_html)(report)), json=fmt == "json")
 
 
 def _encodable(text: str) -> str:
@@ -379,9 +407,27 @@ def _summary_lines(report: Report) -> list[tuple[str, str]]:
     lines.append(
         (
             "steps",
-            f"{s['steps']} ({s['module_steps']} module calls, {s['op_steps']} ops)",
+            f"{s['steps']} ({s['module_steps']} module calls, {s['op_steps']} ops"
+            + (f", {s['phases'][2]['steps']} backward)" if s.get("phases") else ")"),
         )
     )
+    for p in s.get("phases", ()):
+        lines.append((f"{p['phase']} steps", str(p["steps"])))
+        hit = p["first_nonfinite"]
+        if hit is not None:
+            where = f" — {hit['source']}" if hit["source"] else ""
+            earlier = next((q for q in s["phases"] if q["first_nonfinite"]), p)
+            if earlier is not p:  # the forward (or the loss) was already non-finite
+                where += (
+                    f" (follows from the {earlier['phase']}'s, step"
+                    f" {earlier['first_nonfinite']['step']})"
+                )
+            lines.append(
+                (
+                    f"{p['phase']}: first non-finite",
+                    f"step {hit['step']} {hit['label']}: {hit['reason']}{where}",
+                )
+            )
     lines.append(("tensors", f"{s['tensors']} ({s['kept_values']} values kept)"))
     if s.get("torch"):
         lines.append(("torch", str(s["torch"])))
@@ -497,7 +543,7 @@ CSV_COLUMNS = (
 
 def _render_csv(report: Report) -> str:
     buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
+    w = _SafeCsvWriter(csv.writer(buf, lineterminator="\n"))
     w.writerow(CSV_COLUMNS)
 
     def stats(st: StatsCell) -> list[str]:
@@ -555,6 +601,16 @@ def _render_csv(report: Report) -> str:
             ]
         )
     return buf.getvalue()
+
+
+class _SafeCsvWriter:
+    """A csv writer whose cells a spreadsheet will not evaluate (``safe_text.csv_cell``)."""
+
+    def __init__(self, writer: Any) -> None:
+        self._writer = writer
+
+    def writerow(self, row: Sequence[Any]) -> None:
+        self._writer.writerow([csv_cell(c) for c in row])
 
 
 def _csv_num(x: float | None) -> str:

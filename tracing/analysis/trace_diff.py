@@ -264,10 +264,12 @@ class TraceDiff:
         Markdown lists only the steps that differ by more than ``atol`` unless
         ``all_steps``; JSON always has every entry.
         """
+        from tracing.safe_text import inert_document
+
         if fmt == "json":
-            return json.dumps(self.to_dict(), indent=2)
-        if fmt in ("md", "markdown"):
-            return _render_md(self, atol=atol, all_steps=all_steps)
+            return json.dumps(self.to_dict(), indent=2)  # ASCII: every control escaped
+        if fmt in ("md", "markdown"):  # names from the files: control characters escaped
+            return inert_document(_render_md(self, atol=atol, all_steps=all_steps))
         raise ValueError(f"unknown diff format {fmt!r}: expected 'md' or 'json'")
 
 

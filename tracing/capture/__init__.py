@@ -77,7 +77,8 @@ recorders):
 
 """
 
+from tracing.capture.options import DEFAULT_VALUE_CAP, CaptureOptions
 from tracing.capture.structure import config_dict, module_infos
-from tracing.capture.tracer import DEFAULT_VALUE_CAP, Tracer, trace
+from tracing.capture.tracer import Tracer, trace
 
-__all__ = ["DEFAULT_VALUE_CAP", "Tracer", "config_dict", "module_infos", "trace"]
+__all__ = ["DEFAULT_VALUE_CAP", "CaptureOptions", "Tracer", "config_dict", "module_infos", "trace"]

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from tracing.capture.source import location_from_traceback
 from tracing.record import Failure, SourceLocation, Step
+from tracing.safe_text import exception_message
 
 SOURCES_CAP = 2 * 1024 * 1024
 """Bytes of source text one trace embeds at most (UTF-8)."""
@@ -27,7 +28,8 @@ def failure_of(step: int, exc: BaseException, tb, fallback: SourceLocation | Non
     user code in the traceback (where a ``NameError`` happened, even off any op), else the
     failing step's own line."""
     location = location_from_traceback(tb) or fallback
-    return Failure(step=step, location=location, type=type(exc).__name__, message=str(exc))
+    message = exception_message(exc)  # safe when exc's __str__ itself raises
+    return Failure(step=step, location=location, type=type(exc).__name__, message=message)
 
 
 def embed_sources(

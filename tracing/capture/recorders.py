@@ -16,6 +16,7 @@ from torch.overrides import TorchFunctionMode
 
 from tracing.capture import distributed as distributed_mod
 from tracing.capture.drafts import StepDraft
+from tracing.capture.frames import Frame, ModuleSpec
 from tracing.capture.op_names import (
     ONE_OUTPUT,
     OUTPUT_NAMES,
@@ -138,11 +139,11 @@ def _op_recorder(tracer: Tracer):
     return record
 
 
-def _module_inputs(spec: tuple, args: tuple, kwargs: dict) -> tuple[Any, tuple[str, ...]]:
+def _module_inputs(spec: ModuleSpec, args: tuple, kwargs: dict) -> tuple[Any, tuple[str, ...]]:
     """A module call's input tensors and their names: by the forward's parameter names
     (``q``, ``k``, ``mask``), ``args[i]`` past them, keyword names, ``x[0]`` inside a
     list or dict."""
-    pos_names = spec[3]
+    pos_names = spec.positional
     n = len(args)
     if not kwargs and n <= len(pos_names) and all([isinstance(a, _Tensor) for a in args]):
         return args, pos_names[:n]  # the common call, tensors by position
@@ -171,9 +172,10 @@ def module_recorder(tracer: Tracer):
     module, args, kwargs) -> frame`` and ``leave(frame, output)``, called by the forward
     wrappers (or hooks) around every module call. Closures, like :func:`_op_recorder`.
 
-    A frame is ``(step index, module, source for its ops or None, path)``: ops inside
-    torch's own modules (``nn.Linear``...) take the module step's source line, since every
-    frame between is torch code, so their frame walk is skipped.
+    A frame is a :class:`~tracing.capture.frames.Frame` (step index, module, source for its
+    ops or None, path): ops inside torch's own modules (``nn.Linear``...) take the module
+    step's source line, since every frame between is torch code, so their frame walk is
+    skipped.
     """
     steps, stack, calls = tracer._steps, tracer._stack, tracer._calls
     tensor_id = tracer._tensor_id
@@ -193,14 +195,14 @@ def module_recorder(tracer: Tracer):
         tensors, names = _module_inputs(spec, args, kwargs)
         ids = [tensor_id(t, None) for t in tensors]
         if stack:
-            parent, depth = stack[-1][0], len(stack)
+            parent, depth = stack[-1].index, len(stack)
         else:
             parent, depth = None, 0
             tracer._root_inputs(ids, names, tensors)
         steps.append(
             StepDraft("module", path, type_name, source, ids, (), names, (), depth, parent, call)
         )
-        frame = (index, module, source if torch_module else None, path)
+        frame = Frame(index, module, source if torch_module else None, path)
         stack.append(frame)
         if breaker is not None:
             breaker.enter(tracer._step_record(index))
@@ -222,11 +224,11 @@ def module_recorder(tracer: Tracer):
                 step.end = len(steps) - 1
         else:  # a call that started before the trace, or a frame of another tracer
             return output
-        index = frame[0]
+        index = frame.index
         step = steps[index]
         step.end = len(steps) - 1
-        if frame[3] in edit_paths:  # edits (tracing.edits) replace the output first
-            output = edits.on_module(frame[3], step.call, output, index)
+        if frame.path in edit_paths:  # edits (tracing.edits) replace the output first
+            output = edits.on_module(frame.path, step.call, output, index)
         tensors, step.output_names = _module_outputs(output)
         step.outputs = [tensor_id(t, index) for t in tensors]
         if not stack:

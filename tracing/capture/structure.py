@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from tracing.capture.frames import ModuleSpec
 from tracing.capture.op_names import forward_params
 from tracing.record import (
     ModuleInfo,
@@ -122,7 +123,7 @@ def _idle_exit(frame, output):
 IDLE_CALLS = (_idle_enter, _idle_exit)
 
 
-def wrap_forward(spec: tuple, module: nn.Module, calls: list):
+def wrap_forward(spec: ModuleSpec, module: nn.Module, calls: list):
     """A replacement for ``module.forward`` that reports the call's start and end to
     ``calls`` (``[enter, exit]``, swapped per trace), around the original forward."""
     inner = module.forward
@@ -140,10 +141,11 @@ def wrap_forward(spec: tuple, module: nn.Module, calls: list):
     return forward
 
 
-def _module_spec(path: str, module: nn.Module) -> tuple[str, str, bool, tuple[str, ...]]:
-    """(path, type name, is one of torch's own modules, positional forward parameters)."""
+def _module_spec(path: str, module: nn.Module) -> ModuleSpec:
+    """The module's :class:`ModuleSpec`: path, type name, torch's own, positional parameters."""
     cls = type(module)
-    return (path, cls.__name__, cls.__module__.startswith("torch."), forward_params(module)[0])
+    is_torch = cls.__module__.startswith("torch.")
+    return ModuleSpec(path, cls.__name__, is_torch, forward_params(module)[0])
 
 
 def _structure_key(model: nn.Module) -> tuple:

@@ -9,7 +9,6 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,6 +19,7 @@ from tracing.capture import dims as dims_mod
 from tracing.capture import distributed as distributed_mod
 from tracing.capture.dim_flow import refine_dims
 from tracing.capture.drafts import StepDraft, TensorDraft
+from tracing.capture.frames import Frame
 from tracing.capture.op_names import (
     UNSUPPORTED,
     force_eager,
@@ -27,29 +27,26 @@ from tracing.capture.op_names import (
     op_input_names,
     tensor_kind,
 )
+from tracing.capture.options import DEFAULT_VALUE_CAP, CaptureOptions
 from tracing.capture.postmortem import embed_sources, failure_of
 from tracing.capture.recorders import COLLECTIVE_OPS, NOTED_OPS, OpMode, module_recorder
 from tracing.capture.source import caller_location, location_from_traceback
 from tracing.capture.structure import IDLE_CALLS, global_hooks, structure_of, wrap_forward
 from tracing.capture.value_sinks import StreamedValues, ValueArena
-from tracing.errors import TraceError
+from tracing.errors import TraceError, TraceFileError
 from tracing.file.writer import TraceWriter
 from tracing.record import (
-    CAPTURE_LEVELS,
     Failure,
     SourceLocation,
     Step,
     TensorRecord,
     Trace,
 )
+from tracing.safe_text import exception_text
 from tracing.stats import StatsCollector
 
 _Disable = torch._C.DisableTorchFunction
 _Tensor = torch.Tensor
-
-
-DEFAULT_VALUE_CAP = 64 * 2**20
-"""Bytes: a tensor larger than this (after any ``value_dtype`` downcast) keeps no copy."""
 
 
 # --------------------------------------------------------------------------- tracer
@@ -100,6 +97,8 @@ class Tracer:
             header when the trace finishes, and ``trace.values`` then reads lazily from
             the file. An interrupted capture leaves no complete-looking file; a forward
             that raises leaves the partial trace in it.
+        options: a :class:`~tracing.capture.options.CaptureOptions` holding any of the
+            above (the keywords given beside it take precedence where not the default).
     """
 
     def __init__(
@@ -116,34 +115,36 @@ class Tracer:
         break_on: Any = None,
         edits: Any = None,
         out: str | os.PathLike | None = None,
+        options: CaptureOptions | None = None,
     ):
         if not isinstance(model, nn.Module):
             raise TypeError(f"Tracer needs an nn.Module, got {type(model).__name__}")
-        if capture not in CAPTURE_LEVELS:
-            raise ValueError(f"capture must be one of {', '.join(CAPTURE_LEVELS)}; got {capture!r}")
-        if value_dtype is not None and not isinstance(value_dtype, torch.dtype):
-            raise TypeError(f"value_dtype must be a torch.dtype, got {value_dtype!r}")
+        opts = CaptureOptions.of(
+            options, capture=capture, dims=dims, value_cap=value_cap, value_dtype=value_dtype,
+            ops=ops, meta=meta, break_on=break_on, edits=edits, out=out,
+        )  # fmt: skip
+        self.options = opts
         self.model = model
-        self.capture = capture
-        self.dims = dict(dims) if dims else None
-        self.value_cap = None if value_cap is None else int(value_cap)
-        self.out = None if out is None else Path(out)
-        self.value_dtype = value_dtype
+        self.capture = opts.capture
+        self.dims = dict(opts.dims) if opts.dims else None
+        self.value_cap = opts.value_cap
+        self.out = opts.out
+        self.value_dtype = opts.value_dtype
         self.train = train
-        self.ops = ops
-        self.extra_meta = dict(meta) if meta else {}
+        self.ops = opts.ops
+        self.extra_meta = dict(opts.meta) if opts.meta else {}
         self._breaker = None
-        if break_on:
+        if opts.break_on:
             from tracing.breakpoints import LiveBreaker
 
-            self._breaker = LiveBreaker(break_on)
+            self._breaker = LiveBreaker(opts.break_on)
         self._edits = None
-        if edits:
+        if opts.edits:
             from tracing.capture.edits import EditPlan
 
-            self._edits = EditPlan.of(edits)
+            self._edits = EditPlan.of(opts.edits)
             self._edits.check_model(model)
-            if self._edits.op_names and not ops:
+            if self._edits.op_names and not opts.ops:
                 raise ValueError("op sites need ops=True: module-only tracing sees no ops")
         self.trace: Trace | None = None
         self.output: Any = None  # the root module's last output, when it returned
@@ -227,17 +228,22 @@ class Tracer:
         failed_inside = exc is not None and (self._stack or self._failed_step is not None)
         if failed_inside and isinstance(exc, Exception):
             error = self._mark_failure(exc, tb)
-        elif failed_inside and isinstance(exc, KeyboardInterrupt):
+        elif failed_inside and not isinstance(exc, GeneratorExit):  # Ctrl-C, SystemExit...
             # interrupted: the trace so far is partial, and says so; Ctrl-C goes on up
             # with it attached (``exc.trace``), so a caller may still save it (a streamed
             # file is closed with it: a valid trace that says it was interrupted)
-            self._mark_failure(exc, tb)
-            self.trace = self._finish("KeyboardInterrupt: interrupted before the forward ended")
+            stop = self._mark_failure(exc, tb)
+            if isinstance(exc, KeyboardInterrupt):
+                stop = "KeyboardInterrupt: interrupted before the forward ended"
+            self.trace = self._finish(stop)
             exc.trace = self.trace  # type: ignore[union-attr]
             return False
         if exc is not None and not isinstance(exc, Exception):
             self._sink.abort()  # stopped from outside (exit...): no file that looks complete
         self.trace = self._finish(error)
+        if isinstance(exc, TraceFileError):  # the streamed file could not grow: named as is
+            exc.trace = self.trace  # type: ignore[attr-defined]
+            raise exc
         if error is not None:
             raise TraceError(error, self.trace) from exc
         if self._edits is not None and exc is None:
@@ -332,10 +338,10 @@ class Tracer:
         if self._breaker is not None:
             self._check_outputs(index, outs)
 
-    def _module_done(self, frame: tuple, tensors) -> None:
+    def _module_done(self, frame: Frame, tensors) -> None:
         """Every module call's output tensors, once its step holds their records: attention
         weights an attention module returns as ``output[1]``, then breakpoints."""
-        index, module = frame[0], frame[1]
+        index, module = frame.index, frame.module
         step = self._steps[index]
         if (
             len(tensors) >= 2
@@ -450,6 +456,8 @@ class Tracer:
                     record.stats = self._stats.add(t)
                 if self._keep_values and record.value_key is None:
                     self._keep_value(rid, t)
+            except TraceFileError:  # the streamed file cannot grow (a full disk): stop
+                raise
             except UNSUPPORTED as e:  # meta, sparse, masked... tensors: shapes only
                 record.stats = None
                 self._note_unsupported(t, e)
@@ -605,7 +613,7 @@ class Tracer:
     def _post_hook(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
         with _Disable():
             for frame in reversed(self._stack):
-                if frame[1] is module:
+                if frame.module is module:
                     new = self._exit_module(frame, output)
                     return None if new is output else new  # an edit replaces the output
         return None
@@ -616,7 +624,7 @@ class Tracer:
         """Attention maps made by op ``index`` (a softmax in an attention module, a fused
         attention call); returns its outputs with any rebuilt map added."""
         if name == "softmax" or name == "_softmax":
-            module = self._stack[-1][1]
+            module = self._stack[-1].module
             if outs[0].dim() == 4 and id(module) in self._structure.attention:
                 self._mark_attention(self._steps[index].outputs[0], outs[0])
             return outs
@@ -683,11 +691,11 @@ class Tracer:
 
     def _mark_failure(self, exc: BaseException, tb) -> str:
         """Set ``error`` on the failing step and every enclosing module step; return msg."""
-        detail = f"{type(exc).__name__}: {exc}"
+        detail = exception_text(exc)  # safe when exc's __str__ itself raises
         last = len(self._steps) - 1
         failed = self._failed_step
         if failed is None and self._stack:
-            failed = self._stack[-1][0]
+            failed = self._stack[-1].index
         for index, *_ in self._stack:
             step = self._steps[index]
             step.error = step.error or detail
@@ -836,6 +844,7 @@ def trace(
     break_on: Any = None,
     out: str | os.PathLike | None = None,
     edits: Any = None,
+    options: CaptureOptions | None = None,
     **kwargs: Any,
 ) -> Trace:
     """Run ``model(*args, **kwargs)`` once and return everything it did as a :class:`Trace`.
@@ -851,12 +860,13 @@ def trace(
     (``out=trace.sft`` -> ``trace.rank0.sft``, ``trace.rank1.sft``...). See
     :class:`Tracer` for the rest.
     """
-    if out is not None:
-        out = distributed_mod.output_path(out)
-    tracer = Tracer(
-        model, capture, dims=dims, value_cap=value_cap, value_dtype=value_dtype,
-        train=train, ops=ops, meta=meta, break_on=break_on, edits=edits, out=out,
+    opts = CaptureOptions.of(
+        options, capture=capture, dims=dims, value_cap=value_cap, value_dtype=value_dtype,
+        ops=ops, meta=meta, break_on=break_on, edits=edits, out=out,
     )  # fmt: skip
+    if opts.out is not None:
+        opts = opts.replace(out=distributed_mod.output_path(opts.out))
+    tracer = Tracer(model, train=train, options=opts)
     with torch.set_grad_enabled(grad), tracer:
         model(*args, **kwargs)
     assert tracer.trace is not None

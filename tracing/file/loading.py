@@ -23,6 +23,7 @@ from tracing.file.layout import (
 )
 from tracing.file.lazy_values import LazyValues
 from tracing.file.validate import validate
+from tracing.meta_checks import MetaProblem, check_meta
 from tracing.record import (
     SCHEMA_VERSION,
     Trace,
@@ -62,7 +63,8 @@ def load(path: str | os.PathLike) -> Trace:
         manifest = _read_manifest(container)
         stored = {k: (e.shape, e.dtype) for k, e in container.entries.items()}
         trace = validate(manifest, stored)
-    except (Invalid, ContainerError) as e:
+        check_meta(trace.meta, steps=len(trace.steps), tensors=len(trace.tensors))
+    except (Invalid, ContainerError, MetaProblem) as e:
         container.close()
         raise TraceFileError(f"{path}: {e}") from None
     except RecursionError:

@@ -119,9 +119,14 @@ class TraceWriter:
                 self._file.write(data)
             else:
                 self._sums[name] = "00000000"
-        except OSError as e:
-            self.abort()
-            raise TraceFileError(f"cannot write {self.path}: {e.strerror or e}") from None
+        except OSError as e:  # a full disk, a size limit: keep what is complete, say why
+            self._sums.pop(name, None)
+            with contextlib.suppress(OSError):
+                self._file.truncate(self._reserve + self._offset)
+            raise TraceFileError(
+                f"cannot write {self.path}: {e.strerror or e}; the trace is kept up to the "
+                "last complete value"
+            ) from None
         self._entries[name] = (code, list(t.shape), self._offset, self._offset + nbytes)
         self._offset += nbytes
 
@@ -149,9 +154,14 @@ class TraceWriter:
             self._file.write(head)
             self._file.close()
             os.replace(self._tmp, self.path)
-        except OSError as e:
-            self.abort()
-            raise TraceFileError(f"cannot write {self.path}: {e.strerror or e}") from None
+        except OSError as e:  # a full disk, a size limit: keep what is complete, say why
+            self._sums.pop(name, None)
+            with contextlib.suppress(OSError):
+                self._file.truncate(self._reserve + self._offset)
+            raise TraceFileError(
+                f"cannot write {self.path}: {e.strerror or e}; the trace is kept up to the "
+                "last complete value"
+            ) from None
         except BaseException:
             self.abort()
             raise

@@ -60,7 +60,9 @@ import torch.utils.checkpoint
 from torch import nn
 
 from tracing.capture import distributed as distributed_mod
-from tracing.capture.tracer import DEFAULT_VALUE_CAP, Tracer
+from tracing.capture.frames import ModuleSpec
+from tracing.capture.options import DEFAULT_VALUE_CAP, CaptureOptions
+from tracing.capture.tracer import Tracer
 from tracing.errors import ReentrantCheckpointError, TraceError
 from tracing.record import ModuleInfo, Step, TensorRecord, Trace
 from tracing.runs.backward_collectives import backward_collectives
@@ -110,7 +112,7 @@ class _StepTracer(Tracer):
         the loss as its output and the loss function's ops inside it."""
         taken = {path for path, _ in self._named}
         path = next(p for p in ("loss", "loss_fn", "<loss>") if p not in taken)
-        spec = (path, type_name, False, ("output", "targets"))
+        spec = ModuleSpec(path, type_name, False, ("output", "targets"))
         with torch._C.DisableTorchFunction():  # our own calls: not the loss's ops
             frame = self._enter_module(spec, loss_of, inputs, {})
         self.loss_info = ModuleInfo(path, type_name, None)
@@ -237,6 +239,12 @@ class _BackwardRecorder:
         # id(node) -> {output_nr: forward record id}, and the forward step of the node
         self.made: dict[int, dict[int, int]] = {}
         self.link: dict[int, int | None] = {}
+        # who passes whom a gradient: id(node) -> ids of the nodes that consume its
+        # outputs; id(node) -> its step once it ran; step -> the steps that passed it one
+        self.consumers: dict[int, list[int]] = {}
+        self.step_of: dict[int, int] = {}
+        self.senders: dict[str, list[int]] = {}
+        self.nonfinite: dict[int, tuple[bool, bool]] = {}  # step -> its gradients' (NaN, Inf)
         tensors = trace.tensors
         for rid, node, nr in tracer.nodes:
             outs = self.made.setdefault(id(node), {})
@@ -251,9 +259,13 @@ class _BackwardRecorder:
             raise ReentrantCheckpointError(REENTRANT_MESSAGE)
         handles = []
         link = self.link
+        consumers = self.consumers
         for node, parent in nodes:
             if id(node) not in link:  # inside one op, or the loss: its consumer's step
                 link[id(node)] = None if parent is None else link.get(id(parent))
+            for nxt, _ in node.next_functions:
+                if nxt is not None:
+                    consumers.setdefault(id(nxt), []).append(id(node))
             handles.append(node.register_prehook(self._hook(node)))
         return handles
 
@@ -287,13 +299,17 @@ class _BackwardRecorder:
                 if fstep is not None:
                     source, depth, parent = fstep.source, fstep.depth, fstep.parent
                 module, depth = param.rpartition(".")[0], depth or 0
+        self.step_of[id(node)] = index
+        step_of = self.step_of
+        self.senders[str(index)] = sorted(
+            step_of[c] for c in self.consumers.get(id(node), ()) if c in step_of
+        )
         ids, names, live = [], [], []
         for nr, g in enumerate(grads):
             if g is None:
                 continue
             of = made.get(nr)
-            full = of is not None or param is not None  # a recorded tensor's or a parameter's
-            rid = self._grad_record(g, index, of, full)
+            rid = self._grad_record(g, index, of, True)  # every gradient: stats, values
             ids.append(rid)
             names.append("grad" if len(grads) == 1 else f"grad[{nr}]")
             live.append(g)
@@ -345,14 +361,28 @@ class _BackwardRecorder:
         return key
 
     def _check(self, step: Step, live: list[torch.Tensor]) -> None:
-        from tracing.breakpoints import Output, make_hit
+        """Check the conditions on the gradients ``step`` received. Where they are the
+        first non-finite ones, the hit is at the node that sent them (see
+        ``tracing.breakpoints.NonFinite``)."""
+        from tracing.breakpoints import Output, make_hit, nonfinite_counts, sender_hit
 
+        senders = self.senders.get(str(step.index), [])
+        got = [self.nonfinite[i] for i in senders if i in self.nonfinite]
+        came_in = (any(n for n, _ in got), any(i for _, i in got))
         outputs = [
-            Output(self.trace.tensors[rid], g, name)
+            Output(self.trace.tensors[rid], g, name, came_in=came_in)
             for rid, g, name in zip(step.outputs, live, step.output_names)
         ]
+        counts = [nonfinite_counts(o) for o in outputs]
+        nan, inf = any(n for n, _ in counts), any(i for _, i in counts)
+        if nan or inf:
+            self.nonfinite[step.index] = (nan, inf)
         reason = self.condition.check(step, "exit", outputs)
-        if reason:
+        if not reason:
+            return
+        if (nan or inf) and not any(came_in) and senders:
+            self.hit = sender_hit(self.trace.steps, step, reason, senders)
+        else:
             self.hit = make_hit(step, "exit", reason)
 
 
@@ -411,6 +441,9 @@ def trace_step(
     dims: Mapping[str, int] | None = None,
     meta: Mapping[str, Any] | None = None,
     out: str | os.PathLike | None = None,
+    ops: bool = True,
+    edits: Any = None,
+    options: CaptureOptions | None = None,
 ) -> Trace:
     """Run one training step — forward, loss, backward, and ``optimizer.step()`` if given —
     and return it as one :class:`Trace` whose backward steps follow the forward ones.
@@ -431,8 +464,10 @@ def trace_step(
             training loop does.
         before_step: called between the backward and ``optimizer.step()`` (gradient
             clipping: ``lambda: clip_grad_norm_(model.parameters(), 1.0)``).
-        capture, value_cap, value_dtype, dims, meta: as for :func:`tracing.trace`; the
-            gradients follow the same level, cap and dtype.
+        capture, value_cap, value_dtype, dims, meta, ops, edits, options: as for
+            :func:`tracing.trace` (one :class:`~tracing.capture.options.CaptureOptions`);
+            the gradients follow the same level, cap and dtype, and an edit changes the
+            forward the backward then runs through.
         out: write the trace to this file as it records: every kept value, forward and
             gradient, goes to the file when it is produced (memory stays flat), the header
             last, and ``trace.values`` then reads lazily from the file. A step that raises
@@ -451,20 +486,19 @@ def trace_step(
             ``.grad``, the optimizer and the CPU random state as they were.
         TypeError / ValueError: no scalar loss that requires grad.
     """
-    options = dict(
-        capture=capture, break_on=break_on, value_cap=value_cap, value_dtype=value_dtype,
-        dims=dims, meta=meta, out=out,
+    opts = CaptureOptions.of(
+        options, capture=capture, break_on=break_on, value_cap=value_cap,
+        value_dtype=value_dtype, dims=dims, meta=meta, out=out, ops=ops, edits=edits,
     )  # fmt: skip
-    if loss_fn is not None:
-        options["loss_type"] = loss_fn_name(loss_fn)
     return record_step(
         model,
         lambda: _call(model, inputs),
         lambda output: _compute_loss(output, loss_fn, targets),
         optimizer,
+        loss_type=None if loss_fn is None else loss_fn_name(loss_fn),
         before_step=before_step,
         loss_targets=targets,
-        **options,
+        options=opts,
     )
 
 
@@ -493,19 +527,24 @@ def record_step(
     dims: Mapping[str, int] | None = None,
     meta: Mapping[str, Any] | None = None,
     out: str | os.PathLike | None = None,
+    ops: bool = True,
+    edits: Any = None,
+    options: CaptureOptions | None = None,
 ) -> Trace:
     """:func:`trace_step` for a forward given as a function: ``run()`` calls the model,
     ``loss_of(output)`` returns the loss (``tracing.watch`` replays a user's step so).
     With ``loss_type`` (the loss function's name) the ``loss_of`` call is recorded as the
     step ``loss``, with ``loss_targets`` among its inputs; without, it only looks the
     loss up in the output."""
-    if out is not None:
-        out = distributed_mod.output_path(out)  # one file per rank under torch.distributed
-    tracer = _StepTracer(
-        model, capture, dims=dims, value_cap=value_cap, value_dtype=value_dtype,
-        train=model.training, meta=meta, out=out,
-        break_on=[c for c in _as_list(break_on) if not _gradient_only(c)] or None,
+    opts = CaptureOptions.of(
+        options, capture=capture, break_on=break_on, value_cap=value_cap,
+        value_dtype=value_dtype, dims=dims, meta=meta, out=out, ops=ops, edits=edits,
     )  # fmt: skip
+    if opts.out is not None:  # one file per rank under torch.distributed
+        opts = opts.replace(out=distributed_mod.output_path(opts.out))
+    capture, break_on = opts.capture, opts.break_on
+    forward_breaks = [c for c in _as_list(break_on) if not _gradient_only(c)] or None
+    tracer = _StepTracer(model, train=model.training, options=opts.replace(break_on=forward_breaks))
     undo = _Undo(model)
     try:
         trace = _run_step(tracer, run, loss_of, optimizer, before_step, capture, break_on,
@@ -568,6 +607,7 @@ def _run_step(tracer, run, loss_of, optimizer, before_step, capture, break_on, l
         trace.meta["forward_steps"] = len(trace.steps)
         recorder = _BackwardRecorder(trace, tracer, capture, break_on)
         trace.meta["param_grads"] = recorder.param_grads  # filled as the backward runs
+        trace.meta["grad_senders"] = recorder.senders  # step -> the steps passing it grads
         handles: list = []
         try:
             handles = recorder.instrument(loss)
