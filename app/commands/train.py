@@ -55,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         required=True,
         help="checkpoint to write (.safetensors); with --model, the training-step trace",
     )
-    own = p.add_argument_group("your own model (see app/own_training.py)")
+    own = p.add_argument_group("your own model (see app/core/own_training.py)")
     own.add_argument("--model", metavar="FILE.py:NAME", help="train this model instead")
     own.add_argument("--loss", metavar="FILE.py:NAME", help="loss(output, targets) -> scalar")
     p.add_argument("--preset", default="demo", help="model preset (demo, nano, gpt2-small)")

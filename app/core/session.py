@@ -278,7 +278,7 @@ def run_trace(
 def _training_plan(request: TraceRequest, model: Any, args: tuple, kwargs: dict, targets: Any,
                    meta: dict) -> tuple[Any, Any, str | None]:  # fmt: skip
     """``(run, loss_of, loss_type)`` for a training step: for the user's own model, the
-    loss ``scratchformer train --model`` uses (``app.own_training``: a ``loss(output,
+    loss ``scratchformer train --model`` uses (``app.core.own_training``: a ``loss(output,
     targets)`` in the model's file, else the model's own loss when its forward takes
     ``targets``, else next-token cross-entropy); for the others, next-token cross-entropy."""
     if request.source.kind != "file":
@@ -287,7 +287,7 @@ def _training_plan(request: TraceRequest, model: Any, args: tuple, kwargs: dict,
             lambda output: next_token_loss(output, targets),
             "next_token_loss",
         )
-    from app import own_training, user_model
+    from app.core import own_training, user_model
 
     module = user_model.loaded_module(meta.get("model_file", ""))
     file_loss = getattr(module, "loss", None)
