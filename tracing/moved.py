@@ -70,3 +70,24 @@ def install() -> None:
     """Put the alias finder first on ``sys.meta_path`` (once)."""
     if not any(isinstance(f, _Alias) for f in sys.meta_path):
         sys.meta_path.insert(0, _Alias())
+
+
+def submodules(package: str):
+    """A stage folder's ``__getattr__``: its modules as attributes, each imported on first use.
+
+    So every dotted path the docs show reads after a bare ``import tracing``
+    (``tracing.analysis.lens.logit_lens``, ``tracing.runs.patching.sweep``), whatever was
+    imported before, and a folder's ``__init__`` need not import what it does not use.
+    """
+
+    def __getattr__(name: str):
+        if name.startswith("__"):  # dunder probes (``__path__``, ``__wrapped__``...) stay misses
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        try:
+            return importlib.import_module(f"{package}.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"{package}.{name}":
+                raise  # the module exists and one of its own imports is missing
+            raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
+
+    return __getattr__

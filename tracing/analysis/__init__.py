@@ -13,3 +13,7 @@ Files: :mod:`~tracing.analysis.report` (shape and failure reports),
 Reads the record and :mod:`tracing.file`; never imports :mod:`tracing.capture` or
 :mod:`tracing.runs`, so a trace from anywhere can be read without the tracer.
 """
+
+from tracing.moved import submodules
+
+__getattr__ = submodules(__name__)

@@ -80,5 +80,8 @@ recorders):
 from tracing.capture.options import DEFAULT_VALUE_CAP, CaptureOptions
 from tracing.capture.structure import config_dict, module_infos
 from tracing.capture.tracer import Tracer, trace
+from tracing.moved import submodules
 
 __all__ = ["DEFAULT_VALUE_CAP", "CaptureOptions", "Tracer", "config_dict", "module_infos", "trace"]
+
+__getattr__ = submodules(__name__)

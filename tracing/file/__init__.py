@@ -20,6 +20,7 @@ from tracing.file.manifest import check_trace, encode_manifest
 from tracing.file.rank_paths import rank_path
 from tracing.file.saving import save, tensors_to_store, write_safetensors
 from tracing.file.writer import HEADER_RESERVE, TraceWriter, can_store
+from tracing.moved import submodules
 
 __all__ = [
     "FORMAT_NAME",
@@ -39,3 +40,5 @@ __all__ = [
     "tensors_to_store",
     "write_safetensors",
 ]
+
+__getattr__ = submodules(__name__)

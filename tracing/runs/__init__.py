@@ -8,3 +8,7 @@ Files: :mod:`~tracing.runs.backward` (``trace_step``: forward, loss and backward
 
 May import the record, :mod:`tracing.file` and :mod:`tracing.capture`.
 """
+
+from tracing.moved import submodules
+
+__getattr__ = submodules(__name__)
