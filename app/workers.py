@@ -1,6 +1,6 @@
 """Tracing off the GUI thread.
 
-:class:`TraceJob` runs :func:`app.session.run_trace` in a ``QThread`` and reports through
+:class:`TraceJob` runs :func:`app.core.session.run_trace` in a ``QThread`` and reports through
 signals (queued to the GUI thread): ``progress(done, total)`` for every module call,
 ``finished(TraceOutcome)`` at the end (complete, failed with a partial trace, or
 cancelled), ``failed(title, text)`` when the request itself is bad (a checkpoint that does
@@ -17,8 +17,8 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
-from app.generation_session import GenerationRequest, run_generation
-from app.session import SessionError, TraceRequest, run_trace
+from app.core.generation_session import GenerationRequest, run_generation
+from app.core.session import SessionError, TraceRequest, run_trace
 from app.windows import dialogs
 
 
@@ -84,7 +84,7 @@ class BackgroundJob(QObject):
 
 
 class TraceJob(BackgroundJob):
-    """One trace request (:func:`app.session.run_trace`); ``finished`` carries a
+    """One trace request (:func:`app.core.session.run_trace`); ``finished`` carries a
     ``TraceOutcome``."""
 
     thread_name = "trace-worker"

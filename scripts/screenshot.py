@@ -33,7 +33,7 @@ def main() -> int:
     window.resize(1500, 950)
     window.show()
     import scratchformer
-    from app import session
+    from app.core import session
 
     request = session.TraceRequest(scratchformer.DEMO_PROMPT, session.ModelSource("demo"))
     try:

@@ -2,10 +2,12 @@
 
 ``tracing`` never imports Qt or ``scratchformer`` (it traces any nn.Module), and
 ``scratchformer`` imports neither ``tracing`` nor ``app`` nor Qt. Inside ``app/`` the plain
-logic (:data:`QT_FREE_APP`: the diagram's layout, folding, routing and geometry, the
-sessions, the theme's colours) runs without Qt, so it can be used and tested headless.
-Checked two ways: by reading every import statement, and by importing the modules in a
-fresh interpreter.
+logic runs without Qt, so it can be used and tested headless: every module of the Qt-free
+folders (:data:`QT_FREE_FOLDERS`: ``app/core/``, the sessions; ``app/diagram/plan/``, the
+diagram's geometry, folding, layout and routing) imports no Qt anywhere, not even inside a
+function, and imports only app modules that load no Qt (:data:`QT_FREE_APP`: those folders
+and the theme's colours). Checked two ways: by reading every import statement, and by
+importing the modules in a fresh interpreter.
 
 Inside ``tracing/`` the stages have an order too (:data:`TRACING_STAGES`): the record at the
 base, then ``file/``, ``capture/``, ``runs/``; ``analysis/`` reads the record and the file
@@ -28,18 +30,20 @@ FORBIDDEN = {
     "tracing": QT | {"scratchformer", "app"},
     "scratchformer": QT | {"tracing", "app"},
 }
-#: app modules that import no Qt, not even through the app modules they import
-QT_FREE_APP = [
-    "app.diagram.geometry",
-    "app.diagram.folding",
-    "app.diagram.layout",
-    "app.diagram.routing",
-    "app.session",
-    "app.generation_session",
-    "app.edit_session",
-    "app.progress",
-    "app.theme",
-]
+#: app folders with no Qt in them at all: no module imports Qt, not even inside a function
+QT_FREE_FOLDERS = ["app/core", "app/diagram/plan"]
+
+
+def _modules_in(folder: str) -> list[str]:
+    files = sorted((ROOT / folder).glob("*.py"))
+    return [
+        ".".join(f.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__") for f in files
+    ]
+
+
+#: app modules whose import loads no Qt, not even through the app modules they import: every
+#: module of the Qt-free folders, and the theme (its colours; Qt only inside ``apply_theme``)
+QT_FREE_APP = [m for folder in QT_FREE_FOLDERS for m in _modules_in(folder)] + ["app.theme"]
 
 
 def imported_top_level_names(path: Path) -> set[str]:
@@ -78,10 +82,49 @@ def module_level_imports(path: Path) -> set[str]:
     return names
 
 
+def _path_of(module: str) -> Path:
+    path = ROOT / module.replace(".", "/")
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
 @pytest.mark.parametrize("module", QT_FREE_APP)
 def test_plain_app_modules_import_no_qt(module: str) -> None:
-    path = ROOT / (module.replace(".", "/") + ".py")
-    assert not module_level_imports(path) & QT, f"{module} imports Qt"
+    """At module level, in the module and in every package ``__init__`` above it."""
+    parts = module.split(".")
+    for package in [".".join(parts[:i]) for i in range(1, len(parts))] + [module]:
+        assert not module_level_imports(_path_of(package)) & QT, f"{package} imports Qt"
+
+
+def app_imports(path: Path) -> set[str]:
+    """Every app module ``path`` imports, those inside functions too (``from app import
+    theme`` and ``from app.core import session`` name the modules ``theme`` and ``session``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "app")
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module.split(".")[0] != "app":
+                continue
+            for a in node.names:
+                name = f"{node.module}.{a.name}"
+                found.add(name if _is_module(name) else node.module)
+    return found
+
+
+def test_qt_free_folders_have_a_module_and_say_what_they_own() -> None:
+    for folder in QT_FREE_FOLDERS:
+        doc = ast.get_docstring(ast.parse(_path_of(folder.replace("/", ".")).read_text()))
+        assert doc and len(doc.splitlines()[0]) > 20, f"{folder}/__init__.py: say what it owns"
+        assert len(_modules_in(folder)) > 1, folder
+
+
+@pytest.mark.parametrize("module", [m for folder in QT_FREE_FOLDERS for m in _modules_in(folder)])
+def test_qt_free_folders_import_no_qt_even_through_what_they_import(module: str) -> None:
+    path = _path_of(module)
+    assert not imported_top_level_names(path) & QT, f"{module} imports Qt"
+    loads_qt = sorted(app_imports(path) - set(QT_FREE_APP))
+    assert not loads_qt, f"{module} imports app modules that may load Qt: {loads_qt}"
 
 
 @pytest.mark.slow

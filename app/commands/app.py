@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
             input_file(path, "trace file")
     args.trace = paths[0] if len(paths) == 1 and not ranks else None
     if getattr(args, "model", None):
-        from app.user_model import ModelSpec, UserCodeError
+        from app.core.user_model import ModelSpec, UserCodeError
 
         if paths:
             raise UserError("give either trace files or --model FILE.py:NAME, not both")
@@ -129,7 +129,7 @@ def _quit_after(qt_app, window) -> None:
 
 def model_request(args: argparse.Namespace):
     """The trace request ``--model FILE.py:NAME`` and its input options stand for."""
-    from app.session import ModelSource, TraceRequest
+    from app.core.session import ModelSource, TraceRequest
 
     source = ModelSource(
         "file",
@@ -159,7 +159,7 @@ def _run_ranks(qt_app, paths: list[Path]) -> int:
 def _run_compare(qt_app, path_a: Path, path_b: Path) -> int:
     """``scratchformer app --compare A B``: the compare window on its own."""
     from app.cli import UserError
-    from app.session import SessionError
+    from app.core.session import SessionError
     from app.windows.compare_window import CompareWindow
     from app.windows.main_window import install_excepthook
 

@@ -128,7 +128,7 @@ def _traced(model, idx, args, temperature, generator, stop_token, tok) -> int:
 
     import tracing
     from app.cli import UserError
-    from app.progress import ProgressBar
+    from app.core.progress import ProgressBar
     from tracing.runs.generation import trace_generate
 
     folder = Path(args.trace)

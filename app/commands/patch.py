@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from app.cli import UserError
-    from app.progress import ProgressBar
+    from app.core.progress import ProgressBar
     from scratchformer import ByteTokenizer
     from tracing.runs.patching import sweep
 

@@ -88,7 +88,7 @@ def model_inputs(args: argparse.Namespace) -> list[str | Path | None]:
 def load_user_model(args: argparse.Namespace):
     """``--model FILE.py:NAME`` with its inputs, or one ``error:`` line naming the file."""
     from app.cli import UserError
-    from app.user_model import InputSpec, ModelSpec, UserCodeError, load
+    from app.core.user_model import InputSpec, ModelSpec, UserCodeError, load
 
     try:
         spec = ModelSpec.parse(args.model)
@@ -158,7 +158,7 @@ def _run(args: argparse.Namespace, output: Path) -> int:
 def _trace_and_save(model, inputs, kwargs, meta, args, options, output: Path) -> int:
     """Trace, then save (a partial trace too: that is when the debugger is needed)."""
     import tracing
-    from app.progress import ProgressBar
+    from app.core.progress import ProgressBar
 
     quiet = args.quiet
     tokens = meta.get("tokens")

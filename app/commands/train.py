@@ -55,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         required=True,
         help="checkpoint to write (.safetensors); with --model, the training-step trace",
     )
-    own = p.add_argument_group("your own model (see app/own_training.py)")
+    own = p.add_argument_group("your own model (see app/core/own_training.py)")
     own.add_argument("--model", metavar="FILE.py:NAME", help="train this model instead")
     own.add_argument("--loss", metavar="FILE.py:NAME", help="loss(output, targets) -> scalar")
     p.add_argument("--preset", default="demo", help="model preset (demo, nano, gpt2-small)")
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from app.cli import UserError
-    from app.progress import ProgressBar
+    from app.core.progress import ProgressBar
     from scratchformer import ByteTokenizer, DecoderOnlyTransformer, ModelConfig
     from scratchformer.tasks import TextDataset, exact_match_accuracy, get_task
     from scratchformer.training import TrainConfig, train

@@ -6,7 +6,7 @@
 
 The model is built as ``--model`` says (an instance, a class, or a function returning a
 model) and trained in train mode; the loss and the batches are read as
-``app.own_training`` says. ``-o`` is the training-step trace (``--trace-step N``, or
+``app.core.own_training`` says. ``-o`` is the training-step trace (``--trace-step N``, or
 ``--trace-on-nonfinite``: the first step whose gradients hold a NaN or an Inf, replayed
 from the weights and optimizer state before it). Training stops once the loss is not
 finite: there is nothing to learn after it.
@@ -24,7 +24,7 @@ from typing import Any
 def _load_object(text: str, what: str) -> tuple[Any, Any]:
     """(module, object) for ``FILE.py:NAME``."""
     from app.cli import UserError
-    from app.user_model import ModelSpec, import_file
+    from app.core.user_model import ModelSpec, import_file
 
     spec = ModelSpec.parse(text.replace("--model", what))
     module = import_file(spec.file)
@@ -39,8 +39,8 @@ def run_own(args: argparse.Namespace) -> int:
     import tracing
     from app.cli import UserError
     from app.commands.checks import input_file, output_file
-    from app.own_training import LossShapeError, batches, own_loss, plan
-    from app.user_model import ModelSpec, UserCodeError, build, import_file
+    from app.core.own_training import LossShapeError, batches, own_loss, plan
+    from app.core.user_model import ModelSpec, UserCodeError, build, import_file
 
     wall_start = time.perf_counter()
     if not args.model:

@@ -1,7 +1,7 @@
 """The diagram's drawn pieces: :class:`BoxItem`, :class:`FrameItem`, :class:`EdgeItem`.
 
 Also the edge between the Qt-free layout and Qt: :class:`DiagramFonts` (the fonts the boxes
-are drawn in, and the :class:`~app.diagram.geometry.TextMeasure` the layout measures with)
+are drawn in, and the :class:`~app.diagram.plan.geometry.TextMeasure` the layout measures with)
 and :func:`to_qrect` / :func:`to_qpoint` (plain geometry to Qt's).
 """
 
@@ -24,8 +24,8 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem
 
 from app import theme
-from app.diagram.geometry import Point, Rect, TextMeasure
-from app.diagram.layout import ARROW, FRAME_TITLE, H_PAD, SPARK_H, DiagramLayout, Node
+from app.diagram.plan.geometry import Point, Rect, TextMeasure
+from app.diagram.plan.layout import ARROW, FRAME_TITLE, H_PAD, SPARK_H, DiagramLayout, Node
 
 if TYPE_CHECKING:  # pragma: no cover
     from app.diagram.view import DiagramView

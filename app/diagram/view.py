@@ -1,6 +1,6 @@
 """The block diagram: modules as boxes, data flow as arrows, the current step highlighted.
 
-:class:`DiagramView` (Qt) draws a :class:`~app.diagram.layout.DiagramLayout` in a
+:class:`DiagramView` (Qt) draws a :class:`~app.diagram.plan.layout.DiagramLayout` in a
 ``QGraphicsScene`` with the items of :mod:`app.diagram.items`, and handles clicks,
 double-clicks (expand / collapse), wheel zoom, drag pan and fit-to-window.
 """
@@ -27,12 +27,12 @@ from PySide6.QtWidgets import (
 )
 
 from app import theme
-from app.diagram.folding import Run, TraceIndex
-from app.diagram.geometry import Rect
 from app.diagram.grad_tints import grad_tints
 from app.diagram.items import BoxItem, DiagramFonts, EdgeItem, FrameItem, to_qpoint, to_qrect
-from app.diagram.layout import FRAME_TITLE, DiagramLayout
-from app.diagram.routing import RectIndex, detour_lane, edge_ends
+from app.diagram.plan.folding import Run, TraceIndex
+from app.diagram.plan.geometry import Rect
+from app.diagram.plan.layout import FRAME_TITLE, DiagramLayout
+from app.diagram.plan.routing import RectIndex, detour_lane, edge_ends
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracing import Trace
@@ -146,7 +146,7 @@ class DiagramView(QGraphicsView):
 
         Only the boxes in the rows the edge spans are tested (``boxes`` is indexed by row
         band), so routing costs what the edge passes, not the whole diagram. Where the arrow
-        runs is plain geometry (:mod:`app.diagram.routing`); whether a curve crosses a box is
+        runs is plain geometry (:mod:`app.diagram.plan.routing`); whether a curve crosses a box is
         asked of Qt's path (``qrects`` holds each node's rectangle as Qt's).
         """
         src, dst = layout.nodes[u].rect, layout.nodes[v].rect

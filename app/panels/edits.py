@@ -4,7 +4,7 @@ Right-click a box in the diagram (a module call or an op) or a head in the atten
 
     Zero · Mean-ablate · Scale… · Patch from another prompt…
 
-The window's model is traced again with the edit (``app.edit_session.run_edits``, off the
+The window's model is traced again with the edit (``app.core.edit_session.run_edits``, off the
 GUI thread, cancellable) and the compare view opens, original against edited, on the first
 step whose values differ, with the change in the final prediction on top (the top tokens
 before and after, and how much each one's probability moved). The Edits panel (View ▸
@@ -12,7 +12,7 @@ Edits, Ctrl+Shift+E) lists the edits: tick or untick them, remove them, re-run. 
 Patching sweep… opens :class:`app.windows.sweep_dialog.SweepDialog`.
 
 Edits need the live model; on a trace opened from a file every action says so
-(``app.edit_session.missing_model``) instead of doing nothing.
+(``app.core.edit_session.missing_model``) instead of doing nothing.
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import edit_session, session, theme
-from app.session import SessionError
+from app import theme
+from app.core import edit_session, session
+from app.core.session import SessionError
 from app.widgets.common import column, hint_label
 from app.widgets.tensor_view import token_label
 from app.windows import dialogs
@@ -47,7 +48,7 @@ from app.workers import BackgroundJob, JobWithProgress
 from tracing.capture.edits import Action, Edit, EditError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from app.session import TraceOutcome
+    from app.core.session import TraceOutcome
     from tracing import Trace
 
 MENU_TEXT = {

@@ -16,7 +16,7 @@ chose it: the view emits :attr:`GenerationView.passSelected` and the main window
 that pass's ``Trace``, at the same step index, so a person steps *within* a pass with the
 usual controls and *across* passes here, and watches the heatmaps grow with the sequence.
 
-:func:`app.generation_session.run_generation` does the work without Qt (build the model,
+:func:`app.core.generation_session.run_generation` does the work without Qt (build the model,
 encode, trace every pass, report progress, honour a cancel flag);
 :class:`app.workers.GenerationJob` runs it off the GUI thread.
 """
@@ -61,8 +61,8 @@ from PySide6.QtWidgets import (
 
 import tracing
 from app import theme
-from app.generation_session import MAX_NEW_TOKENS, GenerationOutcome, GenerationRequest
-from app.session import DEFAULT_CAPTURE, ModelSource
+from app.core.generation_session import MAX_NEW_TOKENS, GenerationOutcome, GenerationRequest
+from app.core.session import DEFAULT_CAPTURE, ModelSource
 from app.widgets.common import column, hint_label, make_heading, monospace_font
 from app.widgets.heatmap import HeatmapView
 from app.widgets.tensor_view import token_label

@@ -45,7 +45,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import session, theme
+from app import theme
+from app.core import session
 from app.theme import PROBABILITY_CMAP
 from app.widgets.common import column, hint_label, make_heading, monospace_font, titled
 from app.widgets.heatmap import HeatmapView, colormap

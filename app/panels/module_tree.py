@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import theme
-from app.diagram.layout import shape_label
+from app.diagram.plan.layout import shape_label
 from app.widgets.common import make_scroll_area_opaque
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -1,7 +1,7 @@
 """Edit, re-trace, look: File ▸ Reload and re-trace (Ctrl+R), Compare with previous trace,
 and Re-trace when the model file is saved.
 
-A re-trace re-imports the user's file (``app.user_model``: never the cached module), traces
+A re-trace re-imports the user's file (``app.core.user_model``: never the cached module), traces
 with the same inputs and capture level, and lands on the step the window was on when that
 step still exists: the same module path, op and occurrence (:func:`step_key`). The trace it
 replaces is kept, so comparing the two is one click. Watching uses a
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QFileSystemWatcher, QObject, QTimer
 from PySide6.QtGui import QAction, QKeySequence
 
-from app import session
+from app.core import session
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracing import Trace

@@ -3,7 +3,7 @@
 The bar holds no trace logic: it shows a position and emits what the user asked for.
 ``stepRequested(int)`` carries an absolute step index (slider, first, last, prev, next);
 the named signals (``stepOverRequested``...) leave the rule to the window, which asks
-``app.session``. Play advances one step per tick at ``speed`` steps per second.
+``app.core.session``. Play advances one step per tick at ``speed`` steps per second.
 """
 
 from __future__ import annotations

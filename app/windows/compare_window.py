@@ -36,31 +36,18 @@ and compares every aligned pair of outputs. This window only shows it:
 
 from __future__ import annotations
 
-import contextlib
 import html
-import itertools
 import math
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from PySide6.QtCore import QPointF, QRectF, QSize, Qt, Signal
-from PySide6.QtGui import (
-    QAction,
-    QBrush,
-    QColor,
-    QFont,
-    QFontMetricsF,
-    QKeySequence,
-    QLinearGradient,
-    QPainter,
-    QPen,
-)
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFrame,
-    QGraphicsItem,
     QHBoxLayout,
     QHeaderView,
     QLabel,
@@ -68,10 +55,7 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QMainWindow,
     QPushButton,
-    QSizePolicy,
-    QSpinBox,
     QSplitter,
-    QStyleOptionGraphicsItem,
     QTableWidget,
     QTableWidgetItem,
     QTabWidget,
@@ -79,18 +63,20 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import session, theme
-from app.diagram.items import FrameItem
+from app import theme
+from app.core import session
+from app.diagram.divergence import DivergenceOverlay, divergence_colour
 from app.diagram.view import DiagramView
 from app.panels.step_bar import StepBar
 from app.widgets.common import column, hint_label, make_heading
+from app.widgets.divergence_legend import DivergenceLegend
 from app.widgets.heatmap import HeatmapView
 from app.widgets.masked_cells import masked_cells
+from app.widgets.slice_bar import SliceBar
 from app.widgets.tensor_view import as_matrix, axis_names, leading_axes, token_labels
 from app.windows import dialogs
 from tracing.analysis.divergence import (
     STATUS_TEXT,
-    divergence_fraction,
     entry_place,
     entry_score,
     gradient_scores,
@@ -106,245 +92,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from tracing import Trace
 
-# --------------------------------------------------------------------------- colours
 
-
-def divergence_colour(score: float | None) -> QColor:
-    """The colour of a divergence score (relative L2; ``inf``: structural; None: unknown)."""
-    if score is None:
-        return QColor(theme.NOT_COMPARED)
-    if math.isnan(score) or math.isinf(score):
-        return QColor(theme.STRUCTURAL)
-    if score == 0:
-        return QColor(theme.IDENTICAL)
-    return _scale_colour(divergence_fraction(score))
-
-
-def _scale_colour(t: float) -> QColor:
-    for (t0, c0), (t1, c1) in itertools.pairwise(theme.DIVERGENCE_STOPS):
-        if t <= t1:
-            a, b = QColor(c0), QColor(c1)
-            f = 0.0 if t1 == t0 else (t - t0) / (t1 - t0)
-            return QColor(
-                round(a.red() + (b.red() - a.red()) * f),
-                round(a.green() + (b.green() - a.green()) * f),
-                round(a.blue() + (b.blue() - a.blue()) * f),
-            )
-    return QColor(theme.DIVERGENCE_STOPS[-1][1])
-
-
-# --------------------------------------------------------------------------- diagram marks
-
-
-class DivergenceMark(QGraphicsItem):
-    """A coloured ring around a box and a badge with its score (a child of the box item)."""
-
-    def __init__(self, parent: QGraphicsItem, size: QSize, score, status, frame: bool):
-        super().__init__(parent)
-        self.score = score
-        self.status = status
-        self.colour = (
-            divergence_colour(score)
-            if status not in ("only_a", "only_b")
-            else QColor(theme.STRUCTURAL)
-        )
-        self.text = score_text(score, status)
-        self.frame = frame
-        self._w, self._h = float(size.width()), float(size.height())
-        font = QFont()
-        font.setPointSizeF(7.5)
-        font.setBold(True)
-        self.font = font
-        tw = QFontMetricsF(font).horizontalAdvance(self.text)
-        bw, bh = tw + 12, 15.0
-        if frame:  # in the title bar, left of the collapse badge
-            self.badge = QRectF(self._w - 30 - bw, 8, bw, bh)
-        else:  # straddling the top edge, left of the expand badge
-            self.badge = QRectF(self._w - 28 - bw, -bh / 2, bw, bh)
-        self.setAcceptedMouseButtons(Qt.MouseButton.NoButton)
-        self.setAcceptHoverEvents(False)
-        self.setToolTip(f"divergence: {self.text}")
-
-    def boundingRect(self) -> QRectF:
-        return QRectF(0, 0, self._w, self._h).adjusted(-6, -10, 6, 6).united(self.badge)
-
-    def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        ring = QColor(self.colour)
-        if self.frame:
-            ring.setAlpha(150)
-            painter.setPen(QPen(ring, 1.6, Qt.PenStyle.DashLine))
-            painter.setBrush(Qt.BrushStyle.NoBrush)
-            painter.drawRoundedRect(QRectF(0, 0, self._w, self._h).adjusted(-3, -3, 3, 3), 12, 12)
-        else:
-            painter.setPen(QPen(ring, 2.2))
-            painter.setBrush(Qt.BrushStyle.NoBrush)
-            painter.drawRoundedRect(QRectF(0, 0, self._w, self._h).adjusted(-3, -3, 3, 3), 9, 9)
-        painter.setPen(Qt.PenStyle.NoPen)
-        painter.setBrush(self.colour)
-        painter.drawRoundedRect(self.badge, self.badge.height() / 2, self.badge.height() / 2)
-        painter.setFont(self.font)
-        dark_text = self.colour.lightness() > 110
-        painter.setPen(QColor(theme.TEXT_ON_LIGHT if dark_text else theme.WHITE))
-        painter.drawText(self.badge, int(Qt.AlignmentFlag.AlignCenter), self.text)
-
-
-class DivergenceOverlay:
-    """Keeps a :class:`DivergenceMark` on every box of one :class:`DiagramView`.
-
-    The view rebuilds its scene on every expand or collapse (deleting the marks with it),
-    so the marks are added again after each ``layoutChanged``.
-    """
-
-    def __init__(self, view: DiagramView, scores: dict[int, tuple[float | None, str | None]]):
-        self.view = view
-        self.scores = scores  # step index -> (score, status)
-        self.marks: dict[int, DivergenceMark] = {}
-        view.layoutChanged.connect(self.apply)
-
-    def clear(self) -> None:
-        """Take the marks off the boxes (before marking them by other scores)."""
-        for mark in self.marks.values():
-            with contextlib.suppress(RuntimeError):  # gone with a rebuilt scene
-                scene = mark.scene()
-                if scene is not None:
-                    scene.removeItem(mark)
-        self.marks = {}
-
-    def apply(self) -> None:
-        self.marks = {}
-        layout = self.view.layout_
-        if layout is None:
-            return
-        for key, item in self.view.items_by_key.items():
-            if key < 0 or key not in self.scores:
-                continue
-            node = layout.nodes[key]
-            score, status = self.scores[key]
-            size = QSize(int(node.rect.width), int(node.rect.height))
-            self.marks[key] = DivergenceMark(
-                item, size, score, status, frame=isinstance(item, FrameItem)
-            )
-
-
-# --------------------------------------------------------------------------- small widgets
-
-
-class DivergenceLegend(QWidget):
-    """The colour scale: identical · 1e-5 · 1e-3 · ≥ 1 (relative L2); structural; n/a (not
-    compared: no values or statistics kept). ``title`` says of what: the outputs, or the
-    gradients (:data:`GRADIENT_TITLE`) in a training step's backward phase."""
-
-    TITLE = "rel. L2 (A − B)"
-    GRADIENT_TITLE = "rel. L2 of ∇ (A − B)"
-
-    def __init__(self, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.title = self.TITLE
-        self.setFixedHeight(34)
-        self.setMinimumWidth(self.sizeHint().width())
-        self.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
-
-    def _small_font(self) -> QFont:
-        font = QFont(self.font())
-        font.setPointSizeF(max(7.0, font.pointSizeF() - 1.5))
-        return font
-
-    def _bar_left(self, metrics: QFontMetricsF) -> float:
-        """Where the scale starts: after the longer of the two titles."""
-        return 6 + max(metrics.horizontalAdvance(t) for t in (self.TITLE, self.GRADIENT_TITLE))
-
-    def sizeHint(self) -> QSize:
-        metrics = QFontMetricsF(self._small_font())
-        labels = sum(metrics.horizontalAdvance(t) + 28 for t in ("shape / one side", "n/a"))
-        return QSize(int(self._bar_left(metrics) + 236 + labels + 8), 34)
-
-    def paintEvent(self, event) -> None:
-        painter = QPainter(self)
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        font = self._small_font()
-        painter.setFont(font)
-        left = self._bar_left(QFontMetricsF(font))
-        muted = QColor(theme.TEXT_MUTED)
-        painter.setPen(muted)
-        painter.drawText(QRectF(0, 0, left - 4, 20), int(Qt.AlignmentFlag.AlignVCenter), self.title)
-        bar = QRectF(left, 5, 220, 10)
-        gradient = QLinearGradient(bar.topLeft(), bar.topRight())
-        for t, c in theme.DIVERGENCE_STOPS:
-            gradient.setColorAt(t, QColor(c))
-        painter.setPen(Qt.PenStyle.NoPen)
-        painter.setBrush(QBrush(gradient))
-        painter.drawRoundedRect(bar, 4, 4)
-        painter.setPen(muted)
-        for label, value in (("0", 0.0), ("1e-5", 1e-5), ("1e-3", 1e-3), ("≥ 1", 1.0)):
-            x = bar.left() + bar.width() * (divergence_fraction(value) if value else 0.0)
-            painter.drawLine(QPointF(x, bar.bottom() + 1), QPointF(x, bar.bottom() + 4))
-            painter.drawText(
-                QRectF(x - 20, bar.bottom() + 4, 40, 14), int(Qt.AlignmentFlag.AlignCenter), label
-            )
-        x = bar.right() + 16
-        for colour, label in ((theme.STRUCTURAL, "shape / one side"), (theme.NOT_COMPARED, "n/a")):
-            painter.setPen(Qt.PenStyle.NoPen)
-            painter.setBrush(QColor(colour))
-            painter.drawRoundedRect(QRectF(x, 5, 10, 10), 3, 3)
-            painter.setPen(muted)
-            painter.drawText(QRectF(x + 14, 0, 110, 20), int(Qt.AlignmentFlag.AlignVCenter), label)
-            x += 14 + painter.fontMetrics().horizontalAdvance(label) + 14
-        painter.end()
-
-
-class _SliceBar(QWidget):
-    """One spin box per leading axis of the difference tensor (``B [0]  H [2]``)."""
-
-    changed = Signal()
-
-    def __init__(self, parent: QWidget | None = None):
-        super().__init__(parent)
-        self._layout = QHBoxLayout(self)
-        self._layout.setContentsMargins(0, 0, 0, 0)
-        self._layout.setSpacing(6)
-        self._widgets: list[QWidget] = []
-        self.spins: list[QSpinBox] = []
-        self.description = hint_label()
-        self._layout.addStretch(1)
-        self._layout.addWidget(self.description)
-        self._chosen: dict[str, int] = {}
-
-    def set_axes(self, axes: list[tuple[str, int]]) -> None:
-        for w in self._widgets:  # hidden and detached now, deleted later
-            w.hide()
-            self._layout.removeWidget(w)
-            w.deleteLater()
-        self._widgets, self.spins = [], []
-        for i, (name, size) in enumerate(axes):
-            label = QLabel(name)
-            spin = QSpinBox()
-            spin.setRange(0, max(0, size - 1))
-            spin.setValue(min(self._chosen.get(name, 0), max(0, size - 1)))
-            spin.setEnabled(size > 1)
-            spin.setMinimumWidth(52)
-            spin.setToolTip(f"index along axis {name} (size {size})")
-            spin.valueChanged.connect(lambda v, n=name: self._on_changed(n, v))
-            self._layout.insertWidget(2 * i, label)
-            self._layout.insertWidget(2 * i + 1, spin)
-            self._widgets += [label, spin]
-            self.spins.append(spin)
-
-    def index(self) -> tuple[int, ...]:
-        return tuple(s.value() for s in self.spins)
-
-    def _on_changed(self, name: str, value: int) -> None:
-        self._chosen[name] = value
-        self.changed.emit()
+# --------------------------------------------------------------------------- the window
 
 
 def _card_title(text: str) -> QLabel:
     label = QLabel(text.upper())
     label.setObjectName("paneTitle")
     return label
-
-
-# --------------------------------------------------------------------------- the window
 
 
 class CompareWindow(QMainWindow):
@@ -502,7 +257,7 @@ class CompareWindow(QMainWindow):
 
     def _build_difference_page(self) -> QWidget:
         """A − B as a heatmap, with a slice bar for the leading axes."""
-        self.slice_bar = _SliceBar()
+        self.slice_bar = SliceBar()
         self.slice_bar.changed.connect(self._render_difference)
         self.difference_heatmap = HeatmapView()
         self.difference_heatmap.setObjectName("differenceHeatmap")
@@ -574,7 +329,7 @@ class CompareWindow(QMainWindow):
 
     @classmethod
     def from_files(cls, path_a: str | Path, path_b: str | Path, **kwargs) -> CompareWindow:
-        """Open two trace files (``app.session.SessionError`` names a bad one)."""
+        """Open two trace files (``app.core.session.SessionError`` names a bad one)."""
         a = session.open_trace(path_a)
         b = session.open_trace(path_b)
         return cls(a, b, Path(path_a).name, Path(path_b).name, **kwargs)
@@ -1002,14 +757,7 @@ def open_compare(
     return window
 
 
-__all__ = [
-    "CompareWindow",
-    "DivergenceLegend",
-    "DivergenceMark",
-    "DivergenceOverlay",
-    "divergence_colour",
-    "open_compare",
-]
+__all__ = ["CompareLauncher", "CompareWindow", "attach", "open_compare"]
 
 
 # --------------------------------------------------------------------------- main window

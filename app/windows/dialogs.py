@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
 )
 
 import tracing
-from app.session import DEFAULT_CAPTURE, PRESETS, CheckedValues, ModelSource, TraceRequest
+from app.core.session import DEFAULT_CAPTURE, PRESETS, CheckedValues, ModelSource, TraceRequest
 from app.widgets.common import hint_label
 
 #: the file dialogs' filter for trace files (``.sft`` is the suffix the README uses)
@@ -279,7 +279,7 @@ class NewTraceDialog(QDialog):
             self.checkpoint_radio.setChecked(True)
 
     def request(self) -> TraceRequest:
-        """What the user asked for (validation happens in ``app.session``)."""
+        """What the user asked for (validation happens in ``app.core.session``)."""
         if self.file_radio.isChecked():
             source = ModelSource(
                 "file",

@@ -3,7 +3,7 @@
 The window owns the current trace and the current step and keeps every pane on that
 step: :meth:`MainWindow.go_to` is the one place a move happens, whoever asked for it (the
 step bar, a key, a click on a box or a tree row, an attention thumbnail). File work goes
-through :mod:`app.session`; every failure ends in ``dialogs.show_error`` and the window
+through :mod:`app.core.session`; every failure ends in ``dialogs.show_error`` and the window
 keeps going.
 """
 
@@ -30,9 +30,9 @@ from PySide6.QtWidgets import (
 )
 
 import scratchformer
-from app import session
+from app.core import session
+from app.core.long_lived import long_lived
 from app.diagram.view import DiagramView
-from app.long_lived import long_lived
 from app.panels import breakpoints, edits, generation, lens, retrace
 from app.panels.inspector import Inspector
 from app.panels.module_tree import ModuleTree

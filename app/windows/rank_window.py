@@ -47,11 +47,12 @@ from PySide6.QtWidgets import (
 )
 
 from app import theme
+from app.diagram.divergence import divergence_colour
 from app.widgets.common import column
 from app.widgets.heatmap import HeatmapView
 from app.widgets.tensor_view import as_matrix, axis_names
 from app.windows import dialogs
-from app.windows.compare_window import CompareWindow, divergence_colour
+from app.windows.compare_window import CompareWindow
 from tracing.analysis.divergence import entry_score, score_text
 from tracing.analysis.rank_report import collective_detail, placements_text
 from tracing.analysis.ranks import RankDivergence, RankSet, collectives_of, layout_of, load_ranks

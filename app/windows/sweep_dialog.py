@@ -24,8 +24,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import edit_session
-from app.session import TraceRequest
+from app.core import edit_session
+from app.core.session import TraceRequest
 from app.widgets.sweep_heatmap import SweepHeatmap, sweep_image
 from app.windows import dialogs
 from app.workers import BackgroundJob, JobWithProgress

@@ -15,7 +15,7 @@ import scratchformer
 import tracing
 
 app = QApplication(sys.argv[:1])
-from app.session import next_token_loss
+from app.core.session import next_token_loss
 from app.theme import apply_theme
 
 apply_theme(app)

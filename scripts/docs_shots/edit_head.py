@@ -18,7 +18,7 @@ app = QApplication(sys.argv[:1])
 from app.theme import apply_theme
 
 apply_theme(app)
-from app import edit_session, session
+from app.core import edit_session, session
 from app.windows.main_window import MainWindow
 
 out = sys.argv[1]

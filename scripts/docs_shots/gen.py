@@ -12,7 +12,7 @@ app = QApplication(sys.argv[:1])
 from app.theme import apply_theme
 
 apply_theme(app)
-from app.generation_session import GenerationRequest, run_generation
+from app.core.generation_session import GenerationRequest, run_generation
 from app.panels.generation import GenerationView
 
 out = run_generation(GenerationRequest("transformer|", max_new_tokens=12))

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QApplication
 
 ROOT = Path(__file__).resolve().parents[2]
 app = QApplication(sys.argv[:1])
-from app import session
+from app.core import session
 from app.theme import apply_theme
 from app.windows import dialogs
 

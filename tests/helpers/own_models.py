@@ -12,7 +12,7 @@ HF_GPT2 = MODELS / "hf_gpt2.py"
 
 
 def load(path: Path, name: str, **inputs):
-    from app.user_model import InputSpec, ModelSpec
-    from app.user_model import load as load_model
+    from app.core.user_model import InputSpec, ModelSpec
+    from app.core.user_model import load as load_model
 
     return load_model(ModelSpec(path, name), InputSpec(**inputs))

@@ -11,7 +11,7 @@ from helpers.nonfinite_models import NaiveLogSoftmax, SqrtAtZero
 from torch import nn
 
 import tracing
-from app import session
+from app.core import session
 from tracing.breakpoints import NonFinite, find_all, first_nonfinite_gradient
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from app.cli import main
-from app.progress import ProgressBar
+from app.core.progress import ProgressBar
 from scratchformer import load_checkpoint, read_metadata
 
 pytestmark = pytest.mark.usefixtures("one_thread")

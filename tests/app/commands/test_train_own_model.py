@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import tracing
-from app import own_training, session
 from app.cli import main
+from app.core import own_training, session
 from tracing.breakpoints import first_nonfinite_gradient
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "nanogpt_nan"

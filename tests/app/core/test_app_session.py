@@ -1,4 +1,4 @@
-"""app.session: loading, tracing, and the debugger's stepping rules (no Qt needed)."""
+"""app.core.session: loading, tracing, and the debugger's stepping rules (no Qt needed)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import torch
 from helpers.app_fixtures import tiny_trace
 
 import tracing
-from app import session
-from app.session import ModelSource, SessionError, TraceRequest
+from app.core import session
+from app.core.session import ModelSource, SessionError, TraceRequest
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ from helpers.nonfinite_models import SqrtAtZero
 from PySide6.QtCore import QSettings
 
 import tracing
-from app import session
-from app.session import ModelSource, TraceRequest
+from app.core import session
+from app.core.session import ModelSource, TraceRequest
 from app.theme import GRAD_HIGH, GRAD_LOW
 from app.windows.main_window import MainWindow
 from tracing.analysis.gradients import layer_grad_norms, step_grad_norm

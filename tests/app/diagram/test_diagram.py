@@ -7,7 +7,7 @@ from helpers.app_fixtures import tiny_trace
 from PySide6.QtCore import QPoint, Qt
 
 from app.diagram.items import BoxItem, DiagramFonts, FrameItem, to_qrect
-from app.diagram.layout import INPUT, OUTPUT, DiagramLayout
+from app.diagram.plan.layout import INPUT, OUTPUT, DiagramLayout
 from app.diagram.view import DiagramView
 
 

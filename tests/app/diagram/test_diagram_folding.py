@@ -14,9 +14,9 @@ from pathlib import Path
 import torch
 
 import tracing
-from app.diagram.folding import FOLD_MIN, TraceIndex, find_runs
-from app.diagram.geometry import fixed_width_measure
-from app.diagram.layout import FOLD_BASE, INPUT, MAX_ITEMS, OUTPUT, DiagramLayout
+from app.diagram.plan.folding import FOLD_MIN, TraceIndex, find_runs
+from app.diagram.plan.geometry import fixed_width_measure
+from app.diagram.plan.layout import FOLD_BASE, INPUT, MAX_ITEMS, OUTPUT, DiagramLayout
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 from bench_diagram_scale import Loop, Ops, Stack

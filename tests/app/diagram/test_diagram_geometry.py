@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.diagram.geometry import Point, Rect, bounding, fixed_width_measure
-from app.diagram.layout import FRAME_TITLE, H_PAD, INPUT, OUTPUT, DiagramLayout
-from app.diagram.routing import RectIndex, detour_lane, edge_ends
+from app.diagram.plan.geometry import Point, Rect, bounding, fixed_width_measure
+from app.diagram.plan.layout import FRAME_TITLE, H_PAD, INPUT, OUTPUT, DiagramLayout
+from app.diagram.plan.routing import RectIndex, detour_lane, edge_ends
 
 MEASURE = fixed_width_measure(char_width=7.0, line_height=16.0)
 

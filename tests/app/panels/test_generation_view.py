@@ -9,9 +9,9 @@ import torch
 from PySide6.QtCore import QPointF, Qt
 
 import scratchformer
-from app.generation_session import GenerationRequest, run_generation
+from app.core.generation_session import GenerationRequest, run_generation
+from app.core.session import ModelSource, SessionError
 from app.panels.generation import GenerationView, TraceGenerationDialog
-from app.session import ModelSource, SessionError
 from app.workers import GenerationJob
 
 PROMPT = "word|"  # the demo model reverses it: "drow."

@@ -13,7 +13,7 @@ from helpers.app_fixtures import tiny_trace
 from PySide6.QtCore import QMimeData, QPointF, QSettings, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 
-from app import session
+from app.core import session
 from app.windows.main_window import MainWindow, install_excepthook
 
 
@@ -371,7 +371,7 @@ def test_a_compare_window_of_two_files_reports_an_unreadable_value(qtbot, tmp_pa
     tiny_trace().save(a)
     tiny_trace().save(b)
     tiny_trace(n_layers=1).save(other)
-    from app import session
+    from app.core import session
 
     trace_a, trace_b = session.open_trace(a), session.open_trace(b)
     shutil.copyfile(other, b)

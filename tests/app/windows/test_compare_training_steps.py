@@ -13,8 +13,9 @@ from helpers.tiny_models import demo_ids
 
 import scratchformer
 import tracing
-from app.session import next_token_loss
-from app.windows.compare_window import CompareWindow, DivergenceMark
+from app.core.session import next_token_loss
+from app.diagram.divergence import DivergenceMark
+from app.windows.compare_window import CompareWindow
 
 CHANGED = "blocks.1.feed_forward.linear2"
 

@@ -9,7 +9,8 @@ import torch
 from helpers.tiny_models import trace_demo
 
 import scratchformer
-from app.windows.compare_window import CompareWindow, divergence_colour
+from app.diagram.divergence import divergence_colour
+from app.windows.compare_window import CompareWindow
 from tracing.analysis.divergence import entry_score, score_text
 
 CHANGED = "blocks.1.feed_forward.linear1"
@@ -137,7 +138,7 @@ def test_from_files_and_helpers(qtbot, tmp_path, demo_values):
     assert score_text(None) == "?" and score_text(0.0) == "0"
     assert score_text(math.inf, "only_a") == "A only"
     assert entry_score(None) is None
-    from app.session import SessionError
+    from app.core.session import SessionError
 
     with pytest.raises(SessionError):
         CompareWindow.from_files(tmp_path / "missing.trace", path)

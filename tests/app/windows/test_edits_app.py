@@ -9,7 +9,7 @@ import torch
 from PySide6.QtCore import QSettings
 
 import scratchformer
-from app import edit_session, session
+from app.core import edit_session, session
 from app.windows.main_window import MainWindow
 from tracing.capture.edits import Edit, Zero
 from tracing.runs.edit_run import run_edited

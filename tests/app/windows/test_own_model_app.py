@@ -15,8 +15,8 @@ from helpers.own_models import TUTORIAL, TUTORIAL_FIXED
 from PySide6.QtCore import QSettings
 
 import tracing
-from app import session
 from app.commands.app import model_request
+from app.core import session
 from app.panels.retrace import find_step, request_for, step_key
 from app.windows import dialogs
 from app.windows.main_window import MainWindow

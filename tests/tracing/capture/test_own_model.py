@@ -14,7 +14,7 @@ from helpers.own_models import HF_GPT2, NANOGPT, TUTORIAL, TUTORIAL_FIXED, load
 
 import tracing
 from app.cli import main
-from app.user_model import InputSpec, ModelSpec, UserCodeError, import_file
+from app.core.user_model import InputSpec, ModelSpec, UserCodeError, import_file
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SEED = Path("/work/shared/seed/000_277636e56d5b7886.txt")
@@ -197,7 +197,7 @@ def test_root_step_source_is_the_callers_line_never_the_tool():
     trace = tracing.trace(model, torch.randn(1, 3))
     assert trace.steps[0].source.file == __file__  # this test called it
     assert re.search(r"tracing\.trace\(model", trace.steps[0].source.text)
-    from app import session
+    from app.core import session
 
     outcome = session.demo_trace("shapes")
     assert outcome.trace.steps[0].source is None  # session.py called it, not the user

@@ -1,6 +1,6 @@
 """Plain geometry for the diagram: points, rectangles and how wide text is drawn.
 
-The layout (:mod:`app.diagram.layout`) works in these types so that it runs, and is tested,
+The layout (:mod:`app.diagram.plan.layout`) works in these types so that it runs, and is tested,
 without Qt. The Qt view converts at its edge (:func:`app.diagram.items.to_qrect`) and hands
 the layout a :class:`TextMeasure` made from its fonts; tests hand it
 :func:`fixed_width_measure`. Coordinates are scene pixels, y growing downwards.

@@ -73,7 +73,7 @@ class TraceOutcome:
 @dataclass(frozen=True)
 class ModelSource:
     """Which model to trace: the bundled demo, a preset with random weights, a checkpoint,
-    or the user's own file (``model = "FILE.py:NAME"``, see ``app.user_model``)."""
+    or the user's own file (``model = "FILE.py:NAME"``, see ``app.core.user_model``)."""
 
     kind: Literal["demo", "preset", "checkpoint", "file"] = "demo"
     preset: str = "demo"
@@ -101,7 +101,7 @@ class TraceRequest:
     source: ModelSource = field(default_factory=ModelSource)
     capture: str = DEFAULT_CAPTURE
     training: bool = False  # a training step: forward, next-token loss, backward
-    edits: tuple = ()  # tracing.edits.Edit objects applied while tracing (app.edit_session)
+    edits: tuple = ()  # tracing.edits.Edit objects applied while tracing (app.core.edit_session)
 
 
 def next_token_loss(output: Any, targets: Any) -> Any:
@@ -278,7 +278,7 @@ def run_trace(
 def _training_plan(request: TraceRequest, model: Any, args: tuple, kwargs: dict, targets: Any,
                    meta: dict) -> tuple[Any, Any, str | None]:  # fmt: skip
     """``(run, loss_of, loss_type)`` for a training step: for the user's own model, the
-    loss ``scratchformer train --model`` uses (``app.own_training``: a ``loss(output,
+    loss ``scratchformer train --model`` uses (``app.core.own_training``: a ``loss(output,
     targets)`` in the model's file, else the model's own loss when its forward takes
     ``targets``, else next-token cross-entropy); for the others, next-token cross-entropy."""
     if request.source.kind != "file":
@@ -287,7 +287,7 @@ def _training_plan(request: TraceRequest, model: Any, args: tuple, kwargs: dict,
             lambda output: next_token_loss(output, targets),
             "next_token_loss",
         )
-    from app import own_training, user_model
+    from app.core import own_training, user_model
 
     module = user_model.loaded_module(meta.get("model_file", ""))
     file_loss = getattr(module, "loss", None)
@@ -338,7 +338,7 @@ def load_user_model(request: TraceRequest) -> tuple[Any, tuple, dict, dict]:
     """Import and build the user's ``FILE.py:NAME`` afresh (every re-trace re-imports it),
     with its inputs: ``input_shape`` if given, else the prompt, else ``example_inputs``.
     A failure is a SessionError whose text ends with the traceback, for the dialog."""
-    from app import user_model
+    from app.core import user_model
 
     source = request.source
     try:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from app.diagram.geometry import Point, Rect
-from app.diagram.layout import LANE_GAP
+from app.diagram.plan.geometry import Point, Rect
+from app.diagram.plan.layout import LANE_GAP
 
 BAND = 96.0
 
@@ -27,7 +27,7 @@ def edge_ends(src: Rect, dst: Rect) -> tuple[Point, Point]:
 
 
 def detour_lane(src: Rect, dst: Rect, band: Iterable[Rect], side: int) -> float:
-    """The x of a vertical lane :data:`~app.diagram.layout.LANE_GAP` clear of ``band``,
+    """The x of a vertical lane :data:`~app.diagram.plan.layout.LANE_GAP` clear of ``band``,
     ``src`` and ``dst``: right of them all for ``side`` > 0, else left of them all."""
     rects = [*band, src, dst]
     if side > 0:

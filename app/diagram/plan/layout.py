@@ -7,8 +7,8 @@ consumer by tensor id, the residual paths included), and a layered layout: each 
 module is a frame whose children are placed in rows by topological generation
 (``networkx.topological_generations``), top to bottom, recursively.
 
-No Qt here: positions are :class:`~app.diagram.geometry.Rect` s, and text is measured by the
-:class:`~app.diagram.geometry.TextMeasure` passed in (the view makes one from its fonts,
+No Qt here: positions are :class:`~app.diagram.plan.geometry.Rect` s, and text is measured by the
+:class:`~app.diagram.plan.geometry.TextMeasure` passed in (the view makes one from its fonts,
 tests a fixed-width one), so a layout can be computed and checked without a QApplication.
 
 Box keys are step indices: a box is one module call or one op, so a module called twice is
@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING
 import networkx as nx
 
 from app import theme
-from app.diagram.folding import MODEL_INPUT, Run, TraceIndex
-from app.diagram.geometry import Point, Rect, TextMeasure, bounding
+from app.diagram.plan.folding import MODEL_INPUT, Run, TraceIndex
+from app.diagram.plan.geometry import Point, Rect, TextMeasure, bounding
 from tracing.formatting import dims_label
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -105,7 +105,7 @@ class Node:
 class DiagramLayout:
     """Visible boxes, edges and positions for one trace and one set of expanded calls.
 
-    ``open_folds`` holds the :class:`~app.diagram.folding.Run` s the user opened; ``focus``
+    ``open_folds`` holds the :class:`~app.diagram.plan.folding.Run` s the user opened; ``focus``
     is the current step: a folded run holding it is split so that the repetition holding
     the step shows as its own box(es) between a fold before and a fold after. ``fold``
     False turns repetition folding off (long groups are still paged).

@@ -2,7 +2,7 @@
 re-trace the live model with edits, read the change in the prediction, run a sweep.
 
 Edits need the *live model*: the source (demo, preset, checkpoint) and prompt that made
-the window's trace, kept as its :class:`~app.session.TraceRequest`. A trace opened from a
+the window's trace, kept as its :class:`~app.core.session.TraceRequest`. A trace opened from a
 file has none, and :func:`missing_model` says what to do instead. The Qt layer
 (``app.panels.edits``) runs these functions off the GUI thread and shows their results.
 """
@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from app.session import (
+from app.core.session import (
     ProgressCallback,
     SessionError,
     TraceOutcome,

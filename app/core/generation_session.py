@@ -3,7 +3,7 @@
 :func:`run_generation` builds the model a :class:`GenerationRequest` names, encodes the
 prompt and runs :func:`tracing.generation.trace_generate`, reporting progress per pass and
 honouring a cancel flag (the Qt worker :class:`app.workers.GenerationJob` runs it off the
-GUI thread). Problems the user can fix raise :class:`app.session.SessionError`.
+GUI thread). Problems the user can fix raise :class:`app.core.session.SessionError`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 import tracing
-from app import session
-from app.session import DEFAULT_CAPTURE, ModelSource, SessionError
+from app.core import session
+from app.core.session import DEFAULT_CAPTURE, ModelSource, SessionError
 from tracing.runs.generation import trace_generate
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -60,7 +60,7 @@ def run_generation(
 
     Progress counts passes (a pre-hook on the root module sees each one start); once
     ``cancel`` is set the next pass raises :class:`GenerationCancelled` and the outcome is
-    ``"cancelled"``. Problems the user can fix raise :class:`app.session.SessionError`.
+    ``"cancelled"``. Problems the user can fix raise :class:`app.core.session.SessionError`.
     """
     if not 1 <= request.max_new_tokens <= MAX_NEW_TOKENS:
         raise SessionError(
