@@ -1209,7 +1209,7 @@ class Tracer:
     def _keep_value(self, rid: int, t: torch.Tensor, force: bool = False) -> None:
         """Keep a copy of ``t`` (record ``rid``), unless over the size cap (``force``:
         whatever its size, as for attention maps) or one is kept already."""
-        if self._tensors[rid].value_key is not None or t.is_meta:  # meta: no data to keep
+        if self._tensors[rid].value_key is not None or (force and t.is_meta):  # no data
             return
         dtype = t.dtype
         if self.value_dtype is not None and t.is_floating_point():

@@ -194,7 +194,7 @@ def _on_meta(model, args, kwargs, sizes, train, ops) -> tuple[Other | None, str 
     try:
         run = lambda: functional_call(model, state, tuple(margs), mkwargs)  # noqa: E731
         return _traced(model, run, b2, t2, "meta", train, ops), None
-    except Exception as e:  # noqa: BLE001 - any failure only means no evidence
+    except Exception as e:
         return None, _reason(e)
     finally:
         _restore(saved)
@@ -207,7 +207,7 @@ def _on_device(model, args, kwargs, sizes, ops) -> tuple[Other | None, str | Non
     saved = _snapshot(model)
     try:
         return _traced(model, lambda: model(*rargs, **rkwargs), b2, t2, "device", False, ops), None
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         return None, _reason(e)
     finally:
         _restore(saved)
@@ -263,9 +263,7 @@ def align(
         pairs = list(zip(range(len(mine)), range(len(mine))))
     else:
         matcher = difflib.SequenceMatcher(None, mine, theirs, autojunk=False)
-        pairs = [
-            (a + k, b + k) for a, b, n in matcher.get_matching_blocks() for k in range(n)
-        ]
+        pairs = [(a + k, b + k) for a, b, n in matcher.get_matching_blocks() for k in range(n)]
     out: list[tuple[int, ...] | None] = [None] * len(tensors)
     for a, b in pairs:
         sa, sb = steps[a], other.steps[b]

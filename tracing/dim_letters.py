@@ -67,9 +67,13 @@ LETTERS: dict[str, Letter] = {
         ("rotary_ndims", "rotary_dim", "rotary_emb_dim"),
         "rotary",
     ),
-    "Dn": Letter("non-rotary head width of latent attention", ("qk_nope_head_dim",), (), "attention"),
+    "Dn": Letter(
+        "non-rotary head width of latent attention", ("qk_nope_head_dim",), (), "attention"
+    ),
     "Dv": Letter("value head width when not D", ("v_head_dim",), (), "attention"),
-    "Lq": Letter("query latent rank (multi-head latent attention)", ("q_lora_rank",), (), "attention"),
+    "Lq": Letter(
+        "query latent rank (multi-head latent attention)", ("q_lora_rank",), (), "attention"
+    ),
     "Lkv": Letter("key/value latent rank", ("kv_lora_rank",), (), "attention"),
     "F": Letter(
         "feed-forward width (d_ff)",
@@ -205,7 +209,7 @@ def expressions(sizes: Mapping[str, int]) -> list[str]:
     widths = [w for w in ("D", "R", "Dn", "Dv", "D/2", "F", "FE") if size_of(w, sizes)]
     out = [f"{c}·{w}" for c in counts for w in widths]
     out += ["3C", "2F", "2FE", "(H+2KV)·D", "2KV·D", "D/2", "R/2", "D-R", "Dn+R", "Dn+Dv"]
-    out += ["H·(Dn+R)", "H·(Dn+Dv)", "KV·(Dn+Dv)", "Lkv+R", "E+1", "C/2", "2C"]
+    out += ["H·(Dn+R)", "H·(Dn+Dv)", "KV·(Dn+Dv)", "Lkv+R", "E+1"]
     out += ["B·T", "2T", "T+1", "T-1", "T+P", "B·T·K", "B·T·E", "K·B·T"]
     out += [f"B·{c}" for c in counts] + [f"B·{c}·T" for c in counts]
     return [e for e in dict.fromkeys(out) if size_of(e, sizes) is not None]
@@ -234,7 +238,9 @@ def _rotary_from_config(config: Any, head: int | None) -> Sized | None:
         places.append(rope)
     for place in places:
         for name in ("rotary_pct", "partial_rotary_factor"):
-            get = place.get if isinstance(place, Mapping) else lambda n, p=place: getattr(p, n, None)
+            get = (
+                place.get if isinstance(place, Mapping) else lambda n, p=place: getattr(p, n, None)
+            )
             value = get(name)
             if isinstance(value, float | int) and not isinstance(value, bool) and 0 < value < 1:
                 return Sized(int(head * value), f"config.{name} × D")
@@ -265,6 +271,10 @@ def letter_sizes(
     for letter, size in house.items():
         if letter not in found or found[letter].size != size:
             found[letter] = Sized(size, _house_origin(letter, found.get(letter)))
+    if "N" not in found:
+        table = _position_table(model)
+        if table is not None:
+            found["N"] = table
     head = found["D"].size if "D" in found else None
     if "R" not in found:
         rotary = _rotary_from_config(config, head)
@@ -277,6 +287,15 @@ def letter_sizes(
     if "Dv" in found and head == found["Dv"].size:
         del found["Dv"]
     return found
+
+
+def _position_table(model: Any) -> Sized | None:
+    """``N`` from the rows of a position embedding (an ``Embedding`` named for positions)."""
+    modules = getattr(model, "named_modules", None)
+    for path, module in modules() if modules is not None else ():
+        if type(module).__name__ == "Embedding" and "pos" in path.rsplit(".", 1)[-1].lower():
+            return Sized(module.num_embeddings, f"layer shape {path}.num_embeddings")
+    return None
 
 
 def _house_origin(letter: str, had: Sized | None) -> str:

@@ -28,6 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import torch
+
 from tracing import dim_evidence
 from tracing.dim_flow import _permutation, _transpose_axes, shape_comment
 from tracing.dim_letters import (
@@ -138,7 +140,8 @@ class _Namer:
         self.pairs: list[list[Pair]] = pairs
         self.paths: Mapping[int, str] = paths
         self.attrs: Mapping[str, Mapping[str, int]] = attrs
-        self.names: list[Dims | None] = [None] * len(tensors)
+        self.names: list[Dims | None] = [None] * len(tensors)  # while walking ("?" kept)
+        self.final: list[Dims | None] = [None] * len(tensors)  # no named axis: None
         self._comments: dict[str, Dims | None] = {}
 
     def run(self, first_input: int | None) -> list[Dims | None]:
@@ -155,13 +158,14 @@ class _Namer:
                 continue
             text = step.source.text if step.source is not None else ""
             for k, rid in enumerate(step.outputs):
-                if self.names[rid] is None:
+                producer = self.tensors[rid].producer
+                if self.names[rid] is None and producer in (step.index, None):
                     carried = self.carried(step, k, rid)
                     self.name(rid, carried, step.module, text, self._comment(text, rid))
         for rid, record in enumerate(self.tensors):
             if self.names[rid] is None:
                 self.name(rid, [None] * len(record.shape), "", "")
-        return self.names
+        return self.final
 
     def _comment(self, text: str, rid: int) -> list[str | None] | None:
         if "#" not in text:
@@ -184,6 +188,7 @@ class _Namer:
             hints = (carried[i] if carried else None, comment[i] if comment else None)
             out.append(self.decide(pair, hints, context, text))
         self.names[rid] = tuple(out)
+        self.final[rid] = None if all(n == "?" for n in out) else self.names[rid]
 
     def decide(self, pair: Pair, hints, context: str, text: str) -> str:
         table = self.table
@@ -191,9 +196,8 @@ class _Namer:
         for hint in hints:
             if hint and hint != "?" and (hint in cands or table.fits(hint, pair)):
                 return hint
-        if pair[1] is None:  # no second pass for this tensor: moving names need the ops
-            if any(_moves(c) for c in cands):
-                return "?"
+        if pair[1] is None and any(_moves(c) for c in cands):
+            return "?"  # no second pass for this tensor: names that move need the ops
         if len(cands) == 1:
             return cands[0]
         if not cands:
@@ -308,7 +312,9 @@ class _Namer:
         elif name[0].isdigit() and len(parts) == 2:  # 3C -> 3, C
             digits = name[: len(name) - len(name.lstrip("0123456789"))]
             factors = [digits, name[len(digits) :]]
-        if len(factors) == len(parts) and all(self.table.fits(f, p) for f, p in zip(factors, parts)):
+        if len(factors) == len(parts) and all(
+            self.table.fits(f, p) for f, p in zip(factors, parts)
+        ):
             return factors
         return [None] * len(parts)
 
@@ -419,7 +425,9 @@ def name_axes(
         for r, o in zip(tensors, shapes2)
     ]
     first = next((r.id for r in tensors if r.role == "input"), None)
-    namer = _Namer(steps, tensors, table, pairs, subject.param_paths, attribute_letters(subject.model))
+    namer = _Namer(
+        steps, tensors, table, pairs, subject.param_paths, attribute_letters(subject.model)
+    )
     names = namer.run(first if "B" in sizes1 and "T" in sizes1 else None)
     out = [r if names[i] == r.dims else replace(r, dims=names[i]) for i, r in enumerate(tensors)]
     meta["dim_letters"] = _used_letters(names, letters)
@@ -435,6 +443,8 @@ def name_axes(
 def _second_pass(subject: Subject, sizes1: Mapping[str, int], steps) -> tuple[Any, str | None]:
     if not dim_evidence.ENABLED:
         return None, "turned off"
+    if torch._C._len_torch_function_stack() > 0:
+        return None, "another tracer (or torch function mode) is active around this one"
     if subject.distributed:
         return None, "torch.distributed: a second pass would run collectives"
     if subject.call is None or "B" not in sizes1 or "T" not in sizes1:
