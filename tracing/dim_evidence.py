@@ -47,6 +47,7 @@ class Other:
     steps: list[Step]
     shapes: list[tuple[int, ...]]  # per tensor id of that pass
     seconds: float
+    meta_failed: str | None = None  # why the meta device could not run it ("device" passes)
 
 
 def in_pass() -> bool:
@@ -156,7 +157,10 @@ def run_other(
     other, why = _on_meta(model, args, kwargs, (b, t, b2, t2), train, ops)
     if other is None and not train:
         other, why2 = _on_device(model, args, kwargs, (b, t, b2, t2), ops)
-        why = None if other is not None else f"{why}; on the device: {why2}"
+        if other is not None:
+            other.meta_failed, why = why, None
+        else:
+            why = f"{why}; on the device: {why2}"
     if other is None:
         return None, why
     other.seconds = round(time.perf_counter() - started, 6)

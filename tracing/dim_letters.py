@@ -200,18 +200,20 @@ def letters_in(name: str) -> list[str]:
 def expressions(sizes: Mapping[str, int]) -> list[str]:
     """The expressions of letters models use for one axis, where their letters are known.
 
-    Products of a count of heads or experts with a width (``KV·D``, ``H·Dv``), the fused
+    Products of a count of heads with a width (``KV·D``, ``H·Dv``), the query heads per
+    key/value head (``H/KV``), the fused
     projections (``3C``, ``(H+2KV)·D``, ``2F``), halves (``D/2``, ``R/2``), the part of a
     head that is not rotated (``D-R``), flattened batches (``B·T``, ``B·H``, ``B·T·K``),
     ``2T``, ``T+1`` and ``T-1``, ``E+1`` (a one-hot with a spare class), ``Lkv+R``.
     """
+    heads = [c for c in ("H", "KV") if c in sizes]
+    widths = [w for w in ("D", "R", "Dn", "Dv", "D/2") if size_of(w, sizes)]
+    out = [f"{c}·{w}" for c in heads for w in widths] + ["H/KV", "H/KV+2"]
     counts = [c for c in ("H", "KV", "E", "K") if c in sizes]
-    widths = [w for w in ("D", "R", "Dn", "Dv", "D/2", "F", "FE") if size_of(w, sizes)]
-    out = [f"{c}·{w}" for c in counts for w in widths]
     out += ["3C", "2F", "2FE", "(H+2KV)·D", "2KV·D", "D/2", "R/2", "D-R", "Dn+R", "Dn+Dv"]
     out += ["H·(Dn+R)", "H·(Dn+Dv)", "KV·(Dn+Dv)", "Lkv+R", "E+1"]
-    out += ["B·T", "2T", "T+1", "T-1", "T+P", "B·T·K", "B·T·E", "K·B·T"]
-    out += [f"B·{c}" for c in counts] + [f"B·{c}·T" for c in counts]
+    out += ["B·T", "2T", "T+1", "T-1", "T+P"]
+    out += [f"B·{c}" for c in counts] + [f"B·T·{c}" for c in counts]
     return [e for e in dict.fromkeys(out) if size_of(e, sizes) is not None]
 
 
@@ -268,9 +270,9 @@ def letter_sizes(
             found[letter] = Sized(hit[1], f"config.{hit[0]}")
         elif letter in attrs:
             found[letter] = attrs[letter]
-    for letter, size in house.items():
-        if letter not in found or found[letter].size != size:
-            found[letter] = Sized(size, _house_origin(letter, found.get(letter)))
+    for letter, size in house.items():  # B, T, and what layers or comments gave
+        if letter not in found:
+            found[letter] = Sized(size, _house_origin(letter, None))
     if "N" not in found:
         table = _position_table(model)
         if table is not None:
@@ -306,7 +308,7 @@ def _house_origin(letter: str, had: Sized | None) -> str:
     if letter == "D":
         return "C / H"
     if letter == "F":
-        return "4 × C (the config leaves it unset)" if had is None else had.origin
+        return "4 × C (the config leaves it unset) or layer shapes"
     return "module attributes, layer shapes or a shape comment"
 
 

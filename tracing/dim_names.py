@@ -81,15 +81,15 @@ class Table:
 
     def __init__(self, sizes1: Mapping[str, int], sizes2: Mapping[str, int] | None):
         self.sizes1, self.sizes2 = dict(sizes1), dict(sizes2) if sizes2 else None
-        names = [n for n in LETTERS if n in sizes1] + expressions(sizes1) + ["1"]
+        names = [n for n in LETTERS if n in sizes1] + expressions(sizes1) + ["1", "0"]
         self.by_pair: dict[Pair, list[str]] = {}
         self.by_size: dict[int, list[str]] = {}
         base: set[Pair] = set()
         for name in names:
             pair = self.pair(name)
-            if pair is None or pair[0] <= 0:
+            if pair is None or pair[0] < 0 or (pair[0] == 0 and name != "0"):
                 continue
-            is_letter = name in LETTERS or name == "1"
+            is_letter = name in LETTERS or name in ("1", "0")
             if not is_letter and pair in base:
                 continue  # ``H·D`` when it is C: the letter names it
             if is_letter:
@@ -475,4 +475,6 @@ def _evidence_meta(other, note: str | None, started: float) -> dict:
         info["why_not"] = note
     else:
         info.update({"pass": other.how, "B": other.b, "T": other.t, "pass_seconds": other.seconds})
+        if other.meta_failed:
+            info["meta_failed"] = other.meta_failed
     return info
