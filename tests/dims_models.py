@@ -38,7 +38,7 @@ def build(kind: str, **over):
 
     config = {
         "llama": lambda: tf.LlamaConfig(),
-        "qwen2": lambda: tf.Qwen2Config(),
+        "qwen2": lambda: tf.Qwen2Config(num_key_value_heads=1),
         "gpt_neox": lambda: tf.GPTNeoXConfig(),
         "mixtral": lambda: tf.MixtralConfig(num_local_experts=5, num_experts_per_tok=2),
         "gpt2": lambda: tf.GPT2Config(),
@@ -53,7 +53,7 @@ def build(kind: str, **over):
             first_k_dense_replace=0,
             moe_intermediate_size=40,
             q_lora_rank=24,
-            kv_lora_rank=20,
+            kv_lora_rank=28,
             qk_nope_head_dim=12,
             qk_rope_head_dim=8,
             v_head_dim=10,
@@ -62,6 +62,8 @@ def build(kind: str, **over):
     if kind == "deepseek_v3":  # its rotary width is its head_dim
         over = {"head_dim": 8, "num_key_value_heads": 6, **over}
     shrunk(config, **over)
+    if kind == "qwen2":
+        config.num_key_value_heads = 1
     torch.manual_seed(0)
     model = tf.AutoModelForCausalLM.from_config(config).eval()
     b, t = over.get("B", SIZES["B"]), over.get("T", SIZES["T"])

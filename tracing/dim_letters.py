@@ -207,11 +207,14 @@ def expressions(sizes: Mapping[str, int]) -> list[str]:
     ``2T``, ``T+1`` and ``T-1``, ``E+1`` (a one-hot with a spare class), ``Lkv+R``.
     """
     heads = [c for c in ("H", "KV") if c in sizes]
-    widths = [w for w in ("D", "R", "Dn", "Dv", "D/2") if size_of(w, sizes)]
-    out = [f"{c}·{w}" for c in heads for w in widths] + ["H/KV", "H/KV+2"]
+    widths = [w for w in ("D", "R", "Dn", "Dv") if size_of(w, sizes)]
+    out = [f"{c}·{w}" for c in heads for w in widths]
+    if sizes.get("KV", 1) > 1:
+        out += ["H/KV", "H/KV+2"]  # query heads per key/value head (+ its k and v)
     counts = [c for c in ("H", "KV", "E", "K") if c in sizes]
-    out += ["3C", "2F", "2FE", "(H+2KV)·D", "2KV·D", "D/2", "R/2", "D-R", "Dn+R", "Dn+Dv"]
+    out += ["3C", "3D", "2F", "2FE", "(H+2KV)·D", "2KV·D", "D/2", "R/2", "D-R", "Dn+R", "Dn+Dv"]
     out += ["H·(Dn+R)", "H·(Dn+Dv)", "KV·(Dn+Dv)", "Lkv+R", "E+1"]
+    out += ["Dn+D", "H·(Dn+D)", "Lkv+D"]  # latent attention whose rotary width is D
     out += ["B·T", "2T", "T+1", "T-1", "T+P"]
     out += [f"B·{c}" for c in counts] + [f"B·T·{c}" for c in counts]
     return [e for e in dict.fromkeys(out) if size_of(e, sizes) is not None]

@@ -196,6 +196,8 @@ class _Namer:
         for hint in hints:
             if hint and hint != "?" and (hint in cands or table.fits(hint, pair)):
                 return hint
+        if pair == (1, 1) or (pair[0] == 1 and "1" in cands):
+            return "1"  # a size-one axis nothing carried a letter to (KV == 1 included)
         if pair[1] is None and any(_moves(c) for c in cands):
             return "?"  # no second pass for this tensor: names that move need the ops
         if len(cands) == 1:
