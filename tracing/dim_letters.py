@@ -280,6 +280,10 @@ def letter_sizes(
         table = _position_table(model)
         if table is not None:
             found["N"] = table
+    if "F" not in found and "C" in found:
+        width = _ffn_width(model, found["C"].size)
+        if width is not None:
+            found["F"] = width
     head = found["D"].size if "D" in found else None
     if "R" not in found:
         rotary = _rotary_from_config(config, head)
@@ -300,6 +304,19 @@ def _position_table(model: Any) -> Sized | None:
     for path, module in modules() if modules is not None else ():
         if type(module).__name__ == "Embedding" and "pos" in path.rsplit(".", 1)[-1].lower():
             return Sized(module.num_embeddings, f"layer shape {path}.num_embeddings")
+    return None
+
+
+_FFN_IN = frozenset({"linear1", "fc1", "c_fc", "up_proj", "w1", "dense_h_to_4h", "fc_in"})
+
+
+def _ffn_width(model: Any, c: int) -> Sized | None:
+    """``F`` from the first feed-forward ``Linear`` out of ``C`` (``linear1``, ``fc1``...)."""
+    modules = getattr(model, "named_modules", None)
+    for path, module in modules() if modules is not None else ():
+        leaf = path.rsplit(".", 1)[-1]
+        if type(module).__name__ == "Linear" and leaf in _FFN_IN and module.in_features == c:
+            return Sized(module.out_features, f"layer shape {path}.out_features")
     return None
 
 

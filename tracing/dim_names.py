@@ -50,11 +50,14 @@ Pair = tuple[int, int | None]  # an axis size in the real trace and in the secon
 _TRANSPOSES = frozenset({"transpose", "transpose_", "swapaxes", "swapdims", "t", "mT"})
 _RESHAPES = frozenset({"view", "reshape", "flatten", "unflatten", "_unsafe_view", "view_as"})
 _MATMULS = frozenset({"matmul", "bmm", "baddbmm"})
+_MOVES_AXES = frozenset(  # ops whose output axes are their input's, moved or with 1s added
+    {"unsqueeze", "squeeze", "expand", "expand_as", "permute", "movedim", "repeat", "unbind"}
+)
 _WORDS = {  # words in a module path or source line -> the letter family they point at
     "rotary": ("rot", "rope", "rotary", "cos", "sin", "inv_freq"),
     "experts": ("expert", "experts", "moe", "router", "gate", "routing", "top_k"),
     "attention": ("attn", "attention", "self_attn", "head", "heads", "query", "key", "value"),
-    "ffn": ("mlp", "ffn", "fc", "ff", "feed", "feed_forward", "intermediate", "linear1"),
+    "ffn": ("mlp", "ffn", "fc", "ff", "feed", "feed_forward", "intermediate", "linear1", "linear2"),
     "vocab": ("lm_head", "embed", "wte", "token", "logits", "unembed", "vocab", "tok"),
 }
 
@@ -101,8 +104,9 @@ class Table:
         v1 = size_of(name, self.sizes1)
         if v1 is None:
             return None
-        v2 = size_of(name, self.sizes2) if self.sizes2 is not None else None
-        return (v1, v2)
+        if self.sizes2 is None:  # no second pass: only the constant names are known twice
+            return (v1, None if _moves(name) else v1)
+        return (v1, size_of(name, self.sizes2))
 
     def fits(self, name: str, pair: Pair) -> bool:
         mine = self.pair(name)
@@ -233,7 +237,26 @@ class _Namer:
                     return shaped
         except (IndexError, KeyError, ValueError):
             pass
-        return self._broadcast(step, rid)
+        out = self._broadcast(step, rid)
+        return self._cat(step, rid, out) if op in ("cat", "concat", "concatenate") else out
+
+    def _cat(self, step: Step, rid: int, out: list[str | None]) -> list[str | None]:
+        """A ``cat`` axis is the sum of its parts: ``D/2`` and ``D/2`` make ``D``, ``Lkv``
+        and ``R`` make ``Lkv+R``."""
+        n = len(out)
+        parts = [i for i in step.inputs if len(self.tensors[i].shape) == n]
+        for axis in range(n):
+            if out[axis] is not None or len(parts) < 2:
+                continue
+            names = [self._get(i)[axis] for i in parts]
+            if None in names or "?" in names:
+                continue
+            half = names[0][:-2] if names[0].endswith("/2") else None
+            if half and len(names) == 2 and names[1] == names[0]:
+                out[axis] = half
+            else:
+                out[axis] = "+".join(names)
+        return out
 
     def _get(self, rid: int) -> list[str | None]:
         names = self.names[rid]
@@ -326,7 +349,10 @@ class _Namer:
         aliases = self.table.candidates(pair)
         if joined in aliases or not aliases:
             return joined
-        return aliases[0] if len(aliases) == 1 else joined
+        kin = (
+            [a for a in aliases if _family(a) == _family(kept[0])] if len(aliases) > 1 else aliases
+        )
+        return kin[0] if len(kin) == 1 else joined
 
     def _broadcast(self, step: Step, rid: int) -> list[str | None]:
         """Output axes aligned from the right with each input's axes of the same sizes;
@@ -343,7 +369,7 @@ class _Namer:
                 if out[n - back] is None and pairs[-back] == out_pairs[n - back]:
                     name = names[-back]
                     out[n - back] = None if name == "?" else name
-        if inputs and None in out:
+        if inputs and None in out and step.op in _MOVES_AXES:
             src = inputs[0]
             names, pairs = self.names[src], self.pairs[src]
             for j in range(n):
@@ -368,18 +394,10 @@ def _factors(name: str) -> list[str]:
 
 
 def _tie_break(cands: list[str], context: str, text: str, attrs) -> str | None:
-    """The one candidate the nearest module's attributes declare, else the one the words
-    of the module path and source line point at; ``None`` when neither decides."""
-    path = context
-    while True:
-        declared = attrs.get(path)
-        if declared:
-            hits = [c for c in cands if declared.get(c) is not None]
-            if len(hits) == 1:
-                return hits[0]
-        if not path:
-            break
-        path = path.rsplit(".", 1)[0] if "." in path else ""
+    """The one candidate the words of the module path and source line point at (``attn``:
+    heads, not experts; ``router``: experts; ``rot``: the rotary width); ``None`` when they
+    do not decide. (A module's own attributes do not: GPT-NeoX's attention declares its
+    rotary width, not its heads, yet both live there.)"""
     words = set(context.lower().replace("_", ".").split(".")) | set(
         "".join(ch if ch.isalnum() else " " for ch in text.lower()).split()
     )
@@ -422,10 +440,7 @@ def name_axes(
         sizes2 = dict(sizes1, B=other.b, T=other.t)
         shapes2 = dim_evidence.align(steps, tensors, other)
     table = Table(sizes1, sizes2)
-    pairs = [
-        [(s, o[i] if o is not None else None) for i, s in enumerate(r.shape)]
-        for r, o in zip(tensors, shapes2)
-    ]
+    pairs = [_pairs(r, o) for r, o in zip(tensors, shapes2)]
     first = next((r.id for r in tensors if r.role == "input"), None)
     namer = _Namer(
         steps, tensors, table, pairs, subject.param_paths, attribute_letters(subject.model)
@@ -440,6 +455,13 @@ def name_axes(
             "inputs are named only where the ops carry them from the first input"
         )
     return out
+
+
+def _pairs(record: TensorRecord, other: tuple[int, ...] | None) -> list[Pair]:
+    """Each axis's sizes in the two passes; a parameter's never move with the inputs."""
+    if record.role in ("param", "buffer"):
+        return [(s, s) for s in record.shape]
+    return [(s, other[i] if other is not None else None) for i, s in enumerate(record.shape)]
 
 
 def _second_pass(subject: Subject, sizes1: Mapping[str, int], steps) -> tuple[Any, str | None]:
