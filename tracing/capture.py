@@ -1488,7 +1488,7 @@ class Tracer:
         trace = Trace(
             steps=records,
             modules=self._structure.module_infos(model),
-            tensors=name_axes(self._dims_subject(config), records, tensors, sizes, meta),
+            tensors=name_axes(self._dims_subject(config, error), records, tensors, sizes, meta),
             meta=meta,
             values=self._values,
             error=error,
@@ -1499,11 +1499,12 @@ class Tracer:
             self._close_file(trace)
         return trace
 
-    def _dims_subject(self, config) -> Subject:
-        """What tracing.dim_names needs to prove each axis name (a second pass included)."""
+    def _dims_subject(self, config, error: str | None) -> Subject:
+        """What tracing.dim_names needs to prove each axis name (a second pass included:
+        not after a forward that raised or was interrupted)."""
         call, self._root_call = self._root_call, None
-        return Subject(self.model, config, call, dict(self._param_rids), self.dims,
-                       self.train, self.ops, self._ranks is not None)  # fmt: skip
+        return Subject(self.model, config, None if error else call, dict(self._param_rids),
+                       self.dims, self.train, self.ops, self._ranks is not None)  # fmt: skip
 
     def _close_file(self, trace: Trace) -> None:
         """A streamed trace's header, then the file takes its name and ``trace.values``

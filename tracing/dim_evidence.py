@@ -59,16 +59,17 @@ def in_pass() -> bool:
 
 
 def other_sizes(b: int, t: int, constants: set[int], max_t: int | None) -> tuple[int, int]:
-    """``B'`` and ``T'`` for the pass: near ``b`` and ``t``, equal to no config size, and
-    with a step in T that is no multiple of a config size's factor (so ``k·B`` and ``T+c``
-    never predict the same sizes)."""
+    """``B'`` and ``T'`` for the pass: near ``b`` and ``t`` (fewer tokens where there are
+    enough: a model may refuse more than it was given), equal to no config size, and with
+    a step in T that divides no config size (so ``k·B`` and ``T+c`` never predict the
+    same sizes)."""
     taken = set(constants) | {b, t}
     b2 = next(n for n in range(b + 1, b + 64) if n not in taken)
-    for step in (5, 7, 3, 11, 13, 2, 1, -1, -2, -3, -5, -7):
+    for step in (-5, -7, -3, -2, -1, 5, 7, 3, 11, 13, 2, 1):  # fewer tokens first: cheaper
         t2 = t + step
         if t2 < 2 or (max_t is not None and t2 > max_t) or t2 in taken | {b2}:
             continue
-        if step in (5, 7, 3, 11, 13) and any(c % step == 0 for c in constants):
+        if abs(step) > 2 and any(c % abs(step) == 0 for c in constants):
             continue
         return b2, t2
     return b2, t + 1

@@ -471,7 +471,9 @@ def _second_pass(subject: Subject, sizes1: Mapping[str, int], steps) -> tuple[An
         return None, "another tracer (or torch function mode) is active around this one"
     if subject.distributed:
         return None, "torch.distributed: a second pass would run collectives"
-    if subject.call is None or "B" not in sizes1 or "T" not in sizes1:
+    if subject.call is None:
+        return None, "the forward did not complete"
+    if "B" not in sizes1 or "T" not in sizes1:
         return None, "the first input has no batch and time axes"
     constants = {v for k, v in sizes1.items() if k not in INPUT_LETTERS}
     return dim_evidence.run_other(
