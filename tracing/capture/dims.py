@@ -92,7 +92,7 @@ def sizes_from_config(config: Any) -> dict[str, int]:
     C = get("d_model", "n_embd", "hidden_size", "dim", "embed_dim")
     H = get("n_heads", "n_head", "num_attention_heads", "num_heads")
     V = get("vocab_size")
-    F = get("d_ff", "n_inner", "intermediate_size", "ffn_dim")
+    F = get("d_ff", "n_inner", "intermediate_size", "ffn_dim", "ffn_hidden_size")
     if isinstance(C, int):
         sizes["C"] = C
         if F is None:

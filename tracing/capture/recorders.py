@@ -199,6 +199,7 @@ def module_recorder(tracer: Tracer):
         else:
             parent, depth = None, 0
             tracer._root_inputs(ids, names, tensors)
+            tracer._root_call = tracer._root_call or (args, kwargs)
         steps.append(
             StepDraft("module", path, type_name, source, ids, (), names, (), depth, parent, call)
         )

@@ -18,6 +18,7 @@ from tracing import file as trace_file
 from tracing.capture import dims as dims_mod
 from tracing.capture import distributed as distributed_mod
 from tracing.capture.dim_flow import refine_dims
+from tracing.capture.dim_names import Subject, name_axes
 from tracing.capture.drafts import StepDraft, TensorDraft
 from tracing.capture.frames import Frame
 from tracing.capture.op_names import (
@@ -302,6 +303,7 @@ class Tracer:
         self._failed_step: int | None = None
         self._failure: Failure | None = None
         self._first_input_shape: tuple[int, ...] | None = None
+        self._root_call: tuple | None = None  # the root call's (args, kwargs): dims evidence
         self._input_shapes: list[tuple[str, list[int]]] = []
         self._mode = None
         self._skipped_values = 0
@@ -486,7 +488,7 @@ class Tracer:
     def _keep_value(self, rid: int, t: torch.Tensor, force: bool = False) -> None:
         """Keep a copy of ``t`` (record ``rid``), unless over the size cap (``force``:
         whatever its size, as for attention maps) or one is kept already."""
-        if self._tensors[rid].value_key is not None:
+        if self._tensors[rid].value_key is not None or (force and t.is_meta):  # no data
             return
         dtype = t.dtype
         if self.value_dtype is not None and t.is_floating_point():
@@ -761,10 +763,11 @@ class Tracer:
         self._sink.finish()  # copies from a device: waited for once, here
         records = [step.seal(index) for index, step in enumerate(steps)]
         tensors = self._tensor_records(dims_mod.namer_for(sizes))
+        tensors = refine_dims(records, tensors, sizes)  # names that follow the ops
         trace = Trace(
             steps=records,
             modules=self._structure.module_infos(model),
-            tensors=refine_dims(records, tensors, sizes),  # names that follow the ops
+            tensors=name_axes(self._dims_subject(config, error), records, tensors, sizes, meta),
             meta=meta,
             values=self._values,
             error=error,
@@ -774,6 +777,13 @@ class Tracer:
         if self.out is not None and not self._sink.aborted:
             self._close_file(trace)
         return trace
+
+    def _dims_subject(self, config, error: str | None) -> Subject:
+        """What tracing.capture.dim_names needs to prove each axis name (a second pass included:
+        not after a forward that raised or was interrupted)."""
+        call, self._root_call = self._root_call, None
+        return Subject(self.model, config, None if error else call, dict(self._param_rids),
+                       self.dims, self.train, self.ops, self._ranks is not None)  # fmt: skip
 
     def _close_file(self, trace: Trace) -> None:
         """A streamed trace's header, then the file takes its name and ``trace.values``

@@ -1,0 +1,246 @@
+"""Dims from evidence on the models people bring: each architecture's attention and MLP
+steps named axis by axis (written out here), the same names when two sizes coincide,
+and every letter's size and origin kept in the trace and its file."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers.dims_models import build
+from torch import nn
+
+import tracing
+from tracing.capture.dim_evidence import other_sizes
+from tracing.capture.dim_letters import size_of
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def ops(trace, suffix: str, wanted: set[str]) -> list[tuple[str, str]]:
+    """``(op, "(B,T,C) ...")`` for the wanted ops of the first call of a module path ending so."""
+    first = next(s for s in trace.steps if s.kind == "module" and s.module.endswith(suffix))
+    out = []
+    for s in trace.steps[first.index : first.end + 1]:
+        if s.kind == "op" and s.op in wanted and s.outputs:  # its ops and its children's
+            dims = " ".join("(" + ",".join(trace.tensor(i).dims or ()) + ")" for i in s.outputs)
+            out.append((s.op, dims))
+    return out
+
+
+def named_share(trace) -> float:
+    axes = [
+        d for r in trace.tensors if len(r.shape) >= 2 for d in (r.dims or ("?",) * len(r.shape))
+    ]
+    return sum(d != "?" for d in axes) / len(axes)
+
+
+PROJ = {"linear", "view", "transpose", "reshape", "matmul", "softmax"}
+
+EXPECTED = {
+    "llama": {  # GQA: 6 query heads, 2 key/value heads
+        "self_attn": [
+            ("linear", "(B,T,C)"),
+            ("view", "(B,T,H,D)"),
+            ("transpose", "(B,H,T,D)"),
+            ("linear", "(B,T,KV·D)"),
+            ("view", "(B,T,KV,D)"),
+            ("transpose", "(B,KV,T,D)"),
+            ("linear", "(B,T,KV·D)"),
+            ("view", "(B,T,KV,D)"),
+            ("transpose", "(B,KV,T,D)"),
+            ("reshape", "(B,H,T,D)"),
+            ("reshape", "(B,H,T,D)"),
+            ("transpose", "(B,H,D,T)"),
+            ("matmul", "(B,H,T,T)"),
+            ("softmax", "(B,H,T,T)"),
+            ("matmul", "(B,H,T,D)"),
+            ("transpose", "(B,T,H,D)"),
+            ("reshape", "(B,T,C)"),
+            ("linear", "(B,T,C)"),
+        ],
+        "mlp": [("linear", "(B,T,F)"), ("linear", "(B,T,F)"), ("linear", "(B,T,C)")],
+    },
+    "gpt_neox": {  # rotary_pct=0.25: a rotary width R = D/4 of each head
+        "attention": [
+            ("linear", "(B,T,3C)"),
+            ("view", "(B,T,H,3D)"),
+            ("transpose", "(B,H,T,3D)"),
+            ("chunk", "(B,H,T,D) (B,H,T,D) (B,H,T,D)"),
+            ("getitem", "(B,H,T,R)"),
+            ("getitem", "(B,H,T,D-R)"),
+            ("cat", "(B,H,T,D)"),
+        ],
+        "mlp": [("linear", "(B,T,F)"), ("linear", "(B,T,C)")],
+    },
+    "mixtral": {  # 5 experts, top-2
+        "mlp": [("view", "(B·T,C)"), ("reshape", "(B,T,C)")],
+        "mlp.gate": [("linear", "(B·T,E)"), ("softmax", "(B·T,E)"), ("topk", "(B·T,K) (B·T,K)")],
+        "mlp.experts": [("chunk", "(B·T·K,F) (B·T·K,F)"), ("view", "(B·T,K,C)")],
+    },
+    "gpt2": {
+        "attn": [
+            ("split", "(B,T,C) (B,T,C) (B,T,C)"),
+            ("view", "(B,T,H,D)"),
+            ("transpose", "(B,H,T,D)"),
+            ("matmul", "(B,H,T,T)"),
+            ("softmax", "(B,H,T,T)"),
+            ("matmul", "(B,H,T,D)"),
+        ],
+    },
+    "falcon": {  # new decoder architecture: one fused (H+2KV)·D projection
+        "self_attention": [
+            ("matmul", "(B,T,(H+2KV)·D)"),
+            ("view", "(B,T,KV,H/KV+2,D)"),
+            ("getitem", "(B,T,KV,H/KV,D)"),
+            ("getitem", "(B,T,KV,1,D)"),
+        ],
+        "mlp": [("matmul", "(B,T,F)"), ("matmul", "(B,T,C)")],
+    },
+    "phi3": {
+        "self_attn": [("linear", "(B,T,(H+2KV)·D)"), ("view", "(B,T,H,D)")],
+        "mlp": [("linear", "(B,T,2F)"), ("chunk", "(B,T,F) (B,T,F)"), ("linear", "(B,T,C)")],
+    },
+    "gemma2": {
+        "self_attn": [("linear", "(B,T,C)"), ("linear", "(B,T,KV·D)"), ("softmax", "(B,H,T,T)")],
+        "mlp": [("linear", "(B,T,F)"), ("linear", "(B,T,C)")],
+    },
+    "deepseek_v3": {  # multi-head latent attention (its rotary width is its D), routed experts
+        "self_attn.q_a_proj": [("linear", "(B,T,Lq)")],
+        "self_attn.q_b_proj": [("linear", "(B,T,H·(Dn+D))")],
+        "self_attn.kv_a_proj_with_mqa": [("linear", "(B,T,Lkv+D)")],
+        "self_attn": [
+            ("view", "(B,T,H,Dn+D)"),
+            ("split", "(B,H,T,Dn) (B,H,T,D)"),
+            ("split", "(B,T,Lkv) (B,T,D)"),
+            ("view", "(B,T,H,Dn+Dv)"),
+            ("split", "(B,H,T,Dn) (B,H,T,Dv)"),
+            ("matmul", "(B,H,T,T)"),
+        ],
+        "mlp.gate": [("linear", "(B·T,E)")],
+    },
+}
+_WANT = PROJ | {"chunk", "getitem", "cat", "split", "topk"}
+
+
+@pytest.mark.parametrize("kind", sorted(EXPECTED))
+def test_attention_and_mlp_steps_read_in_full(kind):
+    model, ids = build(kind)
+    trace = tracing.trace(model, ids, capture="shapes")
+    for suffix, expected in EXPECTED[kind].items():
+        layer = "h.0." if kind in ("gpt2", "falcon") else "layers.0."
+        got = ops(trace, layer + suffix, _WANT)
+        for step in expected:
+            assert step in got, (suffix, step, got)
+    assert named_share(trace) >= 0.98
+
+
+# --------------------------------------------------------------------------- coincidences
+
+
+def same_names(a, b) -> list:
+    """Axes whose names differ between two traces of the same steps (tensor by tensor)."""
+    assert [(s.module, s.op) for s in a.steps] == [(s.module, s.op) for s in b.steps]
+    return [
+        (ra.shape, ra.dims, rb.shape, rb.dims)
+        for ra, rb in zip(a.tensors, b.tensors)
+        if ra.dims != rb.dims
+    ]
+
+
+@pytest.mark.parametrize(("b", "t"), [(3, 16), (11, 11)])  # T == D; B == T
+def test_llama_names_do_not_change_when_input_sizes_coincide(b, t):
+    model, _ = build("llama")
+    distinct = tracing.trace(model, torch.randint(0, 101, (3, 11)), capture="shapes")
+    same = tracing.trace(model, torch.randint(0, 101, (b, t)), capture="shapes")
+    assert same_names(distinct, same) == []
+
+
+def test_rotary_width_equal_to_heads_keeps_both_letters():
+    """GPT-NeoX, rotary_pct=0.25 of D=16: R=4, against H=6 and then H=4."""
+    distinct = tracing.trace(*build("gpt_neox"), capture="shapes")
+    c64 = dict.fromkeys(("hidden_size", "d_model", "n_embd", "embed_dim"), 64)
+    model, ids = build("gpt_neox", num_attention_heads=4, max_position_embeddings=80, **c64)
+    same = tracing.trace(model, ids, capture="shapes")
+    assert same.meta["dim_letters"]["R"]["size"] == same.meta["dim_letters"]["H"]["size"] == 4
+    assert same_names(distinct, same) == []
+
+
+def test_experts_equal_to_heads_keep_their_letter():
+    distinct = tracing.trace(*build("mixtral"), capture="shapes")
+    model, ids = build("mixtral", num_local_experts=6)
+    same = tracing.trace(model, ids, capture="shapes")
+    assert same.meta["dim_letters"]["E"]["size"] == same.meta["dim_letters"]["H"]["size"] == 6
+    assert same_names(distinct, same) == []
+
+
+class DecoderLM(nn.Module):
+    """``nn.TransformerDecoder`` (batch first) between an embedding and an LM head."""
+
+    def __init__(self, vocab=101, d_model=96, heads=6, d_ff=200):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d_model)
+        layer = nn.TransformerDecoderLayer(d_model, heads, d_ff, dropout=0.0, batch_first=True)
+        self.decoder = nn.TransformerDecoder(layer, num_layers=1)
+        self.lm_head = nn.Linear(d_model, vocab)
+
+    def forward(self, ids):
+        x = self.embed(ids)  # (B, T, C)
+        mask = nn.Transformer.generate_square_subsequent_mask(ids.shape[1])
+        return self.lm_head(self.decoder(x, x, tgt_mask=mask, tgt_is_causal=True))
+
+
+def test_transformer_decoder_reads_f_not_v_when_they_are_equal():
+    torch.manual_seed(0)
+    ids = torch.randint(0, 101, (3, 11))
+    distinct = tracing.trace(DecoderLM().eval(), ids, capture="shapes")
+    same = tracing.trace(DecoderLM(d_ff=101).eval(), ids, capture="shapes")
+    assert same_names(distinct, same) == []
+    ffn = ops(distinct, "decoder.layers.0.linear1", {"linear"})
+    assert ffn == [("linear", "(B,T,F)")]
+    assert distinct.tensor(distinct.steps[0].outputs[0]).dims == ("B", "T", "V")
+    assert named_share(distinct) >= 0.98
+
+
+# --------------------------------------------------------------------------- the record
+
+
+def test_letters_sizes_and_origins_survive_a_save_and_load(tmp_path):
+    from tracing import file as trace_file
+
+    trace = tracing.trace(*build("llama"), capture="shapes")
+    letters = trace.meta["dim_letters"]
+    assert letters["KV"] == {
+        "size": 2,
+        "origin": "config.num_key_value_heads",
+        "meaning": letters["KV"]["meaning"],
+    }
+    assert letters["B"]["origin"].startswith("input") and letters["T"]["size"] == 11
+    assert trace.meta["dims_evidence"]["pass"] == "meta"
+    path = trace_file.save(trace, tmp_path / "llama.sft")
+    loaded = trace_file.load(path)
+    assert [r.dims for r in loaded.tensors] == [r.dims for r in trace.tensors]
+    assert loaded.meta["dim_letters"] == letters
+    assert any("KV·D" in (r.dims or ()) for r in loaded.tensors)
+
+
+def test_no_second_pass_keeps_what_the_ops_prove_and_says_so(monkeypatch):
+    from tracing.capture import dim_evidence
+
+    monkeypatch.setattr(dim_evidence, "ENABLED", False)
+    model, _ = build("llama")
+    trace = tracing.trace(model, torch.randint(0, 101, (3, 16)), capture="shapes")  # T == D
+    assert any("no second pass" in n for n in trace.meta["notes"])
+    for r in trace.tensors:  # never a wrong letter: T only on axes of T's size...
+        for name, size in zip(r.dims or (), r.shape):
+            assert name == "?" or size_of(name, {**trace.meta["dims"], "KV": 2}) == size
+    k = ops(trace, "layers.0.self_attn", {"transpose"})[1]
+    assert k == ("transpose", "(B,KV,T,D)")  # ...and carried from the input, not guessed
+
+
+def test_expressions_and_pass_sizes():
+    assert size_of("B·T·K", {"B": 3, "T": 11, "K": 2}) == 66
+    assert size_of("(H+2KV)·D", {"H": 6, "KV": 2, "D": 16}) == 160
+    assert size_of("D-R", {"D": 16, "R": 4}) == 12 and size_of("T+P", {"T": 3}) is None
+    b2, t2 = other_sizes(3, 11, {96, 6, 2, 16, 200, 101}, 64)
+    assert b2 not in {3, 11, 96, 6, 2, 16, 200, 101} and t2 not in {3, 11, 96, 6, 2, 16, 200, 101}
+    assert t2 <= 64

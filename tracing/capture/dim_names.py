@@ -1,0 +1,506 @@
+"""Every axis of a trace named from evidence, or ``?``.
+
+An axis name is a claim about what the axis is, so each one must be proven:
+
+1. **Its sizes.** The name must give the axis size in the real trace *and* in the second
+   pass at other input sizes (:mod:`tracing.capture.dim_evidence`): ``T`` for an axis that moved
+   from 11 to 16 with T, ``D`` for one that stayed 16. So ``T == D`` or ``B == T`` can no
+   longer mix letters up. The names an axis could have, by its two sizes, are its
+   *candidates* (letters and expressions of :mod:`tracing.capture.dim_letters`).
+2. **The ops.** An op's output axes take the names of the input axes they come from: a
+   ``linear`` its weight's rows, a ``view`` splits ``KV·D`` into ``KV, D`` and merges
+   ``B, T`` into ``B·T``, ``transpose``/``permute`` move names, ``matmul`` keeps its left
+   operand's rows and its right one's columns, broadcasting ops keep the names of aligned
+   axes. A carried name still has to be a candidate (or give both sizes).
+3. **The modules.** Where candidates remain (experts and heads both 6), the nearest module
+   that declares one of those sizes as an attribute (``self.num_experts = 6``) decides;
+   else the words of its path and source line (``attn``, ``experts``, ``rotary``, ``mlp``).
+4. Shape comments on the line (``# (B, nh, T, hs)``) count as carried names.
+
+Nothing proven: ``?``. Without the second pass, names that move with the inputs are only
+given where the ops carry them from the first input (its axes are B and T by definition).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from tracing.capture import dim_evidence
+from tracing.capture.dim_flow import _permutation, _transpose_axes, shape_comment
+from tracing.capture.dim_letters import (
+    INPUT_LETTERS,
+    LETTERS,
+    Sized,
+    attribute_letters,
+    expressions,
+    letter_sizes,
+    letters_in,
+    size_of,
+)
+from tracing.record import Step, TensorRecord
+
+Dims = tuple[str, ...]
+Pair = tuple[int, int | None]  # an axis size in the real trace and in the second pass
+
+_TRANSPOSES = frozenset({"transpose", "transpose_", "swapaxes", "swapdims", "t", "mT"})
+_RESHAPES = frozenset({"view", "reshape", "flatten", "unflatten", "_unsafe_view", "view_as"})
+_MATMULS = frozenset({"matmul", "bmm", "baddbmm"})
+_MOVES_AXES = frozenset(  # ops whose output axes are their input's, moved or with 1s added
+    {"unsqueeze", "squeeze", "expand", "expand_as", "permute", "movedim", "repeat", "unbind"}
+)
+_WORDS = {  # words in a module path or source line -> the letter family they point at
+    "rotary": ("rot", "rope", "rotary", "cos", "sin", "inv_freq"),
+    "experts": ("expert", "experts", "moe", "router", "gate", "routing", "top_k"),
+    "attention": ("attn", "attention", "self_attn", "head", "heads", "query", "key", "value"),
+    "ffn": ("mlp", "ffn", "fc", "ff", "feed", "feed_forward", "intermediate", "linear1", "linear2"),
+    "vocab": ("lm_head", "embed", "wte", "token", "logits", "unembed", "vocab", "tok"),
+}
+
+
+@dataclass
+class Subject:
+    """What the naming needs from the tracer: the model, its config, the root call."""
+
+    model: Any
+    config: Any
+    call: tuple[tuple, dict] | None
+    param_paths: Mapping[int, str]
+    given: Mapping[str, int] | None
+    train: bool = False
+    ops: bool = True
+    distributed: bool = False
+
+
+# --------------------------------------------------------------------------- candidates
+
+
+class Table:
+    """Names by the sizes they give: ``(11, 16) -> ["T"]``, ``(16, 16) -> ["D"]``."""
+
+    def __init__(self, sizes1: Mapping[str, int], sizes2: Mapping[str, int] | None):
+        self.sizes1, self.sizes2 = dict(sizes1), dict(sizes2) if sizes2 else None
+        names = [n for n in LETTERS if n in sizes1] + expressions(sizes1) + ["1", "0"]
+        self.by_pair: dict[Pair, list[str]] = {}
+        self.by_size: dict[int, list[str]] = {}
+        base: set[Pair] = set()
+        for name in names:
+            pair = self.pair(name)
+            if pair is None or pair[0] < 0 or (pair[0] == 0 and name != "0"):
+                continue
+            is_letter = name in LETTERS or name in ("1", "0")
+            if not is_letter and pair in base:
+                continue  # ``H·D`` when it is C: the letter names it
+            if is_letter:
+                base.add(pair)
+            self.by_pair.setdefault(pair, []).append(name)
+            self.by_size.setdefault(pair[0], []).append(name)
+
+    def pair(self, name: str) -> Pair | None:
+        v1 = size_of(name, self.sizes1)
+        if v1 is None:
+            return None
+        if self.sizes2 is None:  # no second pass: only the constant names are known twice
+            return (v1, None if _moves(name) else v1)
+        return (v1, size_of(name, self.sizes2))
+
+    def fits(self, name: str, pair: Pair) -> bool:
+        mine = self.pair(name)
+        return mine is not None and mine[0] == pair[0] and (pair[1] is None or mine[1] == pair[1])
+
+    def candidates(self, pair: Pair) -> list[str]:
+        if pair[1] is None:
+            return list(self.by_size.get(pair[0], ()))
+        found = list(self.by_pair.get(pair, ()))
+        if not found and self.sizes2 is not None:
+            found = _offset_of_t(pair, self.sizes1, self.sizes2)
+        return found
+
+
+def _offset_of_t(pair: Pair, s1: Mapping[str, int], s2: Mapping[str, int]) -> list[str]:
+    """``T+3`` for an axis that moved by T's step but is 3 longer (a prefix, a cache)."""
+    c = pair[0] - s1["T"]
+    if pair[1] is not None and pair[1] - s2["T"] == c and 0 < abs(c) <= 8:
+        return [f"T+{c}" if c > 0 else f"T-{-c}"]
+    return []
+
+
+def _moves(name: str) -> bool:
+    return any(letter in INPUT_LETTERS for letter in letters_in(name))
+
+
+# --------------------------------------------------------------------------- ops
+
+
+class _Namer:
+    """One walk over the steps in order, naming each tensor where it is produced."""
+
+    def __init__(self, steps, tensors, table: Table, pairs, paths, attrs):
+        self.steps, self.tensors, self.table = steps, tensors, table
+        self.pairs: list[list[Pair]] = pairs
+        self.paths: Mapping[int, str] = paths
+        self.attrs: Mapping[str, Mapping[str, int]] = attrs
+        self.names: list[Dims | None] = [None] * len(tensors)  # while walking ("?" kept)
+        self.final: list[Dims | None] = [None] * len(tensors)  # no named axis: None
+        self._comments: dict[str, Dims | None] = {}
+
+    def run(self, first_input: int | None) -> list[Dims | None]:
+        if first_input is not None:
+            shape = self.tensors[first_input].shape
+            seed = (("B", "T") + (None,) * len(shape))[: len(shape)]
+            self.name(first_input, list(seed), "", "")
+        for rid, record in enumerate(self.tensors):  # parameters, buffers, inputs
+            if record.producer is None and self.names[rid] is None:
+                path = self.paths.get(rid, "")
+                self.name(rid, [None] * len(record.shape), path, "")
+        for step in self.steps:
+            if step.kind == "backward":
+                continue
+            text = step.source.text if step.source is not None else ""
+            for k, rid in enumerate(step.outputs):
+                producer = self.tensors[rid].producer
+                if self.names[rid] is None and producer in (step.index, None):
+                    carried = self.carried(step, k, rid)
+                    self.name(rid, carried, step.module, text, self._comment(text, rid))
+        for rid, record in enumerate(self.tensors):
+            if self.names[rid] is None:
+                self.name(rid, [None] * len(record.shape), "", "")
+        return self.final
+
+    def _comment(self, text: str, rid: int) -> list[str | None] | None:
+        if "#" not in text:
+            return None
+        if text not in self._comments:
+            self._comments[text] = shape_comment(text)
+        comment = self._comments[text]
+        n = len(self.tensors[rid].shape)
+        if comment is None:
+            return None
+        if comment[0] == "...":
+            tail = list(comment[1:])
+            return None if len(tail) > n else [None] * (n - len(tail)) + tail
+        return list(comment) if len(comment) == n else None
+
+    def name(self, rid, carried, context, text, comment=None) -> None:
+        pairs = self.pairs[rid]
+        out = []
+        for i, pair in enumerate(pairs):
+            hints = (carried[i] if carried else None, comment[i] if comment else None)
+            out.append(self.decide(pair, hints, context, text))
+        self.names[rid] = tuple(out)
+        self.final[rid] = None if all(n == "?" for n in out) else self.names[rid]
+
+    def decide(self, pair: Pair, hints, context: str, text: str) -> str:
+        table = self.table
+        cands = table.candidates(pair)
+        for hint in hints:
+            if hint and hint != "?" and (hint in cands or table.fits(hint, pair)):
+                return hint
+        if pair == (1, 1) or (pair[0] == 1 and "1" in cands):
+            return "1"  # a size-one axis nothing carried a letter to (KV == 1 included)
+        if pair[1] is None and any(_moves(c) for c in cands):
+            return "?"  # no second pass for this tensor: names that move need the ops
+        if len(cands) == 1:
+            return cands[0]
+        if not cands:
+            return "?"
+        return _tie_break(cands, context, text, self.attrs) or "?"
+
+    # ---- what an op carries from its inputs, per output axis
+
+    def carried(self, step: Step, k: int, rid: int) -> list[str | None]:
+        n = len(self.tensors[rid].shape)
+        named = [i for i in step.inputs if self.names[i] is not None]
+        if not named:
+            return [None] * n
+        op = step.op
+        try:
+            if op == "linear" and len(step.inputs) >= 2:
+                return self._linear(step.inputs[0], step.inputs[1], n)
+            if op == "embedding" and len(step.inputs) >= 2:
+                ids, weight = step.inputs[0], step.inputs[1]
+                return [*self._get(ids), self._get(weight)[-1]][-n:]
+            if op in _MATMULS and len(step.inputs) >= 2:
+                return self._matmul(step.inputs[-2], step.inputs[-1], n)
+            primary = self._primary(step)
+            if primary is not None and op in _TRANSPOSES | {"permute"}:
+                moved = self._moved(step, primary, rid)
+                if moved is not None:
+                    return moved
+            if primary is not None and op in _RESHAPES:
+                shaped = self._reshape(primary, rid)
+                if shaped is not None:
+                    return shaped
+        except (IndexError, KeyError, ValueError):
+            pass
+        out = self._broadcast(step, rid)
+        return self._cat(step, rid, out) if op in ("cat", "concat", "concatenate") else out
+
+    def _cat(self, step: Step, rid: int, out: list[str | None]) -> list[str | None]:
+        """A ``cat`` axis is the sum of its parts: ``D/2`` and ``D/2`` make ``D``, ``Lkv``
+        and ``R`` make ``Lkv+R``."""
+        n = len(out)
+        parts = [i for i in step.inputs if len(self.tensors[i].shape) == n]
+        for axis in range(n):
+            if out[axis] is not None or len(parts) < 2:
+                continue
+            names = [self._get(i)[axis] for i in parts]
+            if None in names or "?" in names:
+                continue
+            half = names[0][:-2] if names[0].endswith("/2") else None
+            if half and len(names) == 2 and names[1] == names[0]:
+                out[axis] = half
+            else:
+                out[axis] = "+".join(names)
+        return out
+
+    def _get(self, rid: int) -> list[str | None]:
+        names = self.names[rid]
+        return list(names) if names is not None else [None] * len(self.tensors[rid].shape)
+
+    def _primary(self, step: Step) -> int | None:
+        for i in step.inputs:
+            if self.names[i] is not None and self.tensors[i].role not in ("param", "buffer"):
+                return i
+        return next((i for i in step.inputs if self.names[i] is not None), None)
+
+    def _linear(self, x: int, weight: int, n: int) -> list[str | None]:
+        xs, ws = self._get(x), self._get(weight)
+        return [*xs[:-1], ws[0] if len(ws) == 2 else None][-n:]
+
+    def _matmul(self, a: int, b: int, n: int) -> list[str | None]:
+        da, db = self._get(a), self._get(b)
+        if len(da) < 2 or len(db) < 2:
+            return [None] * n
+        batch = da[:-2] if len(da) >= len(db) else db[:-2]
+        return [*batch, da[-2], db[-1]][-n:]
+
+    def _moved(self, step: Step, src: int, rid: int) -> list[str | None] | None:
+        in_shape, out_shape = self.tensors[src].shape, self.tensors[rid].shape
+        if len(in_shape) != len(out_shape):
+            return None
+        names = self._get(src)
+        if step.op == "permute":
+            perm = _permutation(step, len(in_shape))
+            if perm is None:
+                return None
+            return [names[p] for p in perm]
+        axes = _transpose_axes(step, in_shape, out_shape)
+        if axes is None:
+            return None
+        a, b = axes
+        names[a], names[b] = names[b], names[a]
+        return names
+
+    def _reshape(self, src: int, rid: int) -> list[str | None] | None:
+        """Carry names through a view: kept axes keep theirs, a split factors a product
+        (``KV·D`` -> ``KV, D``; ``C`` -> ``H, D``), a merge multiplies (``B, T`` -> ``B·T``)."""
+        in_pairs, out_pairs = self.pairs[src], self.pairs[rid]
+        names = self._get(src)
+        keep_in = [i for i, p in enumerate(in_pairs) if p[0] != 1]
+        keep_out = [j for j, p in enumerate(out_pairs) if p[0] != 1]
+        out: list[str | None] = [None] * len(out_pairs)
+        i = j = 0
+        while i < len(keep_in) and j < len(keep_out):
+            gi, gj = [keep_in[i]], [keep_out[j]]
+            pi, pj = in_pairs[gi[0]][0], out_pairs[gj[0]][0]
+            while pi != pj:
+                if pi < pj and i + len(gi) < len(keep_in):
+                    gi.append(keep_in[i + len(gi)])
+                    pi *= in_pairs[gi[-1]][0]
+                elif pj < pi and j + len(gj) < len(keep_out):
+                    gj.append(keep_out[j + len(gj)])
+                    pj *= out_pairs[gj[-1]][0]
+                else:
+                    return None
+            parts = [names[g] for g in gi]
+            if len(gi) == 1 and len(gj) == 1:
+                out[gj[0]] = parts[0]
+            elif len(gi) == 1 and parts[0]:
+                split = self._split(parts[0], [out_pairs[g] for g in gj])
+                for g, name in zip(gj, split):
+                    out[g] = name
+            elif len(gj) == 1 and all(parts):
+                out[gj[0]] = self._merge(parts, out_pairs[gj[0]])
+            i, j = i + len(gi), j + len(gj)
+        return out
+
+    def _split(self, name: str, parts: list[Pair]) -> list[str | None]:
+        s1 = self.table.sizes1
+        factors = _factors(name)
+        if name == "C" and "H" in s1 and "D" in s1 and s1["H"] * s1["D"] == s1["C"]:
+            factors = ["H", "D"]
+        elif name[0].isdigit() and len(parts) == 2:  # 3C -> 3, C
+            digits = name[: len(name) - len(name.lstrip("0123456789"))]
+            factors = [digits, name[len(digits) :]]
+        if len(factors) == len(parts) and all(
+            self.table.fits(f, p) for f, p in zip(factors, parts)
+        ):
+            return factors
+        return [None] * len(parts)
+
+    def _merge(self, parts: list[str], pair: Pair) -> str | None:
+        kept = [p for p in parts if p != "1"]
+        joined = "·".join(f"({p})" if ("+" in p or "-" in p) else p for p in kept)
+        aliases = self.table.candidates(pair)
+        if joined in aliases or not aliases:
+            return joined
+        kin = (
+            [a for a in aliases if _family(a) == _family(kept[0])] if len(aliases) > 1 else aliases
+        )
+        return kin[0] if len(kin) == 1 else joined
+
+    def _broadcast(self, step: Step, rid: int) -> list[str | None]:
+        """Output axes aligned from the right with each input's axes of the same sizes;
+        then axes still open matched to the one input axis of their sizes (unsqueeze,
+        permute, expand)."""
+        out_pairs = self.pairs[rid]
+        n = len(out_pairs)
+        out: list[str | None] = [None] * n
+        inputs = [i for i in step.inputs if self.names[i] is not None]
+        inputs.sort(key=lambda i: self.tensors[i].role in ("param", "buffer"))
+        for i in inputs:
+            names, pairs = self.names[i], self.pairs[i]
+            for back in range(1, min(n, len(pairs)) + 1):
+                if out[n - back] is None and pairs[-back] == out_pairs[n - back]:
+                    name = names[-back]
+                    out[n - back] = None if name == "?" else name
+        if inputs and None in out and step.op in _MOVES_AXES:
+            src = inputs[0]
+            names, pairs = self.names[src], self.pairs[src]
+            for j in range(n):
+                if out[j] is None and out_pairs[j][0] != 1:
+                    same = [a for a, p in enumerate(pairs) if p == out_pairs[j]]
+                    if len(same) == 1 and names[same[0]] != "?":
+                        out[j] = names[same[0]]
+        return out
+
+
+def _factors(name: str) -> list[str]:
+    """Top-level factors of a product: ``H·(Dn+R)`` -> ``["H", "Dn+R"]``."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(name):
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "·" and depth == 0:
+            out.append(name[start:i])
+            start = i + 1
+    out.append(name[start:])
+    return [f[1:-1] if f.startswith("(") and f.endswith(")") else f for f in out]
+
+
+def _tie_break(cands: list[str], context: str, text: str, attrs) -> str | None:
+    """The one candidate the words of the module path and source line point at (``attn``:
+    heads, not experts; ``router``: experts; ``rot``: the rotary width); ``None`` when they
+    do not decide. (A module's own attributes do not: GPT-NeoX's attention declares its
+    rotary width, not its heads, yet both live there.)"""
+    words = set(context.lower().replace("_", ".").split(".")) | set(
+        "".join(ch if ch.isalnum() else " " for ch in text.lower()).split()
+    )
+    for family, hints in _WORDS.items():
+        if any(w in words or (len(w) > 3 and w in context.lower()) for w in hints):
+            hits = [c for c in cands if _family(c) == family]
+            if len(hits) == 1:
+                return hits[0]
+    return None
+
+
+def _family(name: str) -> str:
+    for letter in letters_in(name):
+        if letter in LETTERS and letter not in INPUT_LETTERS:
+            return LETTERS[letter].family
+    return "input"
+
+
+# --------------------------------------------------------------------------- the pass
+
+
+def name_axes(
+    subject: Subject,
+    steps: Sequence[Step],
+    tensors: list[TensorRecord],
+    sizes: dict[str, int],
+    meta: dict,
+) -> list[TensorRecord]:
+    """Tensor records named from evidence; ``meta`` gains ``dim_letters`` (each letter
+    used, with its size and origin) and ``dims_evidence`` (how the second pass went)."""
+    if dim_evidence.in_pass() or not tensors:
+        return tensors
+    started = time.perf_counter()
+    letters = letter_sizes(sizes, subject.config, subject.model, subject.given)
+    sizes1 = {k: v.size for k, v in letters.items()}
+    other, note = _second_pass(subject, sizes1, steps)
+    sizes2 = None
+    shapes2: list = [None] * len(tensors)
+    if other is not None:
+        sizes2 = dict(sizes1, B=other.b, T=other.t)
+        shapes2 = dim_evidence.align(steps, tensors, other)
+    table = Table(sizes1, sizes2)
+    pairs = [_pairs(r, o) for r, o in zip(tensors, shapes2)]
+    first = next((r.id for r in tensors if r.role == "input"), None)
+    namer = _Namer(
+        steps, tensors, table, pairs, subject.param_paths, attribute_letters(subject.model)
+    )
+    names = namer.run(first if "B" in sizes1 and "T" in sizes1 else None)
+    out = [r if names[i] == r.dims else replace(r, dims=names[i]) for i, r in enumerate(tensors)]
+    meta["dim_letters"] = _used_letters(names, letters)
+    meta["dims_evidence"] = _evidence_meta(other, note, started)
+    if note is not None:
+        meta.setdefault("notes", []).append(
+            f"dims: no second pass at other input sizes ({note}); axes that move with the "
+            "inputs are named only where the ops carry them from the first input"
+        )
+    return out
+
+
+def _pairs(record: TensorRecord, other: tuple[int, ...] | None) -> list[Pair]:
+    """Each axis's sizes in the two passes; a parameter's never move with the inputs."""
+    if record.role in ("param", "buffer"):
+        return [(s, s) for s in record.shape]
+    return [(s, other[i] if other is not None else None) for i, s in enumerate(record.shape)]
+
+
+def _second_pass(subject: Subject, sizes1: Mapping[str, int], steps) -> tuple[Any, str | None]:
+    if not dim_evidence.ENABLED:
+        return None, "turned off"
+    if torch._C._len_torch_function_stack() > 0:
+        return None, "another tracer (or torch function mode) is active around this one"
+    if subject.distributed:
+        return None, "torch.distributed: a second pass would run collectives"
+    if subject.call is None:
+        return None, "the forward did not complete"
+    if "B" not in sizes1 or "T" not in sizes1:
+        return None, "the first input has no batch and time axes"
+    constants = {v for k, v in sizes1.items() if k not in INPUT_LETTERS}
+    return dim_evidence.run_other(
+        subject.model, subject.call, sizes1["B"], sizes1["T"], constants,
+        sizes1.get("N"), subject.train, subject.ops,
+    )  # fmt: skip
+
+
+def _used_letters(names: Sequence[Dims | None], letters: Mapping[str, Sized]) -> dict:
+    used: set[str] = set()
+    for dims in names:
+        for name in dims or ():
+            used.update(letters_in(name))
+    return {
+        k: {"size": v.size, "origin": v.origin, "meaning": LETTERS[k].meaning}
+        for k, v in letters.items()
+        if k in used
+    }
+
+
+def _evidence_meta(other, note: str | None, started: float) -> dict:
+    info: dict[str, Any] = {"seconds": round(time.perf_counter() - started, 6)}
+    if other is None:
+        info["pass"] = None
+        info["why_not"] = note
+    else:
+        info.update({"pass": other.how, "B": other.b, "T": other.t, "pass_seconds": other.seconds})
+        if other.meta_failed:
+            info["meta_failed"] = other.meta_failed
+    return info
