@@ -1,10 +1,14 @@
-"""Peak memory and time of ``report --format json`` and ``tracing.load`` on a long trace.
+"""Peak memory and time of ``report`` and ``tracing.load`` on long traces.
 
-    python benchmarks/bench_report_memory.py            # 100,000 steps (issue 26's case)
-    python benchmarks/bench_report_memory.py --steps 20000
+    python benchmarks/bench_report_memory.py            # issue 26's cases
+    python benchmarks/bench_report_memory.py --steps 20000 --short 10000 --entries 50000
 
-Targets (issue 26): the 100,000-step JSON report within 400 MB, a load within 600 MB and
-5 s. Each measurement runs in a fresh process; its peak is that process's max RSS.
+Cases: a trace of ``--steps`` steps (100,000) loaded and reported as JSON; reports (md,
+csv, json) of a ``--short`` trace (60,000 steps); a file of ``--entries`` (249,000)
+empty entries (58 MB of header) loaded. Targets (issue 26): the 100,000-step JSON report
+within 400 MB, the 249,000 entries within 600 MB and 5 s, the 60,000-step reports
+within 5 s. Each measurement runs in a fresh process; its peak is that process's max RSS
+and its time includes starting Python and the imports.
 """
 
 from __future__ import annotations
@@ -28,7 +32,24 @@ class Loop(torch.nn.Module):
         return x
 tracing.trace(Loop(), torch.zeros(2), capture="shapes", out=sys.argv[1])
 """
-REPORT = "from app.cli import main; main(['report', {p!r}, '--format', 'json', '-o', {o!r}])"
+# a small trace, and beside its values 249,000 empty entries with long names
+ENTRIES = """
+import sys, torch, tracing
+from tracing.file.saving import header_metadata, write_safetensors
+class Loop(torch.nn.Module):
+    def forward(self, x):
+        for _ in range(100):
+            x = x + 1
+        return x
+trace = tracing.trace(Loop(), torch.zeros(2), capture="values")
+metadata, extra = header_metadata(trace, 2**20)
+tensors = dict(trace.values)
+empty = torch.empty(0, dtype=torch.uint8)
+for i in range({n}):
+    tensors[f"empty{{i:06d}}_" + "x" * 64] = empty
+write_safetensors(tensors, sys.argv[1], metadata)
+"""
+REPORT = "from app.cli import main; main(['report', {p!r}, '--format', {f!r}, '-o', {o!r}])"
 LOAD = "import tracing; t = tracing.load({p!r}); print(len(t.steps))"
 PEAK = (
     "\nimport resource; print('peak_mb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)"
@@ -48,17 +69,32 @@ def run(code: str, *args: str) -> tuple[float, float]:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=100_000)
+    p.add_argument("--short", type=int, default=60_000)
+    p.add_argument("--entries", type=int, default=249_000)
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         trace = os.path.join(tmp, "long.sft")
         run(MAKE.format(n=args.steps - 1), trace)
         size = os.path.getsize(trace) / 1e6
-        base, _ = run("import tracing")
+        base, secs = run("import tracing")
+        print(f"python + import tracing: {base:.0f} MB, {secs:.1f} s")
+        print(f"trace: {args.steps:,} steps, {size:.1f} MB")
         peak, secs = run(LOAD.format(p=trace))
-        print(f"trace: {args.steps:,} steps, {size:.1f} MB; python + import tracing {base:.0f} MB")
-        print(f"load:          peak {peak:.0f} MB, {secs:.1f} s (process incl. imports)")
-        peak, secs = run(REPORT.format(p=trace, o=os.path.join(tmp, "r.json")))
-        print(f"report json:   peak {peak:.0f} MB, {secs:.1f} s")
+        print(f"  load:          peak {peak:.0f} MB, {secs:.1f} s")
+        peak, secs = run(REPORT.format(p=trace, f="json", o=os.path.join(tmp, "r.json")))
+        print(f"  report json:   peak {peak:.0f} MB, {secs:.1f} s   (target 400 MB)")
+        short = os.path.join(tmp, "short.sft")
+        run(MAKE.format(n=args.short - 1), short)
+        print(f"trace: {args.short:,} steps, {os.path.getsize(short) / 1e6:.1f} MB")
+        for fmt in ("md", "csv", "json"):
+            peak, secs = run(REPORT.format(p=short, f=fmt, o=os.path.join(tmp, f"r.{fmt}")))
+            print(f"  report {fmt:<5}: peak {peak:.0f} MB, {secs:.1f} s   (target 5 s)")
+        entries = os.path.join(tmp, "entries.sft")
+        run(ENTRIES.format(n=args.entries), entries)
+        mb = os.path.getsize(entries) / 1e6
+        print(f"file: {args.entries:,} empty entries, {mb:.1f} MB")
+        peak, secs = run(LOAD.format(p=entries))
+        print(f"  load:          peak {peak:.0f} MB, {secs:.1f} s   (target 600 MB, 5 s)")
 
 
 if __name__ == "__main__":

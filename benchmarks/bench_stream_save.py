@@ -8,7 +8,9 @@ weights) is written two ways, alternating round by round so load noise hits both
 - **saved**: traced in memory, then ``Trace.save(path)``: the time of the save;
 - **streamed**: ``tracing.trace(..., out=path)``: the time spent inside the file writer
   (``TraceWriter.add`` for every value as it comes, ``TraceWriter.close`` for the
-  manifest and header), measured by wrapping those two methods.
+  manifest and header), measured by wrapping those two methods;
+- **streamed, no journal**: the same capture with its checkpoints turned off
+  (``tracing.file.journal``), so the journal's share of the capture shows.
 
 Printed: medians of wall and CPU time, and the ratio streamed / saved (target <= 1.0:
 the streamed write costs no more than the save it replaces). Also the whole capture
@@ -30,6 +32,7 @@ import torch
 
 import tracing
 from tracing import file as trace_file
+from tracing.file import journal
 
 
 class WriterClock:
@@ -83,6 +86,20 @@ def one_round(model, ids, folder: Path) -> dict[str, float]:
     trace.values.close()
     del trace
     streamed.unlink()
+    # the same streamed capture without its journal (tracing.file.journal): what the
+    # checkpoints cost
+    saved_seconds = journal.JOURNAL_SECONDS
+    journal.JOURNAL_SECONDS = 1e12
+    try:
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            trace = tracing.trace(model, ids, capture="values", value_cap=None, out=streamed)
+        out["unjournaled_total"] = time.perf_counter() - t0
+    finally:
+        journal.JOURNAL_SECONDS = saved_seconds
+    trace.values.close()
+    del trace
+    streamed.unlink()
     return out
 
 
@@ -123,6 +140,10 @@ def main() -> int:
     memory, streamed = med("memory_total"), med("streamed_total")
     print(f"  whole capture: trace + save {memory:.2f} s, traced streamed {streamed:.2f} s "
           f"(ratio {streamed / memory:.2f})")  # fmt: skip
+    journaled, plain = med("streamed_total"), med("unjournaled_total")
+    print(f"  journal: streamed with checkpoints {journaled:.2f} s, without {plain:.2f} s "
+          f"(ratio {journaled / plain:.3f}; at most one per {journal.JOURNAL_SECONDS:g} s "
+          f"and {journal.JOURNAL_COST_RATIO}x its cost)")  # fmt: skip
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     return 0
 

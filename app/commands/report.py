@@ -73,10 +73,11 @@ def run(args: argparse.Namespace) -> int:
         count = f"{len(ranks)} ranks"
     else:
         trace = tracing.load(args.trace[0])
-        text = report.render(trace, fmt)
+        text = report.render_chunks(trace, fmt)  # pieces: written as they come
         count = f"{len(trace.steps)} steps"
     if out is None:
-        sys.stdout.write(text)
+        for chunk in (text,) if isinstance(text, str) else text:
+            sys.stdout.write(chunk)
         return 0
     try:
         report.write_text(out, text)

@@ -52,6 +52,7 @@ from app.theme import (
 )
 from app.widgets.common import ElidedLabel
 from app.widgets.masked_cells import masked_cells
+from app.widgets.nonfinite_cells import nonfinite_cells
 
 Scale = Literal["auto", "signed", "sequential", "probability"]
 
@@ -229,6 +230,7 @@ class ColouredImageItem(pg.ImageItem):
         self._lut32: tuple = (None, None)  # (pyqtgraph's lut, the same as uint32 ARGB)
         self._pixels: np.ndarray | None = None  # the QImage's buffer, kept alive with it
         self.masked: np.ndarray | None = None  # cells drawn in MASKED_ARGB (the image's shape)
+        self.nonfinite = None  # NonFiniteCells: NaN, +Inf, -Inf in their colours, over all
 
     def render(self) -> None:
         image, lut, levels = self.image, self.lut, self.levels
@@ -268,6 +270,8 @@ class ColouredImageItem(pg.ImageItem):
         masked = self.masked
         if masked is not None and masked.shape == image.shape:
             pixels[masked[::y_step, ::x_step]] = MASKED_ARGB
+        if self.nonfinite is not None:
+            self.nonfinite.paint(pixels, y_step, x_step)
         rows, cols = pixels.shape
         self._pixels = pixels
         self.qimage = QImage(
@@ -414,6 +418,7 @@ class HeatmapView(QWidget):
         self._legend.setTextFormat(Qt.TextFormat.RichText)
         self._legend.hide()
         self._masked: np.ndarray | None = None
+        self._nonfinite = None  # NonFiniteCells of the shown matrix (nonfinite_cells)
 
     def _build_hover_line(self) -> None:
         """``(row, col) = value`` under the mouse, in a small muted line under the plot."""
@@ -511,6 +516,8 @@ class HeatmapView(QWidget):
         # ---- pixels: stride big matrices down to about MAX_DISPLAY per axis
         sr, sc = display_stride(rows, self._max_display), display_stride(cols, self._max_display)
         shown = full[::sr, ::sc] if (sr > 1 or sc > 1) else full
+        self._nonfinite = nonfinite_cells(shown)  # their own colours, over everything
+        self._image.nonfinite = self._nonfinite
         self._set_masked(shown, None if masked is None else masked[::sr, ::sc])
         if self._masked is not None:  # off the scale: NaN for the levels, their colour on top
             shown = np.where(self._masked, np.nan, shown)
@@ -556,18 +563,23 @@ class HeatmapView(QWidget):
 
     def _set_masked(self, shown: np.ndarray, extra: np.ndarray | None) -> None:
         cells = masked_cells(shown)
+        if cells is not None and self._nonfinite is not None:  # ±Inf: named as such
+            cells = cells.finite_only(shown)
         where = None if cells is None else cells.where
         if extra is not None and extra.shape == shown.shape and extra.any():
             where = extra if where is None else (where | extra)
         self._masked = where
         self._image.masked = where
-        if where is None:
+        parts = [] if self._nonfinite is None else [self._nonfinite.legend_html()]
+        if where is not None:
+            text = cells.legend() if cells is not None else f"masked ({int(where.sum())} cells)"
+            if cells is not None and where is not cells.where:
+                text = f"masked ({int(where.sum())} cells in A or B)"
+            parts.insert(0, f"<span style='color:{MASKED_COLOUR}'>■</span> {text}")
+        if not parts:
             self._legend.hide()
             return
-        text = cells.legend() if cells is not None else f"masked ({int(where.sum())} cells)"
-        if cells is not None and where is not cells.where:
-            text = f"masked ({int(where.sum())} cells in A or B)"
-        self._legend.setText(f"<span style='color:{MASKED_COLOUR}'>■</span> {text}")
+        self._legend.setText(" &nbsp; ".join(parts))
         self._legend.show()
 
     @property

@@ -36,6 +36,13 @@ class MaskedCells:
     def count(self) -> int:
         return int(self.where.sum())
 
+    def finite_only(self, matrix: np.ndarray) -> MaskedCells | None:
+        """The finite fills only (±Inf have colours of their own: ``nonfinite_cells``)."""
+        where = self.where & np.isfinite(matrix)
+        if not where.any():
+            return None
+        return MaskedCells(where=where, values=tuple(v for v in self.values if np.isfinite(v)))
+
     def legend(self) -> str:
         """``masked: -1e+09 (36 cells)``."""
         shown = ", ".join(f"{v:.3g}" for v in self.values[:3])

@@ -44,7 +44,7 @@ import traceback
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/, for helpers.*
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for helpers.*
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("PYQTGRAPH_QT_LIB", "PySide6")
 
@@ -252,6 +252,90 @@ def _mutate_role(manifest: dict, rng: random.Random) -> str:
     return f"role attention on tensor {i}"
 
 
+def _mutate_rank_meta(manifest: dict, rng: random.Random) -> str:
+    """Rank metadata of the wrong type or out of range (issue 26: world_size 10**12,
+    a rank of 10**30, collectives that are not lists, a step that is a string)."""
+    meta = manifest.setdefault("meta", {})
+    if not isinstance(meta, dict):
+        manifest["meta"] = meta = {}
+    key = rng.choice(["rank", "world_size", "collectives", "distributed", "dtensors"])
+    hostile = {
+        "rank": [10**30, -1, 3, "0", [0], None, 2**63],
+        "world_size": [10**12, 0, -4, [2], "2", 65_537, 1],
+        "collectives": [
+            {},
+            "all_reduce",
+            [{"step": "x"}],
+            [{"op": 1}],
+            [{"op": "all_reduce", "step": 10**9}],
+            [None],
+            [[1, 2]],
+        ],
+        "distributed": [[], "yes", {"backend": 3}, {"world_size": 10**12}, 0],
+        "dtensors": [{}, "x", [{"mesh": [10**12]}], [1, 2]],
+    }[key]
+    meta[key] = rng.choice(hostile)
+    if key != "world_size" and rng.random() < 0.5:
+        meta["world_size"] = rng.choice([2, 10**12, 1])
+    return f"rank meta {key}={str(meta[key])[:40]}"
+
+
+_CONTROLS = ["\x1b[2J", "\x1b]0;title\x07", "\r", "\x00", "\x9b31m", "\u202e", "\x08" * 5]
+
+
+def _mutate_control_text(manifest: dict, rng: random.Random) -> str:
+    """Control characters (ESC, CR, NUL, C1, bidi override) in names, ops, source lines,
+    the error and meta.text: what a report or terminal must show inert."""
+    bad = rng.choice(_CONTROLS) + "=cmd|' /C calc'!A0" * rng.choice([0, 1])
+    where = rng.choice(["step", "source", "error", "text", "module"])
+    if where == "step":
+        fields, rows = _steps_table(manifest)
+        row = rng.choice(rows)
+        name = rng.choice([f for f in ("module", "op") if f in fields])
+        i = fields.index(name)
+        if isinstance(row[i], str):
+            row[i] = row[i] + bad
+    elif where == "source" and manifest.get("sources"):
+        src = rng.choice(manifest["sources"])
+        if isinstance(src, list) and len(src) > 2 and isinstance(src[2], str):
+            src[2] = bad + src[2]
+    elif where == "error":
+        manifest["error"] = f"ValueError: {bad}"
+    elif where == "text":
+        meta = manifest.setdefault("meta", {})
+        if isinstance(meta, dict):
+            meta["text"] = bad
+    else:
+        modules = manifest.get("modules", {})
+        if isinstance(modules, dict) and modules.get("rows"):
+            row = rng.choice(modules["rows"])
+            for i, v in enumerate(row):
+                if isinstance(v, str):
+                    row[i] = v + bad
+                    break
+    return f"control characters in {where}: {bad!r}"
+
+
+def _mutate_long_strings(manifest: dict, rng: random.Random) -> str:
+    """One long string shared by every step (a 200 kB source line, a long op or error):
+    reports must stay linear in the file's size."""
+    long = "x = " + "a" * rng.choice([10_000, 200_000]) + "  # " + rng.choice(_CONTROLS)
+    where = rng.choice(["source", "op", "error"])
+    if where == "source" and manifest.get("sources"):
+        for src in manifest["sources"]:
+            if isinstance(src, list) and len(src) > 2:
+                src[2] = long
+    elif where == "op":
+        fields, rows = _steps_table(manifest)
+        if "op" in fields:
+            i = fields.index("op")
+            for row in rows:
+                row[i] = long
+    else:
+        manifest["error"] = long
+    return f"long shared string ({len(long):,} characters) in {where}"
+
+
 def _with_manifest(data: bytes, rng: random.Random, change) -> tuple[bytes, str]:
     """Apply ``change(manifest, rng)`` to the inline manifest (drop checksums at random)."""
     header, body = _split(data)
@@ -281,7 +365,7 @@ def mutate(data: bytes, rng: random.Random) -> tuple[bytes, str]:
     """One mutation of a good file's bytes, and what it was."""
     kind = rng.choice(
         ["flip", "flip", "truncate", "length", "append", "tree", "tree", "tree", "calls",
-         "calls", "entries", "entries", "nest", "meta", "role"]
+         "calls", "entries", "entries", "nest", "meta", "role", "rank", "control", "long"]
     )  # fmt: skip
     if kind == "flip":
         return _flip(data, rng)
@@ -301,6 +385,12 @@ def mutate(data: bytes, rng: random.Random) -> tuple[bytes, str]:
         return _with_manifest(data, rng, _mutate_meta)
     if kind == "role":
         return _with_manifest(data, rng, _mutate_role)
+    if kind == "rank":
+        return _with_manifest(data, rng, _mutate_rank_meta)
+    if kind == "control":
+        return _with_manifest(data, rng, _mutate_control_text)
+    if kind == "long":
+        return _with_manifest(data, rng, _mutate_long_strings)
     if kind == "nest":
         header, body = _split(data)
         meta = header.setdefault("__metadata__", {})
@@ -335,7 +425,9 @@ def exercise(trace, path: Path, with_app: bool) -> None:
     with contextlib.suppress(TraceFileError):
         trace.attention_maps()
     for fmt in report.FORMATS:
-        report.render(trace, fmt).encode("utf-8")
+        text = report.render(trace, fmt)
+        text.encode("utf-8")
+        assert "\x1b" not in text and "\x9b" not in text, f"raw ESC in the {fmt} report"
     with contextlib.suppress(TraceFileError):
         read_graph_data(path)
     if with_app:

@@ -5,7 +5,7 @@ apart by running the model again with other input sizes — the batch ``B`` and 
 ``T`` changed to sizes no config size matches — and seeing which axes moved with them:
 ``T`` moves with T, ``B·T`` with both, ``T+1`` by T's step, the head width not at all.
 The pass runs on the ``meta`` device (parameters swapped for shape-only tensors with
-``torch.func.functional_call``: no arithmetic, no memory), under a shapes-only tracer, and
+swapped in place and put back: no arithmetic, no memory), under a shapes-only tracer, and
 its steps are aligned with the real trace's step by step (same module, same op; where a
 model's steps differ, as a mixture of experts' do, :class:`difflib.SequenceMatcher` pairs
 what matches). A model the meta device cannot run (``.item()``, ``nonzero``...) runs once
@@ -176,7 +176,8 @@ def _traced(model, run, b2: int, t2: int, how: str, train: bool, ops: bool) -> O
 
     token = _IN_PASS.set(True)
     try:
-        with torch.no_grad(), Tracer(model, "shapes", train=train, ops=ops) as tracer:
+        tracer = Tracer(model, "shapes", train=train, ops=ops)
+        with _user_hooks_off(model), torch.no_grad(), tracer:
             run()
     finally:
         _IN_PASS.reset(token)
@@ -186,23 +187,51 @@ def _traced(model, run, b2: int, t2: int, how: str, train: bool, ops: bool) -> O
 
 
 def _on_meta(model, args, kwargs, sizes, train, ops) -> tuple[Other | None, str | None]:
-    from torch.func import functional_call
-
     b, t, b2, t2 = sizes
-    state = {
-        name: torch.empty_like(p, device="meta")
-        for name, p in [*model.named_parameters(), *model.named_buffers()]
-    }
     margs = _resize(args, b, t, b2, t2, meta=True)
     mkwargs = _resize(kwargs, b, t, b2, t2, meta=True)
     saved = _snapshot(model)
     try:
-        run = lambda: functional_call(model, state, tuple(margs), mkwargs)  # noqa: E731
-        return _traced(model, run, b2, t2, "meta", train, ops), None
+        with _on_meta_device(model):
+            other = _traced(model, lambda: model(*margs, **mkwargs), b2, t2, "meta", train, ops)
+        return other, None
     except Exception as e:
         return None, _reason(e)
     finally:
         _restore(saved)
+
+
+@contextlib.contextmanager
+def _on_meta_device(model):
+    """Every parameter and buffer swapped for a shape-only twin on the ``meta`` device, in
+    place, and put back after. Tied weights stay tied (one twin per tensor), and a module
+    registered under two names (a ``ModuleDict`` that aliases a ``Sequential``) is swapped
+    once. (``torch.func.functional_call`` left such a model with meta weights after the
+    pass: ``Experts`` in tests/tracing/test_nonfinite_origin.py.)"""
+    twins: dict[int, torch.Tensor] = {}
+    swapped = []
+    seen: set[int] = set()
+    for module in model.modules():
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        for table in (module._parameters, module._buffers):
+            for name, value in table.items():
+                if value is None:
+                    continue
+                twin = twins.get(id(value))
+                if twin is None:
+                    twin = torch.empty_like(value, device="meta")
+                    if isinstance(value, torch.nn.Parameter):
+                        twin = torch.nn.Parameter(twin, requires_grad=value.requires_grad)
+                    twins[id(value)] = twin
+                swapped.append((table, name, value))
+                table[name] = twin
+    try:
+        yield
+    finally:
+        for table, name, value in swapped:
+            table[name] = value
 
 
 def _on_device(model, args, kwargs, sizes, ops) -> tuple[Other | None, str | None]:
@@ -216,6 +245,30 @@ def _on_device(model, args, kwargs, sizes, ops) -> tuple[Other | None, str | Non
         return None, _reason(e)
     finally:
         _restore(saved)
+
+
+_HOOK_DICTS = (
+    "_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
+    "_forward_pre_hooks", "_forward_pre_hooks_with_kwargs",
+)  # fmt: skip
+
+
+@contextlib.contextmanager
+def _user_hooks_off(model):
+    """The user's forward hooks do not see the second pass: it is ours, at sizes they
+    never asked for (a hook that logs or counts calls would see a phantom call)."""
+    saved = []
+    for module in model.modules():
+        for name in _HOOK_DICTS:
+            hooks = module.__dict__.get(name)
+            if hooks:
+                saved.append((module, name, hooks))
+                module.__dict__[name] = type(hooks)()
+    try:
+        yield
+    finally:
+        for module, name, hooks in saved:
+            module.__dict__[name] = hooks
 
 
 def _reason(e: BaseException) -> str:

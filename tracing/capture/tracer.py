@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import os
 import threading
@@ -35,6 +36,7 @@ from tracing.capture.source import caller_location, location_from_traceback
 from tracing.capture.structure import IDLE_CALLS, global_hooks, structure_of, wrap_forward
 from tracing.capture.value_sinks import StreamedValues, ValueArena
 from tracing.errors import TraceError, TraceFileError
+from tracing.file import journal as journal_mod
 from tracing.file.writer import TraceWriter
 from tracing.record import (
     Failure,
@@ -288,6 +290,9 @@ class Tracer:
         self._values: dict[str, torch.Tensor] = {}
         self._stats = StatsCollector()  # on an accelerator: read back once, in _finish
         self._sink = ValueArena() if self.out is None else StreamedValues(TraceWriter(self.out))
+        self._journal_at = (
+            None if self.out is None else time.perf_counter() + journal_mod.JOURNAL_SECONDS
+        )
         self._ids: dict[int, tuple] = {}  # id(tensor) -> (weakref, version, record id)
         structure = self._structure = structure_of(self.model)
         self._named = [("", self.model), *structure.modules]
@@ -354,6 +359,8 @@ class Tracer:
             self._mark_attention(step.outputs[1], tensors[1])
         if self._breaker is not None:
             self._check_outputs(index, tensors)
+        if self._journal_at is not None and time.perf_counter() >= self._journal_at:
+            self._checkpoint()
 
     def _record_external_op(self, name, run, ins, in_names, outs, out_names, settled=True):
         """Run ``run()`` and record it as op ``name``: a call the function mode cannot see
@@ -728,15 +735,18 @@ class Tracer:
             return names
         return tuple([rids.get(r) or d for r, d in zip(step.inputs, names)])
 
-    def _finish(self, error: str | None) -> Trace:
+    def _config(self) -> Any:
+        """The model's config (``model.config``; DDP / DataParallel wrap the model)."""
+        config = getattr(self.model, "config", None)
+        if config is None:
+            config = getattr(getattr(self.model, "module", None), "config", None)
+        return config
+
+    def _meta(self) -> tuple[dict[str, Any], dict[str, int]]:
+        """The trace's ``meta`` as it stands, and the axis sizes."""
         model = self.model
-        config = getattr(model, "config", None)
-        if config is None:  # DistributedDataParallel / DataParallel wrap the model
-            config = getattr(getattr(model, "module", None), "config", None)
+        config = self._config()
         sizes = dims_mod.resolve_sizes(self.dims, config, self._first_input_shape, model)
-        steps = self._steps
-        for index in self._param_steps:
-            steps[index].input_names = self._input_names(steps[index])
         meta = {
             "model_class": f"{type(model).__module__}.{type(model).__qualname__}",
             "config": self._structure.config_dict(config),
@@ -759,6 +769,14 @@ class Tracer:
         if self._notes:
             meta["notes"] = list(self._notes)
         meta.update(self.extra_meta)
+        return meta, sizes
+
+    def _finish(self, error: str | None) -> Trace:
+        model = self.model
+        steps = self._steps
+        for index in self._param_steps:
+            steps[index].input_names = self._input_names(steps[index])
+        meta, sizes = self._meta()
         self._stats.finish()  # statistics still on a device: read back at once, here
         self._sink.finish()  # copies from a device: waited for once, here
         records = [step.seal(index) for index, step in enumerate(steps)]
@@ -767,7 +785,7 @@ class Tracer:
         trace = Trace(
             steps=records,
             modules=self._structure.module_infos(model),
-            tensors=name_axes(self._dims_subject(config, error), records, tensors, sizes, meta),
+            tensors=name_axes(self._dims_subject(error), records, tensors, sizes, meta),
             meta=meta,
             values=self._values,
             error=error,
@@ -778,12 +796,62 @@ class Tracer:
             self._close_file(trace)
         return trace
 
-    def _dims_subject(self, config, error: str | None) -> Subject:
-        """What tracing.capture.dim_names needs to prove each axis name (a second pass included:
-        not after a forward that raised or was interrupted)."""
+    def _dims_subject(self, error: str | None) -> Subject:
+        """What tracing.capture.dim_names needs to prove each axis name (a second pass
+        included: not after a forward that raised or was interrupted)."""
         call, self._root_call = self._root_call, None
-        return Subject(self.model, config, None if error else call, dict(self._param_rids),
+        return Subject(self.model, self._config(), None if error else call, dict(self._param_rids),
                        self.dims, self.train, self.ops, self._ranks is not None)  # fmt: skip
+
+    # ---- the journal of a streamed file (tracing.file.journal)
+
+    def _checkpoint(self) -> None:
+        """Journal the steps recorded so far (between two module calls: every op step
+        is complete; the calls still open end at the last step). The next one waits
+        ``JOURNAL_SECONDS`` and at least ``JOURNAL_COST_RATIO`` times what this one
+        took, so checkpoints cost a bounded share of the capture."""
+        t0 = time.perf_counter()
+        try:
+            self._stats.finish()  # small tensors' stats, rows from a device
+            self._sink.finish()  # copies from a device: written first
+            last = len(self._steps) - 1
+            open_calls = {frame.index for frame in self._stack}
+            steps = []
+            for index, draft in enumerate(self._steps):
+                step = draft.freeze(index, self._input_names(draft))
+                if index in open_calls:
+                    step = dataclasses.replace(step, end=last)
+                steps.append(step)
+            meta, sizes = self._meta()
+            namer = dims_mod.namer_for(sizes)
+            tensors = []
+            for rid, draft in enumerate(self._tensors):
+                shape = tuple(draft.shape)
+                producer = draft.producer
+                context = (
+                    self._param_rids.get(rid, "") if producer is None else steps[producer].module
+                )
+                tensors.append(draft.freeze(rid, namer(shape, context), shape))
+            trace = Trace(
+                steps=steps,
+                modules=self._structure.module_infos(self.model),
+                tensors=refine_dims(steps, tensors, sizes),
+                meta=meta,
+                values={},
+                error=(
+                    f"the capture did not finish: this is its last checkpoint ({len(steps)} "
+                    f"steps, {meta['capture_seconds']:.1f} s in)"
+                ),
+            )
+            self._sink.writer.checkpoint(trace)
+        except TraceFileError:
+            raise
+        except Exception:  # pragma: no cover - a journal is a help, never a failure
+            pass
+        now = time.perf_counter()
+        self._journal_at = now + max(
+            journal_mod.JOURNAL_SECONDS, journal_mod.JOURNAL_COST_RATIO * (now - t0)
+        )
 
     def _close_file(self, trace: Trace) -> None:
         """A streamed trace's header, then the file takes its name and ``trace.values``

@@ -13,6 +13,7 @@ from tracing.file.container import (
     Container,
     ContainerError,
 )
+from tracing.file.journal import leftovers_for, open_leftover
 from tracing.file.layout import (
     FORMAT_NAME,
     GRAPH_TENSOR,
@@ -48,9 +49,9 @@ def load(path: str | os.PathLike) -> Trace:
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        container = Container(path)
+        container = _open(path)
     except ContainerError as e:
-        raise TraceFileError(f"{path}: {e}") from None
+        raise TraceFileError(f"{path}: {e}{_leftover_hint(path)}") from None
     except (OSError, ValueError, MemoryError) as e:  # a path the OS cannot take, no memory
         raise TraceFileError(f"{path}: cannot read: {_reason(e)}") from None
     finally:
@@ -83,6 +84,31 @@ def load(path: str | os.PathLike) -> Trace:
     value_keys = [k for k in container.entries if not k.startswith(RESERVED_PREFIX)]
     trace.values = LazyValues(path, container, value_keys)
     return trace
+
+
+def _open(path: Path) -> Container:
+    """The container of ``path``: an ordinary trace file, or the leftover of a streamed
+    capture that was killed (read through its journal, :mod:`tracing.file.journal`)."""
+    try:
+        return Container(path)
+    except ContainerError:
+        leftover = open_leftover(path)
+        if leftover is None:
+            raise
+        return leftover
+
+
+def _leftover_hint(path: Path) -> str:
+    """For a missing file: the leftovers a killed capture to it left, if any."""
+    if os.path.lexists(path):
+        return ""
+    found = leftovers_for(path)
+    if not found:
+        return ""
+    return (
+        f" (a capture to it stopped before it ended and left {found[-1].name}: open that, "
+        "or `scratchformer recover` it)"
+    )
 
 
 def _short(v: Any) -> str:

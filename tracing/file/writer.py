@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import struct
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,12 @@ import torch
 
 from tracing.errors import TraceFileError
 from tracing.file.crc32 import crc32
-from tracing.file.layout import RESERVED_PREFIX, TORCH_DTYPES
+from tracing.file.journal import journal_of, streaming_name, write_journal
+from tracing.file.layout import FORMAT_NAME, RESERVED_PREFIX, TORCH_DTYPES
+from tracing.file.manifest import encode_manifest, json_default
 from tracing.file.saving import dtype_name, header_metadata, partial_name, with_checksums
 from tracing.record import (
+    SCHEMA_VERSION,
     Trace,
 )
 
@@ -64,14 +68,23 @@ class TraceWriter:
     header (``checksums``, as :func:`write_safetensors` does), so a streamed file is
     checked on read like a saved one.
 
-    The file is written under a temporary name and renamed into place by ``close``: a
-    capture that is interrupted (or ``abort``-ed) never leaves a complete-looking file.
-    If the header outgrows its reserve, ``close`` rewrites the file once, with room.
+    The file is written under a temporary, visible name (``NAME.PID-TID.partial``) and
+    renamed into place by ``close``: a capture that is interrupted (or ``abort``-ed)
+    never leaves a complete-looking file. If the header outgrows its reserve, ``close``
+    rewrites the file once, with room.
+
+    ``checkpoint(trace)`` keeps a journal beside it (``NAME.PID-TID.journal``, see
+    :mod:`tracing.file.journal`): the entries written so far and the manifest of
+    ``trace``, so that a process killed outright leaves a file ``tracing.load`` opens as
+    a partial trace up to the last checkpoint. ``close`` and ``abort`` remove it.
     """
 
     def __init__(self, path: str | os.PathLike, reserve: int = HEADER_RESERVE):
         self.path = Path(path)
-        self._tmp = partial_name(self.path)
+        partial_name(self.path)  # (checks the folder and what the path is now)
+        self._tmp = streaming_name(self.path, os.getpid(), threading.get_ident())
+        self._journal = journal_of(self._tmp)
+        self.checkpoints = 0
         self._reserve = reserve + (-reserve % 8)
         self._entries: dict[str, tuple[str, list[int], int, int]] = {}  # offsets from data
         self._offset = 0  # bytes of data written so far
@@ -154,8 +167,8 @@ class TraceWriter:
             self._file.write(head)
             self._file.close()
             os.replace(self._tmp, self.path)
+            self._journal.unlink(missing_ok=True)
         except OSError as e:  # a full disk, a size limit: keep what is complete, say why
-            self._sums.pop(name, None)
             with contextlib.suppress(OSError):
                 self._file.truncate(self._reserve + self._offset)
             raise TraceFileError(
@@ -214,10 +227,32 @@ class TraceWriter:
             raise
         finally:
             self._tmp.unlink(missing_ok=True)
+            self._journal.unlink(missing_ok=True)
         return self.path
+
+    def checkpoint(self, trace: Trace) -> None:
+        """Journal the entries written so far with the manifest of ``trace`` (the steps
+        recorded up to now; its values must all be written already): the data is flushed
+        first, then the journal replaced by an atomic rename. A failure to write it (a
+        full disk) is left for the next value's write to name."""
+        text = json.dumps(
+            encode_manifest(trace), separators=(",", ":"), ensure_ascii=False,
+            default=json_default,
+        )  # fmt: skip
+        metadata = {"format": FORMAT_NAME, "schema": str(SCHEMA_VERSION), "manifest": text}
+        entries = {name: list(spec) for name, spec in self._entries.items()}
+        try:
+            self._file.flush()
+            write_journal(
+                self._journal, self._reserve, entries, with_checksums(metadata, self._sums)
+            )
+        except OSError:
+            return
+        self.checkpoints += 1
 
     def abort(self) -> None:
         """Stop writing and remove the partial file."""
         with contextlib.suppress(OSError):
             self._file.close()
         self._tmp.unlink(missing_ok=True)
+        self._journal.unlink(missing_ok=True)

@@ -244,3 +244,30 @@ def test_expressions_and_pass_sizes():
     b2, t2 = other_sizes(3, 11, {96, 6, 2, 16, 200, 101}, 64)
     assert b2 not in {3, 11, 96, 6, 2, 16, 200, 101} and t2 not in {3, 11, 96, 6, 2, 16, 200, 101}
     assert t2 <= 64
+
+
+def test_the_second_pass_is_invisible_to_the_user_and_leaves_the_model_as_it_was():
+    """The user's forward hooks see one call per forward, and a module registered under two
+    names (a ModuleDict aliasing a Sequential) keeps its own weights after the pass."""
+    from torch import nn
+
+    class Aliased(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = nn.Sequential(nn.Linear(4, 6))
+            self.outer = nn.ModuleDict({"gate": self.inner})
+
+        def forward(self, x):
+            return self.outer["gate"](x).softmax(-1)
+
+    model = Aliased()
+    weight = model.inner[0].weight
+    calls = []
+    model.inner.register_forward_hook(lambda m, a, out: calls.append(tuple(out.shape)))
+    x = torch.randn(3, 5, 4)
+    trace = tracing.trace(model, x, capture="shapes")
+    assert trace.meta["dims_evidence"]["pass"] == "meta"  # the pass ran, on the meta device
+    assert calls == [(3, 5, 6)]  # once, at the user's sizes
+    assert model.inner[0].weight is weight and weight.device.type == "cpu"
+    assert model.outer["gate"][0].weight is weight
+    torch.testing.assert_close(model(x), torch.softmax(x @ weight.T + model.inner[0].bias, -1))

@@ -113,11 +113,15 @@ def _run(argv: list[str], **kw) -> subprocess.Popen:
 
 
 def _wait_for_steps(out: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
-    """Until the streamed file (a hidden partial beside ``out``) has grown a little."""
+    """Until the streamed file (``NAME.PID-TID.partial`` beside ``out``) has grown a little."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()
-        grown = [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.")]
+        grown = [
+            p
+            for p in out.parent.iterdir()
+            if p.name.startswith(f"{out.name}.") and p.name.endswith(".partial")
+        ]
         if grown and grown[0].stat().st_size > 200_000:
             return
         time.sleep(0.1)
