@@ -8,6 +8,12 @@ Each round runs the plain forward and every capture level once, in turn, so that
 other processes hits all of them alike; the figure is the median over rounds of the traced
 time divided by that round's plain time. Everything runs under ``torch.no_grad()`` on the
 CPU, in eval mode, as ``tracing.trace`` does.
+
+Figures measured before, quoted from the code they explain (rerun to check them):
+``tracing/stats.py``: on a tensor of a few thousand elements, ``aminmax``, a sum, a dot
+product and their reads cost ~14 us (50 us masked), a ``clone`` ~1.5 us, torch's
+``segment_reduce`` and row-wise ``aminmax`` ~15x the NumPy segment reductions;
+``tracing/record.py`` (``built``): a frozen dataclass's ``__init__`` costs ~2.5x.
 """
 
 from __future__ import annotations

@@ -17,6 +17,15 @@ Prints medians and ratios, and the CRC-32's speed (``tracing.crc32``: libdeflate
 installed, against zlib): the least a verified read can take on two cores is about the
 plain read plus half the CRC-32's time, which bounds the ratio ``scratchformer bench``
 can reach while every value is checked. It never fails.
+
+Figures measured here before, quoted from the code they explain (2-core EPYC, the 471 MB
+gpt2-small ``values`` trace, every tensor read once; rerun to check them):
+
+- ``tracing/file/container.py``: ~56 ms without checksums, ~75 ms with; the CRC-32 is
+  ~34 ms of CPU at libdeflate's 14 GB/s, split over the two cores; reading ahead the next
+  entry on the helper thread measured no better (both cores are busy already);
+- ``tracing/file/crc32.py``: ``zlib.crc32`` ~4 GB/s per core, libdeflate ~14 GB/s; a
+  ``combiner`` append ~0.2 us instead of ~4 for ``combine``, its tables ~0.3 ms.
 """
 
 from __future__ import annotations

@@ -7,6 +7,12 @@ Synthetic traces (no model): a root module and one op step per kept tensor of 4 
 file grows with ``--sizes`` while the manifest stays small; then one trace with
 ``--steps`` tiny steps, where the manifest itself is large. Opening must stay well under
 0.5 s in every case, because ``tracing.load`` reads the header only.
+
+Figures measured before, quoted from the code they explain (rerun to check them):
+``tracing/file/layout.py`` (``VALUE_CACHE_BYTES``): with a 256 MB cache a full load of a
+471 MB trace took 104 ms, 89 ms with 4 MB (the memory let go reused while in the CPU's
+cache, ~20%); ``tracing/file/lazy_values.py``: values on freshly mapped pages cost ~40% of
+a full load before the spare-memory reuse.
 """
 
 from __future__ import annotations

@@ -171,7 +171,7 @@ class Failure:
 def built(cls: type, fields: dict[str, Any]) -> Any:
     """``cls(**fields)`` for a frozen record class, given every one of its fields, without
     its ``__init__``: a frozen dataclass sets each field through ``object.__setattr__``,
-    2.5x the cost of this, and a trace makes hundreds of records. The result equals,
+    which costs more than this, and a trace makes hundreds of records. The result equals,
     hashes and prints as the constructor's would (``tests/test_capture.py`` holds it)."""
     record = object.__new__(cls)
     record.__dict__.update(fields)

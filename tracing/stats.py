@@ -14,10 +14,10 @@ Two ways to compute them, chosen by the tensor's device:
   through full-size masks and copies.
 - **Small CPU tensors, in one batch at the end** (:class:`StatsCollector`). On a tensor
   of a few thousand elements each reduction costs far more in its call than in its work
-  (about 14 us for ``aminmax``, a sum, a dot product and their reads; 50 us when masked),
-  so such a tensor is only copied when seen (one ``clone``, about 1.5 us; the kept value
-  itself when one is kept) and the statistics of all of them are computed together when
-  the trace finishes: one buffer per dtype and a few segment reductions over it.
+  (``benchmarks/bench_capture.py`` has the figures), so such a tensor is only copied when
+  seen (one ``clone``; the kept value itself when one is kept) and the statistics of all
+  of them are computed together when the trace finishes: one buffer per dtype and a few
+  segment reductions over it.
 - **On an accelerator, later** (:class:`StatsCollector` with ``deferred``). Reading a
   number back from a GPU stalls it until all queued work is done: doing that per tensor
   would serialise the whole forward. So every statistic stays on the device as one small
@@ -365,7 +365,7 @@ def batch_stats(tensors: list[torch.Tensor]) -> list[TensorStats]:
     and the sum of squares in float64 (a float64 sum of squares keeps ~8 more digits than
     the float32 data needs; a segment whose mean is over 10^4 times its spread is summed
     again, centred). torch has no cheap segment reduction on the CPU (``segment_reduce``
-    and row-wise ``aminmax`` cost ~15x these). Segments whose minimum or maximum is not
+    and row-wise ``aminmax`` cost many times these). Segments whose minimum or maximum is not
     finite go through :func:`_masked_segments`, together.
     """
     out: list[TensorStats | None] = [None] * len(tensors)

@@ -55,7 +55,7 @@ class StepDraft:
         return self  # type: ignore[return-value]
 
     def freeze(self, index: int, input_names: tuple[str, ...] | None = None) -> Step:
-        return built(  # Step(...), 2.5x faster
+        return built(  # Step(...), without the frozen __init__
             Step,
             {
                 "index": index, "kind": self.kind, "module": self.module, "op": self.op,
@@ -98,7 +98,7 @@ class TensorDraft:
         return self  # type: ignore[return-value]
 
     def freeze(self, rid: int, dims=None, shape: tuple[int, ...] | None = None) -> TensorRecord:
-        return built(  # TensorRecord(...), 2.5x faster
+        return built(  # TensorRecord(...), without the frozen __init__
             TensorRecord,
             {
                 "id": rid, "shape": tuple(self.shape) if shape is None else shape,

@@ -372,11 +372,8 @@ class _SharedRead:
     handed back while a thread still writes into it); the first error of either is
     raised.
 
-    What checking costs (2-core EPYC, 471 MB gpt2-small ``values`` trace, every tensor
-    read once): ~56 ms without checksums, ~75 ms with; the CRC-32 is ~34 ms of CPU at
-    libdeflate's 14 GB/s, split over the two cores. (Reading ahead the next entry on
-    the helper, so that it never waits, measured no better: both cores are busy
-    already.)"""
+    What checking costs, and why the helper does not read ahead: measured by
+    ``benchmarks/bench_checksum.py`` (its docstring has the figures)."""
 
     def __init__(self, fill_part: Any, view: memoryview, address: int, offset: int, checksum: bool):
         self._fill_part = fill_part

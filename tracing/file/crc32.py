@@ -2,12 +2,13 @@
 
 Trace files store every entry's CRC-32 (see :mod:`tracing.container`), computed while
 saving and checked on the first read of each value, so its speed is part of both.
-``zlib.crc32`` runs at ~4 GB/s per core here; libdeflate's ``libdeflate_crc32`` (the
-system library ``libdeflate0`` on Debian/Ubuntu, found at run time with ``ctypes``, no
-Python package needed) computes the same function with carry-less multiplication at
-~14 GB/s. Without libdeflate everything falls back to ``zlib.crc32``: the results are
-the same bit for bit, only slower. (ctypes releases the GIL during the call, as
-``zlib.crc32`` does for large buffers, so other threads run meanwhile.)
+libdeflate's ``libdeflate_crc32`` (the system library ``libdeflate0`` on Debian/Ubuntu,
+found at run time with ``ctypes``, no Python package needed) computes the same function
+as ``zlib.crc32`` with carry-less multiplication, several times faster
+(``benchmarks/bench_checksum.py`` prints both speeds). Without libdeflate everything
+falls back to ``zlib.crc32``: the results are the same bit for bit, only slower.
+(ctypes releases the GIL during the call, as ``zlib.crc32`` does for large buffers, so
+other threads run meanwhile.)
 
 :func:`combine` joins the CRC-32 of two pieces into the CRC-32 of both (zlib's
 ``crc32_combine``), so one buffer can be checksummed in pieces on several threads.
@@ -138,9 +139,9 @@ def combine(crc1: int, crc2: int, len2: int) -> int:
 
 @functools.lru_cache(maxsize=16)
 def combiner(len2: int) -> Callable[[int, int], int]:
-    """``combine`` for one fixed ``len2``, by table: ``append(crc1, crc2)`` takes ~0.2 us
-    instead of ~4 (building the tables takes ~0.3 ms: for a length that comes back often,
-    as the pieces of large entries do)."""
+    """``combine`` for one fixed ``len2``, by table: ``append(crc1, crc2)`` is then a few
+    table lookups instead of a matrix power (building the tables costs more than one
+    ``combine``: for a length that comes back often, as the pieces of large entries do)."""
     shift = _shift(len2)
     basis = [_multiply(shift, 1 << bit) for bit in range(32)]
     tables = []

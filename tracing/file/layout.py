@@ -86,8 +86,8 @@ besides those still held by the caller (see ``LazyValues``)."""
 VALUE_CACHE_BYTES = 4 * 2**20
 """...and at most this many bytes of them (the last one read is always kept). Small on
 purpose: a value in use stays reachable anyway, and reading every value of a trace once
-runs ~20% faster when the memory of the values let go is reused while it is still in the
-CPU's cache (with 256 MB here, a full load of a 471 MB trace took 104 ms instead of 89)."""
+runs faster when the memory of the values let go is reused while it is still in the
+CPU's cache (``benchmarks/bench_trace_file.py`` has the figures)."""
 
 MAX_MANIFEST_BYTES = 64 * 2**20
 """Largest manifest ``load`` decodes; decoding costs ~40x its size in memory, and a trace

@@ -114,7 +114,8 @@ class _SpareMemory:
     Reading every value of a trace once (a full load, an export) would otherwise put each
     one on freshly mapped pages, which the kernel must zero first: the cache holds up to
     ``VALUE_CACHE_SIZE`` values, so the allocator rarely has a freed block of the right
-    size, and gives large blocks back to the system. (That cost ~40% of a full load.)
+    size, and gives large blocks back to the system (what that costs:
+    ``benchmarks/bench_trace_file.py``).
 
     A value's memory is reused only when nothing outside this mapping refers to it any
     more: no tensor or view (the storage's use count, which counts every tensor and
