@@ -8,11 +8,40 @@ Shared traces are read-only by convention: a test that changes one makes its own
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 import torch
 
 import scratchformer
 import tracing
+
+TINY = dict(vocab_size=50, block_size=16, d_model=32, n_heads=4, n_layers=2, d_ff=64)
+"""Our model at its smallest useful size, every size distinct so every axis has one name:
+C=32, H=4, D=8, V=50, F=64 (and the inputs' B and T chosen apart from them)."""
+
+
+def tiny_config(**overrides) -> scratchformer.ModelConfig:
+    """:data:`TINY` as a ``ModelConfig``, with ``overrides``."""
+    return scratchformer.ModelConfig(**{**TINY, **overrides})
+
+
+def tiny_model(seed: int | None = 0, **overrides) -> torch.nn.Module:
+    """Our model at :func:`tiny_config` sizes with random weights (``seed``), in eval mode."""
+    if seed is not None:
+        torch.manual_seed(seed)
+    return scratchformer.DecoderOnlyTransformer(tiny_config(**overrides)).eval()
+
+
+def tensors_in(obj) -> list[torch.Tensor]:
+    """Every tensor in a (nested) output: tuples, lists, dicts, Hugging Face ModelOutput."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, Mapping):
+        return [t for v in obj.values() for t in tensors_in(v)]
+    if isinstance(obj, (tuple, list)):
+        return [t for v in obj for t in tensors_in(v)]
+    return []
 
 
 def demo_ids(prompt: str = scratchformer.DEMO_PROMPT) -> torch.Tensor:

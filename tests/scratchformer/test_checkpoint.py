@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from helpers.tiny_models import tiny_config
 from safetensors.torch import save_file
 
 from scratchformer import (
@@ -19,8 +20,9 @@ from scratchformer import (
 
 
 def tiny(**overrides) -> ModelConfig:
-    base = dict(vocab_size=40, block_size=12, d_model=16, n_heads=2, n_layers=2, d_ff=32)
-    return ModelConfig(**{**base, **overrides})
+    """The shared tiny config, smaller still (a checkpoint's size does not matter here)."""
+    return tiny_config(**{"vocab_size": 40, "block_size": 12, "d_model": 16, "n_heads": 2,
+                          "d_ff": 32, **overrides})  # fmt: skip
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from helpers.tiny_models import tiny_config
 
 from scratchformer import (
     ByteTokenizer,
@@ -19,8 +20,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny(**overrides) -> ModelConfig:
-    base = dict(vocab_size=50, block_size=16, d_model=24, n_heads=3, n_layers=2, d_ff=48)
-    return ModelConfig(**{**base, **overrides})
+    """The shared tiny config at other widths (C=24, H=3, F=48)."""
+    return tiny_config(**{"d_model": 24, "n_heads": 3, "d_ff": 48, **overrides})
 
 
 # --- config

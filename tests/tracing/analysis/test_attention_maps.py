@@ -6,17 +6,15 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers.tiny_models import tiny_gpt2
+from helpers.tiny_models import tiny_gpt2, tiny_model
 from torch import nn
 
 import tracing
 
 
 def test_our_model_maps_equal_the_weights_the_module_returns():
-    from scratchformer import DecoderOnlyTransformer, ModelConfig
 
-    config = ModelConfig(vocab_size=40, block_size=16, d_model=32, n_heads=4, n_layers=2, d_ff=64)
-    model = DecoderOnlyTransformer(config).eval()
+    model = tiny_model(seed=None)
     tokens = torch.randint(0, 40, (2, 9))
     returned = {}
 

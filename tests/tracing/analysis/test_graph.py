@@ -5,6 +5,7 @@ from __future__ import annotations
 import networkx as nx
 import pytest
 import torch
+from helpers.tiny_models import tiny_model
 
 import tracing
 from tracing.analysis.graph import collapse, to_graphml
@@ -12,11 +13,9 @@ from tracing.analysis.graph import collapse, to_graphml
 
 @pytest.fixture(scope="module")
 def trace():
-    from scratchformer import DecoderOnlyTransformer, ModelConfig
 
     torch.manual_seed(0)
-    config = ModelConfig(vocab_size=40, block_size=16, d_model=32, n_heads=4, n_layers=2, d_ff=64)
-    model = DecoderOnlyTransformer(config).eval()
+    model = tiny_model(seed=None)
     return tracing.trace(model, torch.randint(0, 40, (1, 6)), capture="shapes")
 
 

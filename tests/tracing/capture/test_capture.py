@@ -9,6 +9,7 @@ import weakref
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers.tiny_models import tiny_config
 from torch import nn
 
 import tracing
@@ -17,13 +18,10 @@ from tracing.capture.tracer import Tracer
 
 
 def tiny_model():
-    from scratchformer import DecoderOnlyTransformer, ModelConfig
+    from scratchformer import DecoderOnlyTransformer
 
     # sizes chosen distinct so every axis has one name: B=2 T=7 C=32 H=4 D=8 V=50 F=64
-    config = ModelConfig(
-        vocab_size=50, block_size=16, d_model=32, n_heads=4, n_layers=2, d_ff=64, dropout=0.1
-    )
-    return DecoderOnlyTransformer(config)
+    return DecoderOnlyTransformer(tiny_config(dropout=0.1))
 
 
 @pytest.fixture

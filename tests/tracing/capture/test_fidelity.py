@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 import torch
 import torchinfo
-from helpers.tiny_models import tiny_gpt2
+from helpers.tiny_models import tensors_in, tiny_gpt2
 from torch import nn
 
 import tracing
@@ -142,17 +142,6 @@ MODELS: dict[str, Callable] = {
 # --------------------------------------------------------------------------- helpers
 
 
-def _tensors(obj) -> list[torch.Tensor]:
-    """Every tensor in a (nested) output: tuples, lists, dicts, HF ModelOutput."""
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if isinstance(obj, dict):
-        return [t for v in obj.values() for t in _tensors(v)]
-    if isinstance(obj, (tuple, list)):
-        return [t for v in obj for t in _tensors(v)]
-    return []
-
-
 def _clone_inputs(args, kwargs):
     clone = lambda v: v.clone() if isinstance(v, torch.Tensor) else v  # noqa: E731
     return tuple(clone(a) for a in args), {k: clone(v) for k, v in kwargs.items()}
@@ -184,7 +173,7 @@ def test_traced_output_is_bit_identical(name, capture):
     a, k = _clone_inputs(args, kwargs)
     with torch.no_grad(), Tracer(model, capture=capture) as tracer:
         got = model(*a, **k)
-    got, expected = _tensors(got), _tensors(expected)
+    got, expected = tensors_in(got), tensors_in(expected)
     assert got and len(got) == len(expected)
     assert all(torch.equal(g, e) for g, e in zip(got, expected))
     assert len(tracer.trace.steps) > len(tracer.trace.module_steps(""))

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from helpers.tiny_models import tiny_model
 from safetensors import safe_open
 from safetensors.torch import load_file
 from torch import nn
@@ -22,10 +23,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _model():
-    from scratchformer import DecoderOnlyTransformer, ModelConfig
 
-    config = ModelConfig(vocab_size=50, block_size=16, d_model=32, n_heads=4, n_layers=2, d_ff=64)
-    return DecoderOnlyTransformer(config).eval()
+    return tiny_model(seed=None)
 
 
 def _same(a, b) -> None:

@@ -13,14 +13,13 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib.util
-from collections.abc import Mapping
 
 import pytest
 import torch
 import torch.nn.functional as F
 from helpers.nonfinite_models import NaiveLogSoftmax, SqrtAtZero
 from helpers.own_models import TUTORIAL_FIXED
-from helpers.tiny_models import tiny_gpt2
+from helpers.tiny_models import tensors_in, tiny_gpt2
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
@@ -117,16 +116,6 @@ MODELS = {
 # --------------------------------------------------------------------------- reference
 
 
-def _tensors(obj) -> list[torch.Tensor]:
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if isinstance(obj, (tuple, list)):
-        return [t for o in obj for t in _tensors(o)]
-    if isinstance(obj, Mapping):
-        return [t for o in obj.values() for t in _tensors(o)]
-    return []
-
-
 def _call(model, inputs):
     if isinstance(inputs, tuple):
         return model(*inputs)
@@ -149,7 +138,7 @@ def plain_step(model, inputs, loss_fn, targets, optimizer=None):
     for path, module in model.named_modules():
 
         def hook(mod, args, out, path=path):
-            ts = _tensors(out)
+            ts = tensors_in(out)
             if in_forward[0] and ts and ts[0].requires_grad:
                 ts[0].retain_grad()
                 outputs.append((path, ts[0]))
