@@ -5,4 +5,4 @@ Each module defines ``register(subparsers)`` which adds its parser and sets
 that ``scratchformer --help`` does not pay for torch or Qt.
 """
 
-COMMANDS = ("app", "trace", "report", "diff", "patch", "train", "generate", "bench")
+COMMANDS = ("app", "trace", "report", "diff", "find", "patch", "train", "generate", "bench")

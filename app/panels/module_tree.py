@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import (
+    QEvent,
     QModelIndex,
     QPersistentModelIndex,
     QSortFilterProxyModel,
@@ -238,6 +239,9 @@ class ModuleTree(QWidget):
         self.filter_edit.setPlaceholderText("Filter modules (name or type)…")
         self.filter_edit.setClearButtonEnabled(True)
         self.filter_edit.textChanged.connect(self.set_filter)
+        # Enter goes to the first module the filter matches, Down / Up to the next / previous
+        self.filter_edit.returnPressed.connect(lambda: self.activate_match(0))
+        self.filter_edit.installEventFilter(self)
         self.view = QTreeView(self)
         self.view.setObjectName("moduleTree")
         self.view.setModel(self.proxy)
@@ -303,6 +307,42 @@ class ModuleTree(QWidget):
 
         walk(QModelIndex())
         return out
+
+    def matching_paths(self) -> list[str]:
+        """The rows the filter text itself matches (not the ancestors kept around them)."""
+        needle = self.proxy._needle
+        if not needle:
+            return []
+        info = self.model._info
+        return [
+            p
+            for p in self.visible_paths()
+            if needle in p.lower() or (p in info and needle in info[p].type.lower())
+        ]
+
+    def activate_match(self, delta: int) -> None:
+        """Go to a module the filter matches: the first (``delta`` 0), or the one after
+        (+1) or before (-1) the selected row; the window jumps to its first call."""
+        matches = self.matching_paths()
+        if not matches:
+            return
+        current = self.selected_path()
+        if delta == 0 or current not in matches:
+            path = matches[0] if delta >= 0 else matches[-1]
+        else:
+            path = matches[(matches.index(current) + delta) % len(matches)]
+        self.select_module(path)
+        self.moduleActivated.emit(path)
+
+    def eventFilter(self, watched, event) -> bool:  # Qt's name, or Qt never calls it
+        if watched is self.filter_edit and event.type() == QEvent.Type.KeyPress:
+            if event.key() == Qt.Key.Key_Down:
+                self.activate_match(+1)
+                return True
+            if event.key() == Qt.Key.Key_Up:
+                self.activate_match(-1)
+                return True
+        return super().eventFilter(watched, event)
 
     def selected_path(self) -> str | None:
         index = self.view.currentIndex()
