@@ -310,8 +310,8 @@ def run_sweep(
 __all__ = [
     "ACTIONS",
     "EditRequest",
-    "PatchFromPrompt",
     "OutputChange",
+    "PatchFromPrompt",
     "PredictionRow",
     "SweepRequest",
     "edit_for_head",

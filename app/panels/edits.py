@@ -122,10 +122,7 @@ def change_line(change: edit_session.OutputChange | None) -> str:
         return ""
     if change.identical:
         return "no change: the edited run's outputs are bit-identical to the original's"
-    return (
-        f"KL(before ‖ after) = {change.kl:.3g} nats · max |Δlogit| "
-        f"{change.max_logit_change:.3g}"
-    )
+    return f"KL(before ‖ after) = {change.kl:.3g} nats · max |Δlogit| {change.max_logit_change:.3g}"
 
 
 def prediction_card(
@@ -295,6 +292,7 @@ class EditsController(QObject):
             return None
 
     def add(self, edit: Edit) -> None:
+        self._edited_trace = self.window.trace  # the edits belong to this trace's run
         self.edits.append(edit)
         self.enabled.append(True)
         self.panel.set_edits(self.edits, self.enabled)
@@ -415,6 +413,10 @@ class EditsController(QObject):
         return self.sweep_dialog
 
     def _on_trace_changed(self) -> None:
+        if self.edits and self.window.trace is not getattr(self, "_edited_trace", None):
+            # another trace: the edits of the last one are not this one's; the dock goes
+            self.clear()
+            self.dock.hide()
         request = self.window.trace_request
         if self.window.trace is None:
             text = "No trace."

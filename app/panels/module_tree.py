@@ -31,11 +31,12 @@ from PySide6.QtWidgets import (
 from app import theme
 from app.diagram.layout import shape_label
 from app.widgets.common import make_scroll_area_opaque
+from tracing.analysis.compute import NOTE, compute_of, format_mult_adds
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracing import Trace
 
-COLUMNS = ("Module", "Type", "Output", "Params")
+COLUMNS = ("Module", "Type", "Output", "Params", "Mult-adds")
 PATH_ROLE = Qt.ItemDataRole.UserRole + 1  # the module's dotted path
 _Index = QModelIndex | QPersistentModelIndex
 
@@ -73,18 +74,22 @@ class ModuleTreeModel(QStandardItemModel):
         self._paths: list[str] = []
         self._unbuilt: dict[str, QStandardItem] = {}  # rows whose children wait to be built
         self._row_for = None
+        self._output: dict[str, str] = {}
+        self._compute: dict[str, tuple[int, int]] = {}
         self.setHorizontalHeaderLabels(list(COLUMNS))
 
     def set_trace(self, trace: Trace | None) -> None:
         self.clear()
         self.setHorizontalHeaderLabels(list(COLUMNS))
         self._items, self._info, self._paths, self._unbuilt = {}, {}, [], {}
+        self._output, self._compute = {}, {}
         if trace is not None:
             self._build(trace)
 
     def _build(self, trace: Trace) -> None:
         modules = trace.modules
         self._info = dict(modules)
+        compute = compute_of(trace)  # torchinfo's mult-adds and params, when traced live
         output: dict[str, str] = {}
         ran: set[str] = set()
         for step in trace.steps:
@@ -99,7 +104,7 @@ class ModuleTreeModel(QStandardItemModel):
         flags = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
         right = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
         foreground, tooltip = Qt.ItemDataRole.ForegroundRole, Qt.ItemDataRole.ToolTipRole
-        colours = (None, type_colour, shape_colour, type_colour)
+        colours = (None, type_colour, shape_colour, type_colour, type_colour)
 
         def row_for(path: str) -> list[QStandardItem]:
             info = modules[path]
@@ -107,6 +112,9 @@ class ModuleTreeModel(QStandardItemModel):
             if info.extra:
                 tip.append(info.extra)
             tip.append(f"{info.params_total:,} parameters")
+            macs = compute.get(path, (0, 0))[0]
+            if compute:
+                tip.append(f"{macs:,} mult-adds ({NOTE})")
             ran_here = path in ran
             if not ran_here:
                 tip.append("did not run in this forward pass")
@@ -116,6 +124,7 @@ class ModuleTreeModel(QStandardItemModel):
                 info.type,
                 output.get(path, ""),
                 format_count(info.params_total),
+                format_mult_adds(macs),
             )
             items = []
             for column, text in enumerate(texts):
@@ -128,9 +137,11 @@ class ModuleTreeModel(QStandardItemModel):
                     item.setData(colour, foreground)
                 items.append(item)
             items[3].setTextAlignment(right)
+            items[4].setTextAlignment(right)
             return items
 
         self._row_for = row_for
+        self._output, self._compute = output, compute
         lazy = len(modules) > LAZY_ABOVE
         roots = [
             p for p, info in modules.items() if info.parent is None or info.parent not in modules
@@ -159,6 +170,13 @@ class ModuleTreeModel(QStandardItemModel):
                 row[0].appendRow([QStandardItem("") for _ in COLUMNS])  # keeps the arrow
                 continue
             stack.extend((c, row[0], depth + 1) for c in reversed(kids))
+
+    def output_text(self, path: str) -> str:
+        """The Output column's text of ``path`` (built or not)."""
+        return self._output.get(path, "")
+
+    def mult_adds_text(self, path: str) -> str:
+        return format_mult_adds(self._compute.get(path, (0, 0))[0])
 
     def build_children(self, path: str) -> None:
         """Build the rows under ``path`` if they wait (one level; theirs wait in turn)."""
@@ -251,7 +269,7 @@ class ModuleTree(QWidget):
         self.view.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         header = self.view.header()
         # sized once per trace (ResizeToContents would measure every row on every step)
-        header.setStretchLastSection(True)
+        header.setStretchLastSection(False)  # each column as wide as its text: none clipped
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.view.setColumnHidden(3, True)  # parameter counts live in the tooltip
         self.view.selectionModel().currentChanged.connect(self._on_current_changed)
@@ -282,6 +300,12 @@ class ModuleTree(QWidget):
         type_w = max(fm.horizontalAdvance(t) for t in types) + 16
         self.view.setColumnWidth(0, min(name_w, 190))
         self.view.setColumnWidth(1, min(type_w, 175))
+        # the Output column holds a shape like (B=1, T=18, C=64): as wide as its widest
+        outputs = [self.model.output_text(p) for p in self.model._paths] + ["Output"]
+        self.view.setColumnWidth(2, max(fm.horizontalAdvance(t) for t in outputs) + 16)
+        macs = [self.model.mult_adds_text(p) for p in self.model._paths]
+        self.view.setColumnHidden(4, not any(macs))
+        self.view.setColumnWidth(4, max(fm.horizontalAdvance(t) for t in [*macs, "Mult-adds"]) + 16)
 
     def set_filter(self, text: str) -> None:
         if self.filter_edit.text() != text:

@@ -772,6 +772,7 @@ class MainWindow(QMainWindow):
 
     def _on_trace_finished(self, outcome: session.TraceOutcome) -> None:
         self._close_progress()
+        self.statusBar().clearMessage()  # "Tracing with …" is over, however it ended
         try:
             self._show_outcome(outcome)
         finally:
