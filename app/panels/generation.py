@@ -400,7 +400,7 @@ class GenerationView(QWidget):
         controls.addWidget(QLabel("Head"))
         controls.addWidget(self.head_spin)
         controls.addStretch(1)
-        self.heatmap = HeatmapView()
+        self.heatmap = HeatmapView(scale_key="generation")
         self.heatmap.setObjectName("generationHeatmap")
         self.attention_pane = right = QWidget()
         right_layout = QVBoxLayout(right)
