@@ -56,6 +56,7 @@ class FindController(QObject):
         self.field.setPlaceholderText("Find: module, op, #step, file.py:78, (B, H, T, T), nan")
         self.field.setClearButtonEnabled(True)
         self.field.setMinimumWidth(320)
+        self.field.setMaximumWidth(520)
         self.field.setToolTip(
             "Find (Ctrl+F) anything in the trace; Enter jumps, F3 / Shift+F3 next / previous. "
             "Go to step (Ctrl+G): #412"

@@ -404,7 +404,10 @@ class ModuleTree(QWidget):
         """
         rect = self.view.visualRect(index)
         if not self.view.viewport().rect().contains(rect):
+            across = self.view.horizontalScrollBar()
+            left = across.value()  # scrollTo would also scroll sideways, hiding the names
             self.view.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtCenter)
+            across.setValue(left)
 
     def _on_expanded(self, index: QModelIndex) -> None:
         path = self.proxy.data(index, PATH_ROLE)
