@@ -144,6 +144,8 @@ def window(qtbot, tmp_path, errors):
     w.show()
     qtbot.waitExposed(w)
     w.activateWindow()
+    w.raise_()
+    qtbot.waitUntil(w.isActiveWindow, timeout=3000)  # shortcuts go to the active window
     return w
 
 

@@ -3,7 +3,7 @@
     scratchformer find trace.sft softmax
     scratchformer find trace.sft "(B, H, T, T)"
     scratchformer find trace.sft attention.py:78
-    scratchformer find trace.sft '#412'
+    scratchformer find trace.sft '#4120'
     scratchformer find trace.sft nan --limit 5
 
 Matches module paths and types, op names, step numbers, source lines and their text,

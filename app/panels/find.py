@@ -5,7 +5,7 @@ counts (modules, ops, steps, source lines, tensor names, shapes and dims, non-fi
 :mod:`tracing.analysis.find`, one index per trace, built on the first query). Enter jumps to
 the first match at or after the current step (again: the next one), F3 / Shift+F3 to the
 next and previous match; Enter (or a double-click) on a result row jumps to that row's next
-step. ``#412`` (what Ctrl+G starts) is step 412. Every jump goes through
+step. ``#4120`` (what Ctrl+G starts) is step 4120. Every jump goes through
 :meth:`MainWindow.jump_to`, so the diagram opens down to the step and the step bar follows.
 """
 
@@ -59,7 +59,7 @@ class FindController(QObject):
         self.field.setMaximumWidth(520)
         self.field.setToolTip(
             "Find (Ctrl+F) anything in the trace; Enter jumps, F3 / Shift+F3 next / previous. "
-            "Go to step (Ctrl+G): #412"
+            "Go to step (Ctrl+G): #4120"
         )
         self.field.textChanged.connect(self._on_text)
         self.field.returnPressed.connect(self.enter)
