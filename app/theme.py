@@ -125,6 +125,9 @@ SIGNED_CMAP = "CET-D1"  # blue - white - red, perceptually uniform, for data cen
 SIGNED_CMAP_DARK = "CET-D4"  # blue - black - red: the same idea for a dark theme
 SEQUENTIAL_CMAP = "viridis"  # for non-negative data
 PROBABILITY_CMAP = "inferno"  # for attention probabilities (0..1)
+NAN_COLOUR = "#ff2bd6"  # heatmap cells that are NaN: hot magenta, in none of the maps we use
+POSINF_COLOUR = "#39ff14"  # heatmap cells that are +Inf: neon green
+NEGINF_COLOUR = "#00e5ff"  # heatmap cells that are -Inf: bright cyan
 MASKED_COLOUR = "#8a93a6"  # heatmap cells that are mask fills (-1e9, -inf): a grey no map uses
 
 _STYLESHEET = Path(__file__).with_name("style.qss")

@@ -5,4 +5,6 @@ Each module defines ``register(subparsers)`` which adds its parser and sets
 that ``scratchformer --help`` does not pay for torch or Qt.
 """
 
-COMMANDS = ("app", "trace", "report", "diff", "patch", "train", "generate", "bench", "recover")
+COMMANDS = (
+    "app", "trace", "report", "diff", "find", "patch", "train", "generate", "bench", "recover",
+)  # fmt: skip

@@ -160,10 +160,27 @@ class PredictionRow:
     label: str
     before: float
     after: float
+    logit_before: float = 0.0
+    logit_after: float = 0.0
 
     @property
     def change(self) -> float:
         return self.after - self.before
+
+    @property
+    def logit_change(self) -> float:
+        return self.logit_after - self.logit_before
+
+
+def final_logits(trace: Trace) -> Any | None:
+    """The root call's first output when its values were kept and it is (B, T, V); else
+    None."""
+    if not trace.steps or trace.steps[0].kind != "module" or not trace.steps[0].outputs:
+        return None
+    logits = trace.value(trace.steps[0].outputs[0])
+    if logits is None or logits.dim() != 3:
+        return None
+    return logits
 
 
 def final_probabilities(trace: Trace) -> Any | None:
@@ -171,12 +188,35 @@ def final_probabilities(trace: Trace) -> Any | None:
     call's first output when its values were kept; None otherwise."""
     import torch
 
-    if not trace.steps or trace.steps[0].kind != "module" or not trace.steps[0].outputs:
+    logits = final_logits(trace)
+    return None if logits is None else torch.softmax(logits[0, -1].double(), dim=-1)
+
+
+@dataclass(frozen=True)
+class OutputChange:
+    """How far the edited run's output moved: ``identical`` when every logit (every
+    position) is bit-for-bit the same; ``kl`` is KL(before ‖ after) of the next-token
+    distributions at the last position, in nats; ``max_logit_change`` the largest
+    |Δlogit| there."""
+
+    identical: bool
+    kl: float
+    max_logit_change: float
+
+
+def output_change(before: Trace, after: Trace) -> OutputChange | None:
+    """The figures of :class:`OutputChange`, or None when either trace kept no logits."""
+    import torch
+
+    a, b = final_logits(before), final_logits(after)
+    if a is None or b is None or a.shape != b.shape:
         return None
-    logits = trace.value(trace.steps[0].outputs[0])
-    if logits is None or logits.dim() != 3:
-        return None
-    return torch.softmax(logits[0, -1].double(), dim=-1)
+    identical = bool(torch.equal(a, b))
+    la = torch.log_softmax(a[0, -1].double(), dim=-1)
+    lb = torch.log_softmax(b[0, -1].double(), dim=-1)
+    kl = float((la.exp() * (la - lb)).sum().clamp_min(0.0))
+    delta = float((b[0, -1].double() - a[0, -1].double()).abs().max())
+    return OutputChange(identical, 0.0 if identical else kl, 0.0 if identical else delta)
 
 
 def prediction_change(
@@ -190,20 +230,28 @@ def prediction_change(
     label = label or (lambda t: str(t))
     top = set(p.topk(min(k, p.numel())).indices.tolist())
     top |= set(q.topk(min(k, q.numel())).indices.tolist())
-    rows = [PredictionRow(t, label(t), float(p[t]), float(q[t])) for t in top]
+    la, lb = final_logits(before)[0, -1], final_logits(after)[0, -1]
+    rows = [
+        PredictionRow(t, label(t), float(p[t]), float(q[t]), float(la[t]), float(lb[t]))
+        for t in top
+    ]
     rows.sort(key=lambda r: -max(r.before, r.after))
     return rows[: max(k, 2)]
 
 
 def prediction_summary(rows: list[PredictionRow] | None) -> str:
-    """``'d' 99.9% → 'k' 61.2%`` (the top token before and after), or why it is unknown."""
+    """``'d' 99.9% → 'k' 61.2% (p('d') -38.7 pp)``: the top token before and after and the
+    change of the first one's probability in percentage points (``+0.00123 pp``, never a
+    rounded ``+0.0%``), or why it is unknown."""
     if not rows:
         return "no prediction (the traces kept no logits)"
     first = max(rows, key=lambda r: r.before)
     second = max(rows, key=lambda r: r.after)
+    c = first.change * 100  # percentage points, with the digits a small change needs
+    change = "unchanged" if c == 0 else f"{c:+.3g} pp"
     return (
         f"{first.label!r} {first.before:.1%} → {second.label!r} {second.after:.1%}"
-        f" (p({first.label!r}) {first.change:+.1%})"
+        f" (p({first.label!r}) {change})"
     )
 
 
@@ -262,6 +310,7 @@ def run_sweep(
 __all__ = [
     "ACTIONS",
     "EditRequest",
+    "OutputChange",
     "PatchFromPrompt",
     "PredictionRow",
     "SweepRequest",
@@ -269,6 +318,7 @@ __all__ = [
     "edit_for_step",
     "make_action",
     "missing_model",
+    "output_change",
     "prediction_change",
     "prediction_summary",
     "run_edits",

@@ -270,6 +270,10 @@ def run_trace(
         return TraceOutcome(None, "cancelled", "Tracing was cancelled.")
     finally:
         handle.remove()
+    # mult-adds and parameters per module (torchinfo, on meta where the model allows)
+    from tracing.runs import compute
+
+    compute.attach(trace, model, *args, **kwargs)
     if progress is not None:
         progress(total, total)
     return TraceOutcome(trace, "complete")

@@ -307,6 +307,24 @@ class DiagramView(QGraphicsView):
         if scroll:
             self._scroll_to(item)
 
+    def reveal(self, index: int) -> None:
+        """Open every box around step ``index`` so the step itself has a box, highlight it
+        and scroll it into view: what a jump (find, go to step, N, a breakpoint) does."""
+        if self.trace is None or not 0 <= index < len(self.trace.steps):
+            return
+        steps = self.trace.steps
+        wanted: set[int] = set()
+        parent = steps[index].parent
+        while parent is not None:
+            wanted.add(parent)
+            parent = steps[parent].parent
+        self.current_step = index
+        if not wanted <= self.expanded:
+            self.expanded |= wanted
+            self.rebuild()  # re-highlights the current step, without scrolling
+            self.layoutChanged.emit()
+        self.set_current(index, scroll=True)
+
     def _scroll_to(self, item: QGraphicsItem) -> None:
         rect = item.sceneBoundingRect()
         if isinstance(item, FrameItem):  # a big frame: show its title bar

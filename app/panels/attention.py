@@ -24,7 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from PySide6.QtCore import QEvent, QPoint, QRect, QSize, Qt, Signal
-from PySide6.QtGui import QFont, QImage, QMouseEvent, QPainter, QPalette, QPen
+from PySide6.QtGui import QFont, QFontMetrics, QImage, QMouseEvent, QPainter, QPalette, QPen
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
@@ -58,6 +58,33 @@ def attention_maps(trace: Trace) -> dict[str, torch.Tensor]:
 def _base(path: str) -> str:
     """``blocks.0.attn#1`` (second call of a module) -> ``blocks.0.attn``."""
     return path.split("#", 1)[0]
+
+
+def layer_labels(paths: list[str]) -> list[str]:
+    """A short label per attention map, by its module: the layer number the path holds and,
+    where the maps of a layer differ by name, that name — ``L0``, ``L1`` for one attention
+    per block; ``L0 self_attn``, ``L0 multihead_attn`` for nn.TransformerDecoder's self- and
+    cross-attention; the whole path when it holds no number; ``#1`` for a second call."""
+    parsed: list[tuple[str | None, str, str]] = []
+    for path in paths:
+        base, _, call = path.partition("#")
+        parts = base.split(".")
+        at = max((i for i, part in enumerate(parts) if part.isdigit()), default=None)
+        if at is None:
+            parsed.append((None, base or "<root>", call))
+        else:
+            parsed.append((parts[at], ".".join(parts[at + 1 :]), call))
+    names = {rest for number, rest, _ in parsed if number is not None}
+    labels = []
+    for number, rest, call in parsed:
+        suffix = f"#{call}" if call else ""
+        if number is None:
+            labels.append(rest + suffix)
+        elif len(names) <= 1:
+            labels.append(f"L{number}{suffix}")
+        else:
+            labels.append(f"L{number} {rest}{suffix}".rstrip())
+    return labels
 
 
 def attention_steps(trace: Trace, paths: list[str]) -> list[int | None]:
@@ -138,7 +165,7 @@ class AttentionGrid(QWidget):
     cellContextMenu = Signal(int, int, QPoint)  # layer, head, global position (right-click)
     """(layer, head) of the thumbnail that was clicked."""
 
-    LABEL_WIDTH = 34
+    LABEL_WIDTH = 34  # at least; as wide as the widest row label
     HEADER_HEIGHT = 18
     GAP = 3
     MIN_CELL, MAX_CELL = 18, 64
@@ -147,6 +174,8 @@ class AttentionGrid(QWidget):
         super().__init__(parent)
         self._images: list[list[QImage]] = []
         self._names: list[str] = []
+        self._labels: list[str] = []
+        self._label_width = self.LABEL_WIDTH
         self._selected: tuple[int, int] | None = None
         self._cell = 40
         self.setMouseTracking(True)
@@ -155,8 +184,14 @@ class AttentionGrid(QWidget):
         small.setPointSizeF(max(7.0, small.pointSizeF() - 1.5))
         self._small = small
 
-    def set_images(self, images: list[list[QImage]], names: list[str]) -> None:
+    def set_images(
+        self, images: list[list[QImage]], names: list[str], labels: list[str] | None = None
+    ) -> None:
         self._images, self._names = images, names
+        self._labels = labels or [f"L{i}" for i in range(len(images))]
+        fm = QFontMetrics(self._small)
+        widest = max((fm.horizontalAdvance(t) for t in self._labels), default=0)
+        self._label_width = max(self.LABEL_WIDTH, widest + 10)
         self._relayout()
         self.update()
 
@@ -176,21 +211,21 @@ class AttentionGrid(QWidget):
     def _relayout(self) -> None:
         layers, heads = self.shape
         if heads:
-            free = self.width() - self.LABEL_WIDTH - self.GAP * heads
+            free = self.width() - self._label_width - self.GAP * heads
             self._cell = max(self.MIN_CELL, min(self.MAX_CELL, free // heads))
         height = self.HEADER_HEIGHT + layers * (self._cell + self.GAP) + self.GAP
         self.setMinimumHeight(height)
 
     def sizeHint(self) -> QSize:
         layers, heads = self.shape
-        width = self.LABEL_WIDTH + heads * (40 + self.GAP)
+        width = self._label_width + heads * (40 + self.GAP)
         return QSize(width, self.HEADER_HEIGHT + layers * (40 + self.GAP))
 
     def cell_rect(self, layer: int, head: int) -> QRect:
         """Where the thumbnail of (layer, head) is drawn, in widget pixels."""
         step = self._cell + self.GAP
         return QRect(
-            self.LABEL_WIDTH + head * step,
+            self._label_width + head * step,
             self.HEADER_HEIGHT + layer * step,
             self._cell,
             self._cell,
@@ -198,7 +233,7 @@ class AttentionGrid(QWidget):
 
     def cell_at(self, pos: QPoint) -> tuple[int, int] | None:
         step = self._cell + self.GAP
-        x, y = pos.x() - self.LABEL_WIDTH, pos.y() - self.HEADER_HEIGHT
+        x, y = pos.x() - self._label_width, pos.y() - self.HEADER_HEIGHT
         if x < 0 or y < 0:
             return None
         head, layer = x // step, y // step
@@ -233,9 +268,9 @@ class AttentionGrid(QWidget):
             r = self.cell_rect(layer, 0)
             painter.setPen(text)
             painter.drawText(
-                QRect(0, r.y(), self.LABEL_WIDTH - 4, r.height()),
+                QRect(0, r.y(), self._label_width - 4, r.height()),
                 Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
-                f"L{layer}",
+                self._labels[layer] if layer < len(self._labels) else f"L{layer}",
             )
             for head, image in enumerate(row):
                 painter.drawImage(self.cell_rect(layer, head), image)
@@ -255,7 +290,8 @@ class AttentionGrid(QWidget):
         else:
             layer, head = cell
             name = self._names[layer] if layer < len(self._names) else ""
-            self.setToolTip(f"layer {layer} · head {head}\n{name}\nclick to open")
+            label = self._labels[layer] if layer < len(self._labels) else f"L{layer}"
+            self.setToolTip(f"{label} · head {head}\n{name}\nclick to open")
             self.setCursor(Qt.CursorShape.PointingHandCursor)
         super().mouseMoveEvent(event)
 
@@ -305,6 +341,7 @@ class AttentionPanel(QWidget):
         self._lookup: dict[str, int] = {}
         self._tokens: list[str] | None = None
         self._layer = 0
+        self._labels: list[str] = []  # one per map, by module (layer_labels)
         self._head = 0
         self._batch = 0
         self._dirty = False  # big view needs a redraw when next shown
@@ -359,7 +396,7 @@ class AttentionPanel(QWidget):
 
     def _build_maps(self) -> None:
         """The big map and its caption over the grid of every layer's and head's thumbnail."""
-        self.heatmap = HeatmapView()
+        self.heatmap = HeatmapView(scale_key="attention")
         self.caption = ElidedLabel()
         self.caption.setObjectName("attentionCaption")
         self.caption.setForegroundRole(QPalette.ColorRole.PlaceholderText)
@@ -412,8 +449,9 @@ class AttentionPanel(QWidget):
 
         self.layer_combo.blockSignals(True)
         self.layer_combo.clear()
+        self._labels = layer_labels(self._paths)
         for i, path in enumerate(self._paths):
-            self.layer_combo.addItem(f"L{i} · {path}", i)
+            self.layer_combo.addItem(f"{self._labels[i]} · {path}", i)
         self.layer_combo.blockSignals(False)
         batches = self._maps[0].shape[0]
         self.batch_spin.blockSignals(True)
@@ -429,6 +467,7 @@ class AttentionPanel(QWidget):
 
     def _set_empty(self, text: str) -> None:
         self._paths, self._maps, self._steps = [], [], []
+        self._labels = []
         self._controls.hide()
         self._splitter.hide()
         self._empty.setText(text)
@@ -554,7 +593,7 @@ class AttentionPanel(QWidget):
             return
         self._grid_dirty = False
         first = not self.grid.shape[0]
-        self.grid.set_images(thumbnail_images(self._maps, self._batch), self._paths)
+        self.grid.set_images(thumbnail_images(self._maps, self._batch), self._paths, self._labels)
         self.grid.set_selected(self._layer, self._head)
         if first:  # give the grid the height it needs, up to 45 % of the panel
             total = sum(self._splitter.sizes())
@@ -579,7 +618,8 @@ class AttentionPanel(QWidget):
         )
         peak = float(a.max()) if a.numel() else 0.0
         self.caption.setText(
-            f"L{self._layer} · head {self._head} · max {peak:.3g} — rows: queries attending "
+            f"{self._labels[self._layer]} · head {self._head} · max {peak:.3g} — rows: queries "
+            "attending "
             f"from, columns: keys attended to; each row sums to 1 · {self._paths[self._layer]}"
         )
 

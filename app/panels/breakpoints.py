@@ -665,7 +665,7 @@ def attach(window) -> BreakpointsDock:
     """
     dock = BreakpointsDock(window)
     panel = dock.panel
-    panel.stepRequested.connect(window.go_to)
+    panel.stepRequested.connect(window.jump_to)
     window.stepChanged.connect(panel.set_current_step)
 
     def on_trace_changed() -> None:

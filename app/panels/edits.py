@@ -103,34 +103,68 @@ class EditsPanel(QWidget):
         ]
 
 
-def prediction_card(rows: list[edit_session.PredictionRow] | None) -> QLabel:
-    """The change in the final prediction as a small table (top tokens before and after)."""
+def percent(p: float) -> str:
+    """A probability with enough digits to tell a small change: ``0.734%``, ``3.1e-05%``."""
+    return f"{p * 100:.3f}%" if p == 0 or p >= 1e-5 else f"{p * 100:.1e}%"
+
+
+def signed(x: float, unit: str = "", scale: float = 1.0) -> str:
+    """``+0.0370``, ``-2.4e-06``; ``0`` only when it is exactly zero."""
+    if x == 0:
+        return "0"
+    v = x * scale
+    text = f"{v:+.4f}" if abs(v) >= 1e-3 else f"{v:+.1e}"
+    return text + unit
+
+
+def change_line(change: edit_session.OutputChange | None) -> str:
+    """``no change (bit-identical outputs)`` or ``KL(before ‖ after) 3.2e-05 nats · ...``."""
+    if change is None:
+        return ""
+    if change.identical:
+        return "no change: the edited run's outputs are bit-identical to the original's"
+    return f"KL(before ‖ after) = {change.kl:.3g} nats · max |Δlogit| {change.max_logit_change:.3g}"
+
+
+def prediction_card(
+    rows: list[edit_session.PredictionRow] | None,
+    change: edit_session.OutputChange | None = None,
+) -> QLabel:
+    """The change in the final prediction: the top tokens' probability and logit before and
+    after, their change, and the KL divergence of the two output distributions."""
     label = QLabel()
     label.setObjectName("predictionChange")
     label.setTextFormat(Qt.TextFormat.RichText)
     label.setWordWrap(True)
+    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
     if not rows:
         label.setText(edit_session.prediction_summary(rows))
         return label
+    right = "align='right'"
     cells = [
-        "<tr><th align='left'>token&nbsp;</th><th align='right'>before&nbsp;</th>"
-        "<th align='right'>after&nbsp;</th><th align='right'>change</th></tr>"
+        f"<tr><th align='left'>token&nbsp;</th><th {right}>p before&nbsp;</th>"
+        f"<th {right}>p after&nbsp;</th><th {right}>Δp&nbsp;</th>"
+        f"<th {right}>logit before&nbsp;</th><th {right}>Δlogit</th></tr>"
     ]
     for r in rows:
         colour = (
-            theme.RESIDUAL_EDGE
-            if r.change > 0.005
-            else theme.ERROR_TEXT
-            if r.change < -0.005
-            else theme.TEXT_MUTED
-        )
+            theme.RESIDUAL_EDGE if r.change > 0 else theme.ERROR_TEXT if r.change < 0 else
+            theme.TEXT_MUTED
+        )  # fmt: skip
         cells.append(
             f"<tr><td><code>{html.escape(repr(r.label), quote=False)}</code></td>"
-            f"<td align='right'>{r.before:.1%}&nbsp;</td><td align='right'>{r.after:.1%}&nbsp;</td>"
-            f"<td align='right' style='color:{colour}'>{r.change:+.1%}</td></tr>"
+            f"<td {right}>{percent(r.before)}&nbsp;</td><td {right}>{percent(r.after)}&nbsp;</td>"
+            f"<td {right} style='color:{colour}'>{signed(r.change, ' pp', 100)}&nbsp;</td>"
+            f"<td {right}>{r.logit_before:.4f}&nbsp;</td>"
+            f"<td {right} style='color:{colour}'>{signed(r.logit_change)}</td></tr>"
         )
     summary = html.escape(edit_session.prediction_summary(rows), quote=False)
-    label.setText(f"<b>{summary}</b><table cellspacing='2'>{''.join(cells)}</table>")
+    line = html.escape(change_line(change), quote=False)
+    extra = f"<br>{line}" if line else ""
+    label.setText(
+        f"<b>{summary}</b>{extra}<table cellspacing='2'>{''.join(cells)}</table>"
+        f"<span style='color:{theme.TEXT_MUTED}'>pp: percentage points</span>"
+    )
     return label
 
 
@@ -259,6 +293,7 @@ class EditsController(QObject):
             return None
 
     def add(self, edit: Edit) -> None:
+        self._edited_trace = self.window.trace  # the edits belong to this trace's run
         self.edits.append(edit)
         self.enabled.append(True)
         self.panel.set_edits(self.edits, self.enabled)
@@ -341,7 +376,8 @@ class EditsController(QObject):
         compare = CompareWindow(original, edited, "original", "edited", parent=self.window)
         compare.setWindowTitle(f"Edit: {described} — Scratchformer")
         rows = edit_session.prediction_change(original, edited, token_label)
-        compare.add_card("Prediction (last position)", prediction_card(rows))
+        change = edit_session.output_change(original, edited)
+        compare.add_card("Prediction (last position)", prediction_card(rows, change))
         edits_label = hint_label(html.escape(described), wrap=True)
         compare.add_card("Edits", edits_label)
         heads = [e.head for e in self.active_edits() if isinstance(e.head, int)]
@@ -378,6 +414,10 @@ class EditsController(QObject):
         return self.sweep_dialog
 
     def _on_trace_changed(self) -> None:
+        if self.edits and self.window.trace is not getattr(self, "_edited_trace", None):
+            # another trace: the edits of the last one are not this one's; the dock goes
+            self.clear()
+            self.dock.hide()
         request = self.window.trace_request
         if self.window.trace is None:
             text = "No trace."

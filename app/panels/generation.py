@@ -400,7 +400,7 @@ class GenerationView(QWidget):
         controls.addWidget(QLabel("Head"))
         controls.addWidget(self.head_spin)
         controls.addStretch(1)
-        self.heatmap = HeatmapView()
+        self.heatmap = HeatmapView(scale_key="generation")
         self.heatmap.setObjectName("generationHeatmap")
         self.attention_pane = right = QWidget()
         right_layout = QVBoxLayout(right)
@@ -580,7 +580,7 @@ class GenerationController(QObject):
         self.view.passSelected.connect(self._show_pass)
 
         self.action = QAction("Trace &generation…", window)
-        self.action.setShortcut(QKeySequence("Ctrl+G"))
+        self.action.setShortcut(QKeySequence("Ctrl+Shift+G"))  # Ctrl+G: go to step
         self.action.setStatusTip("Generate tokens and trace one forward pass per new token")
         self.action.triggered.connect(lambda _checked=False: self.open_dialog())
         window.installEventFilter(self)  # cancel a running job when the window closes

@@ -49,6 +49,7 @@ from app.widgets.common import ElidedLabel, LayoutFirewall, column, make_heading
 from app.widgets.heatmap import HeatmapView
 from app.widgets.shape_table import ShapeTableModel
 from app.widgets.tensor_view import TensorView, token_labels
+from tracing.analysis.compute import NOTE, compute_of, format_mult_adds
 from tracing.analysis.postmortem import failure_lines
 from tracing.formatting import format_number
 from tracing.record import TensorRecord, Trace
@@ -83,6 +84,7 @@ class Inspector(QWidget):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self._trace: Trace | None = None
+        self._compute: dict[str, tuple[int, int]] = {}  # torchinfo mult-adds, params by path
         self._step_index = -1
         self._tokens: list[str] | None = None
         self._values: OrderedDict[int, torch.Tensor | None] = OrderedDict()
@@ -209,6 +211,7 @@ class Inspector(QWidget):
     def set_trace(self, trace: Trace | None) -> None:
         """Show a new trace (None clears). Starts at step 0 when it has steps."""
         self._trace = trace
+        self._compute = compute_of(trace) if trace is not None else {}
         self._values.clear()
         self._step_index = -1
         self._tokens = token_labels(trace) if trace is not None else None
@@ -316,6 +319,11 @@ class Inspector(QWidget):
         # 1-based, like the status line of the step bar ("step 34 / 104 · ...")
         self._title.setText(f"Step {index + 1} / {total} · {step.op}")
         where = f"{step.module or '<root>'} · {kind}"
+        if step.kind == "module":  # where the compute goes: torchinfo's figures, if kept
+            figures = self._compute.get(step.module)
+            if figures is not None:
+                macs, params = figures
+                where += f" · {format_mult_adds(macs) or 0} mult-adds, {params:,} params"
         if step.source is not None:
             where += f" · {Path(step.source.file).name}:{step.source.line}"
             if step.source.text:
@@ -323,7 +331,7 @@ class Inspector(QWidget):
         if step.error:
             where += f" · raised: {step.error}"
         self._where.setText(where)
-        self._where.setToolTip(where)
+        self._where.setToolTip(where + (f"\n({NOTE})" if self._compute else ""))
         lines = failure_lines(self._trace, index)
         self.failure_label.setText("\n".join(lines))
         self.failure_label.setVisible(bool(lines))

@@ -274,14 +274,14 @@ class LensView(QWidget):
 
     def _build_heatmaps(self) -> QWidget:
         """P(final prediction) per layer over the head contributions."""
-        self.final_heatmap = HeatmapView()
+        self.final_heatmap = HeatmapView(scale_key="lens.final")
         self.final_heatmap.setObjectName("lensFinalHeatmap")
         final_box = _titled(
             "P(final prediction) per layer",
             self.final_heatmap,
             "how sure each layer already is of the token the model ends up predicting",
         )
-        self.heads_heatmap = HeatmapView()
+        self.heads_heatmap = HeatmapView(scale_key="lens.heads")
         self.heads_heatmap.setObjectName("headContributions")
         heads_box = _titled(
             "Head contributions",

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import (
+    QEvent,
     QModelIndex,
     QPersistentModelIndex,
     QSortFilterProxyModel,
@@ -30,11 +31,12 @@ from PySide6.QtWidgets import (
 from app import theme
 from app.diagram.plan.layout import shape_label
 from app.widgets.common import make_scroll_area_opaque
+from tracing.analysis.compute import NOTE, compute_of, format_mult_adds
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracing import Trace
 
-COLUMNS = ("Module", "Type", "Output", "Params")
+COLUMNS = ("Module", "Type", "Output", "Params", "Mult-adds")
 PATH_ROLE = Qt.ItemDataRole.UserRole + 1  # the module's dotted path
 _Index = QModelIndex | QPersistentModelIndex
 
@@ -72,18 +74,22 @@ class ModuleTreeModel(QStandardItemModel):
         self._paths: list[str] = []
         self._unbuilt: dict[str, QStandardItem] = {}  # rows whose children wait to be built
         self._row_for = None
+        self._output: dict[str, str] = {}
+        self._compute: dict[str, tuple[int, int]] = {}
         self.setHorizontalHeaderLabels(list(COLUMNS))
 
     def set_trace(self, trace: Trace | None) -> None:
         self.clear()
         self.setHorizontalHeaderLabels(list(COLUMNS))
         self._items, self._info, self._paths, self._unbuilt = {}, {}, [], {}
+        self._output, self._compute = {}, {}
         if trace is not None:
             self._build(trace)
 
     def _build(self, trace: Trace) -> None:
         modules = trace.modules
         self._info = dict(modules)
+        compute = compute_of(trace)  # torchinfo's mult-adds and params, when traced live
         output: dict[str, str] = {}
         ran: set[str] = set()
         for step in trace.steps:
@@ -98,7 +104,7 @@ class ModuleTreeModel(QStandardItemModel):
         flags = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
         right = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
         foreground, tooltip = Qt.ItemDataRole.ForegroundRole, Qt.ItemDataRole.ToolTipRole
-        colours = (None, type_colour, shape_colour, type_colour)
+        colours = (None, type_colour, shape_colour, type_colour, type_colour)
 
         def row_for(path: str) -> list[QStandardItem]:
             info = modules[path]
@@ -106,6 +112,9 @@ class ModuleTreeModel(QStandardItemModel):
             if info.extra:
                 tip.append(info.extra)
             tip.append(f"{info.params_total:,} parameters")
+            macs = compute.get(path, (0, 0))[0]
+            if compute:
+                tip.append(f"{macs:,} mult-adds ({NOTE})")
             ran_here = path in ran
             if not ran_here:
                 tip.append("did not run in this forward pass")
@@ -115,6 +124,7 @@ class ModuleTreeModel(QStandardItemModel):
                 info.type,
                 output.get(path, ""),
                 format_count(info.params_total),
+                format_mult_adds(macs),
             )
             items = []
             for column, text in enumerate(texts):
@@ -127,9 +137,11 @@ class ModuleTreeModel(QStandardItemModel):
                     item.setData(colour, foreground)
                 items.append(item)
             items[3].setTextAlignment(right)
+            items[4].setTextAlignment(right)
             return items
 
         self._row_for = row_for
+        self._output, self._compute = output, compute
         lazy = len(modules) > LAZY_ABOVE
         roots = [
             p for p, info in modules.items() if info.parent is None or info.parent not in modules
@@ -158,6 +170,13 @@ class ModuleTreeModel(QStandardItemModel):
                 row[0].appendRow([QStandardItem("") for _ in COLUMNS])  # keeps the arrow
                 continue
             stack.extend((c, row[0], depth + 1) for c in reversed(kids))
+
+    def output_text(self, path: str) -> str:
+        """The Output column's text of ``path`` (built or not)."""
+        return self._output.get(path, "")
+
+    def mult_adds_text(self, path: str) -> str:
+        return format_mult_adds(self._compute.get(path, (0, 0))[0])
 
     def build_children(self, path: str) -> None:
         """Build the rows under ``path`` if they wait (one level; theirs wait in turn)."""
@@ -238,6 +257,9 @@ class ModuleTree(QWidget):
         self.filter_edit.setPlaceholderText("Filter modules (name or type)…")
         self.filter_edit.setClearButtonEnabled(True)
         self.filter_edit.textChanged.connect(self.set_filter)
+        # Enter goes to the first module the filter matches, Down / Up to the next / previous
+        self.filter_edit.returnPressed.connect(lambda: self.activate_match(0))
+        self.filter_edit.installEventFilter(self)
         self.view = QTreeView(self)
         self.view.setObjectName("moduleTree")
         self.view.setModel(self.proxy)
@@ -247,7 +269,7 @@ class ModuleTree(QWidget):
         self.view.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         header = self.view.header()
         # sized once per trace (ResizeToContents would measure every row on every step)
-        header.setStretchLastSection(True)
+        header.setStretchLastSection(False)  # each column as wide as its text: none clipped
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.view.setColumnHidden(3, True)  # parameter counts live in the tooltip
         self.view.selectionModel().currentChanged.connect(self._on_current_changed)
@@ -278,6 +300,12 @@ class ModuleTree(QWidget):
         type_w = max(fm.horizontalAdvance(t) for t in types) + 16
         self.view.setColumnWidth(0, min(name_w, 190))
         self.view.setColumnWidth(1, min(type_w, 175))
+        # the Output column holds a shape like (B=1, T=18, C=64): as wide as its widest
+        outputs = [self.model.output_text(p) for p in self.model._paths] + ["Output"]
+        self.view.setColumnWidth(2, max(fm.horizontalAdvance(t) for t in outputs) + 16)
+        macs = [self.model.mult_adds_text(p) for p in self.model._paths]
+        self.view.setColumnHidden(4, not any(macs))
+        self.view.setColumnWidth(4, max(fm.horizontalAdvance(t) for t in [*macs, "Mult-adds"]) + 16)
 
     def set_filter(self, text: str) -> None:
         if self.filter_edit.text() != text:
@@ -303,6 +331,42 @@ class ModuleTree(QWidget):
 
         walk(QModelIndex())
         return out
+
+    def matching_paths(self) -> list[str]:
+        """The rows the filter text itself matches (not the ancestors kept around them)."""
+        needle = self.proxy._needle
+        if not needle:
+            return []
+        info = self.model._info
+        return [
+            p
+            for p in self.visible_paths()
+            if needle in p.lower() or (p in info and needle in info[p].type.lower())
+        ]
+
+    def activate_match(self, delta: int) -> None:
+        """Go to a module the filter matches: the first (``delta`` 0), or the one after
+        (+1) or before (-1) the selected row; the window jumps to its first call."""
+        matches = self.matching_paths()
+        if not matches:
+            return
+        current = self.selected_path()
+        if delta == 0 or current not in matches:
+            path = matches[0] if delta >= 0 else matches[-1]
+        else:
+            path = matches[(matches.index(current) + delta) % len(matches)]
+        self.select_module(path)
+        self.moduleActivated.emit(path)
+
+    def eventFilter(self, watched, event) -> bool:  # Qt's name, or Qt never calls it
+        if watched is self.filter_edit and event.type() == QEvent.Type.KeyPress:
+            if event.key() == Qt.Key.Key_Down:
+                self.activate_match(+1)
+                return True
+            if event.key() == Qt.Key.Key_Up:
+                self.activate_match(-1)
+                return True
+        return super().eventFilter(watched, event)
 
     def selected_path(self) -> str | None:
         index = self.view.currentIndex()
@@ -340,7 +404,10 @@ class ModuleTree(QWidget):
         """
         rect = self.view.visualRect(index)
         if not self.view.viewport().rect().contains(rect):
+            across = self.view.horizontalScrollBar()
+            left = across.value()  # scrollTo would also scroll sideways, hiding the names
             self.view.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtCenter)
+            across.setValue(left)
 
     def _on_expanded(self, index: QModelIndex) -> None:
         path = self.proxy.data(index, PATH_ROLE)

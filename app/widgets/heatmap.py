@@ -28,7 +28,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 import pyqtgraph as pg
@@ -36,6 +36,8 @@ import torch
 from PySide6.QtCore import QPointF, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QImage, QPainter, QPalette
 from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
     QLabel,
     QStackedLayout,
     QToolTip,
@@ -133,6 +135,57 @@ def choose_levels(data: np.ndarray, scale: Scale) -> tuple[str, tuple[float, flo
             lo, hi = lo - 0.5, lo + 0.5
         return SEQUENTIAL_CMAP, (lo, hi)
     return SIGNED_CMAP, (-nice_ceiling(max(abs(lo), abs(hi))), nice_ceiling(max(abs(lo), abs(hi))))
+
+
+COLOUR_SCALES: dict[str, str] = {
+    "linear": "linear",
+    "log": "log",
+    "row": "per row",
+    "percentile": "1–99th percentile",
+}
+"""How values map to colours; each view remembers its own choice (``HeatmapView.scale_key``)."""
+
+
+def apply_colour_scale(
+    data: np.ndarray, mode: str, levels: tuple[float, float], signed: bool
+) -> tuple[np.ndarray, tuple[float, float], str]:
+    """``(pixels, levels, what the colour bar means)`` for colour scale ``mode``.
+
+    ``log``: log10 of the values (non-negative data; the smallest shown is a millionth of the
+    largest) or, for signed data, sign · log10(1 + |x| / t) with t a thousandth of max |x|.
+    ``row``: each row divided by its own largest |value|, so every row uses the whole range.
+    ``percentile``: the range from the 1st to the 99th percentile (± the 99th of |x| for
+    signed data); values beyond it take the end colours. Hover still shows the real value.
+    """
+    finite = data[np.isfinite(data)]
+    if mode == "linear" or finite.size == 0:
+        return data, levels, ""
+    top = float(np.abs(finite).max())
+    if top == 0:
+        return data, levels, ""
+    if mode == "log":
+        if not signed:
+            floor = max(float(finite[finite > 0].min()) if (finite > 0).any() else top, top * 1e-6)
+            out = np.log10(np.clip(data, floor, None))
+            return out, (math.log10(floor), math.log10(top)), "log₁₀ of the value"
+        t = top * 1e-3
+        out = np.sign(data) * np.log10(1 + np.abs(data) / t)
+        end = math.log10(1 + top / t)
+        return out, (-end, end), "sign · log₁₀(1 + |x| / t), t = max|x| / 1000"
+    if mode == "row":
+        with np.errstate(invalid="ignore", divide="ignore"):
+            row_max = np.nanmax(np.where(np.isfinite(data), np.abs(data), np.nan), axis=1)
+            out = data / np.where(row_max > 0, row_max, 1.0)[:, None]
+        return out, ((-1.0, 1.0) if signed else (0.0, 1.0)), "each row ÷ its largest |value|"
+    if mode == "percentile":
+        if signed:
+            hi = float(np.percentile(np.abs(finite), 99)) or top
+            return data, (-hi, hi), "± 99th percentile of |x|"
+        lo, hi = (float(v) for v in np.percentile(finite, [1, 99]))
+        if hi <= lo:
+            hi = lo + (top or 1.0) * 1e-6
+        return data, (lo, hi), "1st to 99th percentile"
+    raise ValueError(f"unknown colour scale {mode!r}; one of {', '.join(COLOUR_SCALES)}")
 
 
 def _as_numpy(matrix: torch.Tensor | np.ndarray) -> np.ndarray:
@@ -323,9 +376,23 @@ class HeatmapView(QWidget):
     hovered = Signal(int, int, float)
     """(row, col, value) under the mouse, in full-resolution indices."""
 
-    def __init__(self, parent: QWidget | None = None, *, max_display: int = MAX_DISPLAY):
+    #: colour scale per view (``scale_key``), kept for the session: a new view of the same
+    #: kind (the attention map of another trace) starts with the choice the last one had
+    remembered_scales: ClassVar[dict[str, str]] = {}
+
+    def __init__(
+        self,
+        parent: QWidget | None = None,
+        *,
+        max_display: int = MAX_DISPLAY,
+        scale_key: str = "",
+    ):
         super().__init__(parent)
         self._max_display = max_display
+        self.scale_key = scale_key
+        self._colour_scale = self.remembered_scales.get(scale_key, "linear")
+        self._last_call: tuple | None = None  # set_matrix's arguments, to redraw on a change
+        self.scale_note = ""
         self._full: np.ndarray | None = None  # full-resolution matrix, for hover values
         self._row_labels: Sequence[str] | None = None
         self._col_labels: Sequence[str] | None = None
@@ -350,7 +417,20 @@ class HeatmapView(QWidget):
         layout.setSpacing(2)
         layout.addLayout(self._pages, 1)
         layout.addWidget(self._legend)
-        layout.addWidget(self._hover)
+        bottom = QHBoxLayout()
+        bottom.setContentsMargins(0, 0, 0, 0)
+        bottom.addWidget(self._hover, 1)
+        self.scale_combo = QComboBox(self)
+        self.scale_combo.setObjectName("heatmapColourScale")
+        for mode, text in COLOUR_SCALES.items():
+            self.scale_combo.addItem(f"colour: {text}", mode)
+        self.scale_combo.setCurrentIndex(list(COLOUR_SCALES).index(self._colour_scale))
+        self.scale_combo.setToolTip("How values map to colours (remembered for this view)")
+        self.scale_combo.currentIndexChanged.connect(
+            lambda i: self.set_colour_scale(self.scale_combo.itemData(i))
+        )
+        bottom.addWidget(self.scale_combo)
+        layout.addLayout(bottom)
 
     def _build_plot(self) -> None:
         """One image with left and top axes and a colour bar on the right, in the palette's
@@ -480,6 +560,26 @@ class HeatmapView(QWidget):
 
     # ---- showing data
 
+    @property
+    def colour_scale(self) -> str:
+        return self._colour_scale
+
+    def set_colour_scale(self, mode: str) -> None:
+        """``linear``, ``log``, ``row`` or ``percentile`` (:func:`apply_colour_scale`);
+        remembered for this view's ``scale_key`` and applied to the matrix on show."""
+        if mode not in COLOUR_SCALES:
+            raise ValueError(f"unknown colour scale {mode!r}; one of {', '.join(COLOUR_SCALES)}")
+        self._colour_scale = mode
+        if self.scale_key:
+            self.remembered_scales[self.scale_key] = mode
+        index = list(COLOUR_SCALES).index(mode)
+        if self.scale_combo.currentIndex() != index:
+            self.scale_combo.setCurrentIndex(index)  # comes back here once, then stops
+            return
+        if self._last_call is not None:
+            args, kwargs = self._last_call
+            self.set_matrix(*args, **kwargs)
+
     def set_matrix(
         self,
         matrix: torch.Tensor | np.ndarray,
@@ -504,6 +604,11 @@ class HeatmapView(QWidget):
         with a legend line, and the colour scale comes from the other cells; ``masked``
         adds cells to treat so (the compare view passes the fills of A and of B).
         """
+        self._last_call = (
+            (matrix,),
+            dict(row_labels=row_labels, col_labels=col_labels, row_name=row_name,
+                 col_name=col_name, scale=scale, levels=levels, square=square, masked=masked),
+        )  # fmt: skip
         full = _as_numpy(matrix)
         if full.ndim != 2:
             raise ValueError(f"HeatmapView shows 2-D matrices, got shape {tuple(full.shape)}")
@@ -528,6 +633,14 @@ class HeatmapView(QWidget):
         if cmap_name == SIGNED_CMAP:
             cmap_name = self._signed_cmap
         levels = levels or auto_levels
+        signed = cmap_name == self._signed_cmap
+        shown, levels, self.scale_note = apply_colour_scale(
+            shown, self._colour_scale, levels, signed
+        )
+        self.scale_combo.setToolTip(
+            "How values map to colours (remembered for this view)"
+            + (f"\nnow: {self.scale_note}" if self.scale_note else "")
+        )
         self._image.setImage(shown, autoLevels=False, levels=levels)
         rect = QRectF(0, 0, shown.shape[1] * sc, shown.shape[0] * sr)
         if rect != self._image_rect:  # a new transform would re-lay out the view

@@ -13,9 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-NAN_COLOUR = "#ff2bd6"  # hot magenta: in none of CET-D1/D4, viridis, inferno
-POSINF_COLOUR = "#39ff14"  # neon green
-NEGINF_COLOUR = "#00e5ff"  # bright cyan
+from app.theme import NAN_COLOUR, NEGINF_COLOUR, POSINF_COLOUR
 
 
 def _argb(colour: str) -> int:

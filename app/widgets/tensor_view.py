@@ -158,7 +158,7 @@ class TensorView(QWidget):
         bar.addStretch(1)
         bar.addWidget(self._slice_label)
 
-        self.heatmap = HeatmapView()
+        self.heatmap = HeatmapView(scale_key="tensor")
 
         # The bar changes with every tensor (spin boxes come and go, the description
         # changes); behind a firewall at a fixed height, that never re-lays out the heatmap.

@@ -319,7 +319,7 @@ class CompareWindow(QMainWindow):
         self.step_bar.set_phases(self.backward_position, len(self.entries))
         start = self._position_of[id(self.first)] if self.first is not None else 0
         if self.entries:
-            self.go_to(start)
+            self.go_to(start, reveal=self.first is not None)
 
     def add_card(self, title: str, widget: QWidget) -> None:
         """Put a titled card at the top of the right panel (the edit view's prediction)."""
@@ -387,17 +387,26 @@ class CompareWindow(QMainWindow):
     def current_entry(self) -> StepDiff | None:
         return self.entries[self.position] if 0 <= self.position < len(self.entries) else None
 
-    def go_to(self, position: int) -> None:
-        """Move both sides to aligned entry ``position`` (clamped)."""
+    def go_to(self, position: int, reveal: bool = False) -> None:
+        """Move both sides to aligned entry ``position`` (clamped); a jump (``reveal``)
+        opens both diagrams down to the step and keeps it in view on both sides."""
         if not self.entries:
             return
         position = max(0, min(int(position), len(self.entries) - 1))
+        e = self.entries[position]
+        a = e.a_index if e.a_index is not None else -1
+        b = e.b_index if e.b_index is not None else -1
+        if reveal:
+            self.diagram_a.reveal(a)
+            self.diagram_b.reveal(b)  # (each reveal may sync the other side's boxes)
         if position == self.position:
+            if reveal:
+                self.diagram_a.set_current(a)
+                self.diagram_b.set_current(b)
             return
         self.position = position
-        e = self.entries[position]
-        self.diagram_a.set_current(e.a_index if e.a_index is not None else -1)
-        self.diagram_b.set_current(e.b_index if e.b_index is not None else -1)
+        self.diagram_a.set_current(a)
+        self.diagram_b.set_current(b)
         step = self._step_of(e)
         source = ""
         if step is not None and step.source is not None:
@@ -413,7 +422,7 @@ class CompareWindow(QMainWindow):
         """Jump to the entry holding step ``index`` of side ``"a"`` or ``"b"``."""
         entry = self.diff.for_step_a(index) if side == "a" else self.diff.for_step_b(index)
         if entry is not None:
-            self.go_to(self._position_of[id(entry)])
+            self.go_to(self._position_of[id(entry)], reveal=True)
 
     def next(self) -> None:
         self.go_to(self.position + 1)
@@ -423,7 +432,7 @@ class CompareWindow(QMainWindow):
 
     def go_to_first_divergence(self) -> None:
         if self.first is not None:
-            self.go_to(self._position_of[id(self.first)])
+            self.go_to(self._position_of[id(self.first)], reveal=True)
 
     def _show_phase(self, backward: bool) -> None:
         """The rings say how the outputs differ in the forward phase, how the gradients
@@ -445,7 +454,7 @@ class CompareWindow(QMainWindow):
     def go_to_first_backward_divergence(self) -> None:
         """Jump to the earliest backward step whose gradient differs."""
         if self.first_backward is not None:
-            self.go_to(self._position_of[id(self.first_backward)])
+            self.go_to(self._position_of[id(self.first_backward)], reveal=True)
         elif self.backward_position is not None:
             self.statusBar().showMessage("No gradient differs.", 3000)
 
@@ -479,14 +488,14 @@ class CompareWindow(QMainWindow):
     def next_divergence(self) -> None:
         for i in range(self.position + 1, len(self.entries)):
             if self.entries[i].differs(self.atol):
-                self.go_to(i)
+                self.go_to(i, reveal=True)
                 return
         self.statusBar().showMessage("No divergent step after this one.", 3000)
 
     def prev_divergence(self) -> None:
         for i in range(self.position - 1, -1, -1):
             if self.entries[i].differs(self.atol):
-                self.go_to(i)
+                self.go_to(i, reveal=True)
                 return
 
     def fit(self) -> None:
@@ -705,7 +714,7 @@ class CompareWindow(QMainWindow):
     def _on_divergent_item(self, item: QListWidgetItem) -> None:
         position = item.data(Qt.ItemDataRole.UserRole)
         if position is not None:
-            self.go_to(int(position))
+            self.go_to(int(position), reveal=True)
 
     def _counts_text(self) -> str:
         c = self.diff.counts()

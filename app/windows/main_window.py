@@ -33,7 +33,7 @@ import scratchformer
 from app.core import session
 from app.core.long_lived import long_lived
 from app.diagram.view import DiagramView
-from app.panels import breakpoints, edits, generation, lens, retrace
+from app.panels import breakpoints, edits, find, generation, lens, retrace
 from app.panels.inspector import Inspector
 from app.panels.module_tree import ModuleTree
 from app.panels.source import SourceView
@@ -137,7 +137,7 @@ class MainWindow(QMainWindow):
         self.diagram.stepActivated.connect(self.go_to)
         self.diagram.layoutChanged.connect(self._update_zoom_label)
         self.tree.moduleActivated.connect(self.go_to_module)
-        self.inspector.stepRequested.connect(self.go_to)
+        self.inspector.stepRequested.connect(self.jump_to)
 
         self._build_actions()
         self._build_menus()
@@ -150,6 +150,7 @@ class MainWindow(QMainWindow):
         self.lens_dock = lens.attach(self)
         self.generation = generation.attach(self)
         self.edits = edits.attach(self)
+        self.finder = find.attach(self)  # Ctrl+F, Ctrl+G, F3: app.panels.find
         self.set_trace(None)
 
     # --------------------------------------------------------------------- actions
@@ -358,7 +359,7 @@ class MainWindow(QMainWindow):
         return self.add_menu_action("View", toggle, separator=separator)
 
     def _build_toolbar(self) -> None:
-        tools = self.addToolBar("Main")
+        tools = self.toolbar = self.addToolBar("Main")
         tools.setObjectName("mainToolbar")
         tools.setMovable(False)
         tools.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
@@ -487,6 +488,18 @@ class MainWindow(QMainWindow):
         self.inspector.set_step(index)
         self.stepChanged.emit(index)
 
+    def jump_to(self, index: int) -> None:
+        """A jump (find, go to step, N, a breakpoint, a thumbnail): like :meth:`go_to`, and
+        the diagram opens the boxes around the step and keeps it in view."""
+        trace = self.trace
+        if trace is None or not trace.steps:
+            return
+        index = session.clamp_step(trace, int(index))
+        self.diagram.reveal(index)
+        if index == self.current:
+            self.diagram.set_current(index)
+        self.go_to(index)
+
     def status_text(self) -> str:
         return self.step_bar.status.text()
 
@@ -515,7 +528,7 @@ class MainWindow(QMainWindow):
         if hit is None:
             self.statusBar().showMessage("No NaN or Inf is made after this step.", 4000)
             return
-        self.go_to(hit.step)
+        self.jump_to(hit.step)
         where = f" · {hit.source}" if hit.source else ""
         self.statusBar().showMessage(f"⚠ {hit.label}: {hit.reason}{where}", 30000)
 
@@ -525,7 +538,7 @@ class MainWindow(QMainWindow):
         if index is None:
             self.statusBar().showMessage(f"{path or 'model'} did not run in this trace.", 4000)
             return
-        self.go_to(index)
+        self.jump_to(index)
 
     # --------------------------------------------------------------------- diagram
 
@@ -537,6 +550,7 @@ class MainWindow(QMainWindow):
     def expand_all(self) -> None:
         if self.trace is not None:
             self.diagram.set_expanded(s.index for s in self.trace.steps if s.kind == "module")
+            self.diagram.set_current(self.current)  # and the current step stays in view
 
     def expand_current(self) -> None:
         """Open the collapsed box holding the current step, so the step itself shows."""
@@ -758,6 +772,7 @@ class MainWindow(QMainWindow):
 
     def _on_trace_finished(self, outcome: session.TraceOutcome) -> None:
         self._close_progress()
+        self.statusBar().clearMessage()  # "Tracing with …" is over, however it ended
         try:
             self._show_outcome(outcome)
         finally:
@@ -815,6 +830,9 @@ class MainWindow(QMainWindow):
             ("Shift+F11 or U", "step out of the enclosing module"),
             ("N or F8", "run to the next step holding NaN or Inf"),
             ("Space", "play / pause"),
+            ("Ctrl+F", "find a module, op, source line, tensor, shape, NaN"),
+            ("Enter / F3 / Shift+F3", "jump to the match / next / previous"),
+            ("Ctrl+G", "go to step: type its number, Enter"),
             ("F", "fit the diagram · wheel zooms · drag pans"),
             ("X", "expand the box holding the current step"),
             ("C / E", "collapse / expand all blocks"),

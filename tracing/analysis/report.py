@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tracing import markdown
+from tracing.analysis.compute import NOTE, compute_of
 from tracing.formatting import format_number, format_shape
 from tracing.jsonable import to_jsonable
 from tracing.record import Step, TensorRecord, Trace
@@ -124,6 +125,7 @@ class ModuleRow:
     dtype: str
     stats: StatsCell
     extra: str
+    mult_adds: int | None = None  # the subtree's, from torchinfo (trace.meta["compute"])
 
 
 @dataclass
@@ -196,6 +198,7 @@ def compute(trace: Trace) -> Report:
     for s in trace.steps:
         if s.kind == "module":
             calls.setdefault(s.module, []).append(s)
+    compute_by_path = compute_of(trace)
     module_rows = []
     for m in modules.values():
         ran = calls.get(m.path, [])
@@ -216,6 +219,7 @@ def compute(trace: Trace) -> Report:
                 dtype=first_call.dtype if first_call else "",
                 stats=first_call.stats if first_call else StatsCell(),
                 extra=shown(m.extra, NAME_CUT),
+                mult_adds=compute_by_path[m.path][0] if m.path in compute_by_path else None,
             )
         )
 
@@ -244,6 +248,8 @@ def compute(trace: Trace) -> Report:
         "parameters": modules[""].params_total if "" in modules else None,
         "torch": meta.get("torch_version", meta.get("torch", "")),
     }
+    if "" in compute_by_path:  # torchinfo's total, when the trace kept it
+        summary["mult_adds"] = compute_by_path[""][0]
     from tracing.analysis.phases import phases
 
     training = phases(trace)
@@ -425,6 +431,8 @@ def _summary_lines(report: Report) -> list[tuple[str, str]]:
         lines.append(("capture", str(s["capture"])))
     if s.get("parameters") is not None:
         lines.append(("parameters", f"{s['parameters']:,}"))
+    if s.get("mult_adds") is not None:
+        lines.append(("mult-adds", f"{s['mult_adds']:,} ({NOTE})"))
     if s.get("tokens") is not None:
         lines.append(("tokens", str(s["tokens"])))
     if s.get("text"):
@@ -469,6 +477,7 @@ def _render_md(report: Report) -> str:
     lines += [f"- **{k}**: {markdown.escape(v)}" for k, v in _summary_lines(report)]
     lines += ["", "## Modules", ""]
     rows = []
+    macs = any(m.mult_adds is not None for m in report.modules)  # a column only when known
     for m in report.modules:
         indent = "&nbsp;&nbsp;" * m.depth
         rows.append(
@@ -479,12 +488,12 @@ def _render_md(report: Report) -> str:
                 markdown.escape(_cells_text(m.inputs)),
                 markdown.escape(_cells_text(m.outputs)),
                 _params_text(m.params_total),
+                *([_params_text(m.mult_adds)] if macs else []),
                 markdown.escape(m.source),
             ]
         )
-    lines += markdown.table(
-        ("module", "type", "calls", "input shapes", "output shapes", "params", "source"), rows
-    )
+    head = ("module", "type", "calls", "input shapes", "output shapes", "params")
+    lines += markdown.table((*head, *(["mult-adds"] if macs else []), "source"), rows)
     lines += ["", "## Steps", ""]
     rows = []
     for s in report.steps:
@@ -662,6 +671,8 @@ def _row_json(r: StepRow | ModuleRow) -> dict[str, Any]:
     d["inputs"] = [_cell_json(c) for c in r.inputs]
     d["outputs"] = [_cell_json(c) for c in r.outputs]
     d["stats"] = dict(r.stats.__dict__)
+    if d.get("mult_adds", 0) is None:
+        del d["mult_adds"]  # only a trace that kept torchinfo's figures has them
     return d
 
 
@@ -755,9 +766,12 @@ def _render_html(report: Report) -> str:
         "<h2>Modules</h2>",
         "<table>",
         "<thead><tr><th>module</th><th>type</th><th>calls</th><th>input shapes</th>"
-        "<th>output shapes</th><th>params</th><th>own params</th><th>source</th></tr></thead>",
+        "<th>output shapes</th><th>params</th><th>own params</th>"
+        + ("<th>mult-adds</th>" if any(m.mult_adds is not None for m in report.modules) else "")
+        + "<th>source</th></tr></thead>",
         "<tbody>",
     ]
+    macs = any(m.mult_adds is not None for m in report.modules)
     for m in report.modules:
         pad = f' style="padding-left:{0.5 + 1.2 * m.depth:.1f}em"'
         muted = "" if m.calls else ' class="muted"'
@@ -766,7 +780,8 @@ def _render_html(report: Report) -> str:
             f"<td>{_h(m.type)}</td><td class=num>{m.calls}</td>"
             f"<td>{_html_cells(m.inputs)}</td><td>{_html_cells(m.outputs)}</td>"
             f"<td class=num>{m.params_total:,}</td><td class=num>{m.params:,}</td>"
-            f'<td title="{_h(m.code)}"><code>{_h(m.source)}</code></td></tr>'
+            + (f"<td class=num>{_params_text(m.mult_adds)}</td>" if macs else "")
+            + f'<td title="{_h(m.code)}"><code>{_h(m.source)}</code></td></tr>'
         )
     out += ["</tbody>", "</table>"]
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from tracing.errors import TraceError
 from tracing.record import Step, TensorRecord
 
 _IN_PASS = contextvars.ContextVar("scratchformer_dims_pass", default=False)
@@ -48,6 +49,7 @@ class Other:
     shapes: list[tuple[int, ...]]  # per tensor id of that pass
     seconds: float
     meta_failed: str | None = None  # why the meta device could not run it ("device" passes)
+    partial: str | None = None  # the pass raised here, after its steps (a failing forward)
 
 
 def in_pass() -> bool:
@@ -156,11 +158,12 @@ def run_other(
     b2, t2 = other_sizes(b, t, constants, max_t)
     started = time.perf_counter()
     other, why = _on_meta(model, args, kwargs, (b, t, b2, t2), train, ops)
-    if other is None and not train:
-        other, why2 = _on_device(model, args, kwargs, (b, t, b2, t2), ops)
-        if other is not None:
-            other.meta_failed, why = why, None
-        else:
+    if (other is None or other.partial) and not train:
+        real, why2 = _on_device(model, args, kwargs, (b, t, b2, t2), ops)
+        if real is not None and (other is None or len(real.steps) > len(other.steps)):
+            real.meta_failed = why or other.partial
+            other, why = real, None
+        elif other is None:
             why = f"{why}; on the device: {why2}"
     if other is None:
         return None, why
@@ -177,13 +180,20 @@ def _traced(model, run, b2: int, t2: int, how: str, train: bool, ops: bool) -> O
     token = _IN_PASS.set(True)
     try:
         tracer = Tracer(model, "shapes", train=train, ops=ops)
-        with _user_hooks_off(model), torch.no_grad(), tracer:
-            run()
+        try:
+            with _user_hooks_off(model), torch.no_grad(), tracer:
+                run()
+        except TraceError as e:  # a forward that raises: its steps up to there still count
+            if not (e.trace and e.trace.steps):
+                raise
+            partial = f"{e.__cause__ or e}"[:200]
+        else:
+            partial = None
     finally:
         _IN_PASS.reset(token)
     trace = tracer.trace
     shapes = [r.shape for r in trace.tensors]
-    return Other(b2, t2, how, list(trace.steps), shapes, 0.0)
+    return Other(b2, t2, how, list(trace.steps), shapes, 0.0, partial=partial)
 
 
 def _on_meta(model, args, kwargs, sizes, train, ops) -> tuple[Other | None, str | None]:

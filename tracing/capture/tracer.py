@@ -236,11 +236,14 @@ class Tracer:
             # with it attached (``exc.trace``), so a caller may still save it (a streamed
             # file is closed with it: a valid trace that says it was interrupted)
             stop = self._mark_failure(exc, tb)
+            self._second_pass_ok = False  # the user asked it to stop: run nothing more
             if isinstance(exc, KeyboardInterrupt):
                 stop = "KeyboardInterrupt: interrupted before the forward ended"
             self.trace = self._finish(stop)
             exc.trace = self.trace  # type: ignore[union-attr]
             return False
+        if (exc is not None and not isinstance(exc, Exception)) or isinstance(exc, TraceFileError):
+            self._second_pass_ok = False
         if exc is not None and not isinstance(exc, Exception):
             self._sink.abort()  # stopped from outside (exit...): no file that looks complete
         self.trace = self._finish(error)
@@ -309,6 +312,7 @@ class Tracer:
         self._failure: Failure | None = None
         self._first_input_shape: tuple[int, ...] | None = None
         self._root_call: tuple | None = None  # the root call's (args, kwargs): dims evidence
+        self._second_pass_ok = True  # False once interrupted (Ctrl-C, exit): no dims pass
         self._input_shapes: list[tuple[str, list[int]]] = []
         self._mode = None
         self._skipped_values = 0
@@ -798,9 +802,11 @@ class Tracer:
 
     def _dims_subject(self, error: str | None) -> Subject:
         """What tracing.capture.dim_names needs to prove each axis name (a second pass
-        included: not after a forward that raised or was interrupted)."""
+        included; after a forward that raised too, whose second pass then proves the
+        steps before the failure; not after an interrupt or a full disk)."""
         call, self._root_call = self._root_call, None
-        return Subject(self.model, self._config(), None if error else call, dict(self._param_rids),
+        call = call if self._second_pass_ok else None
+        return Subject(self.model, self._config(), call, dict(self._param_rids),
                        self.dims, self.train, self.ops, self._ranks is not None)  # fmt: skip
 
     # ---- the journal of a streamed file (tracing.file.journal)

@@ -350,7 +350,13 @@ def test_panels_add_menu_entries_through_the_window(window):
         "&Lens (logit lens, heads)",
         "&Generation timeline",
     ]
-    assert texts("Debug")[-1] == "Run to next &breakpoint"
+    assert texts("Debug")[-5:] == [
+        "Run to next &breakpoint",
+        "&Find…",
+        "Find &next",
+        "Find &previous",
+        "&Go to step…",
+    ]
 
     extra = QAction("Extra", window)
     window.add_menu_action("Help", extra, separator=True)
