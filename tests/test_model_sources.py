@@ -123,3 +123,34 @@ def test_a_bad_model_text_is_one_clear_error(tmp_path):
     (tmp_path / "c.json").write_text(json.dumps({"hidden_size": 3}))
     with pytest.raises(UserCodeError, match="no model_type"):
         load(str(tmp_path / "c.json"))
+
+
+def test_generate_with_a_folder_matches_transformers_greedy(folder, capsys):
+    import transformers
+    from tokenizers import Tokenizer
+
+    code = main(
+        ["generate", "--model", str(folder), "--prompt", "the cat", "--temperature", "0",
+         "--max-new-tokens", "5"]
+    )  # fmt: skip
+    assert code == 0
+    printed = capsys.readouterr().out.strip()
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    reference = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    ids = torch.tensor([tok.encode("the cat").ids])
+    with torch.no_grad():
+        for _ in range(5):  # greedy, by hand: the independent reference
+            nxt = reference(ids).logits[0, -1].argmax()
+            ids = torch.cat([ids, nxt.view(1, 1)], 1)
+    assert printed == tok.decode(ids[0].tolist(), skip_special_tokens=False)
+
+
+def test_patch_with_a_folder_sweeps_its_heads(folder, tmp_path, capsys):
+    out = tmp_path / "heads.csv"
+    code = main(
+        ["patch", "--model", str(folder), "--clean", "the cat sat", "--corrupted",
+         "the dog sat", "-o", str(out), "--quiet"]
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    rows = out.read_text().strip().splitlines()
+    assert len(rows) == 1 + 2  # a header, one row per layer (4 heads a row)
