@@ -73,7 +73,8 @@ class TraceOutcome:
 @dataclass(frozen=True)
 class ModelSource:
     """Which model to trace: the bundled demo, a preset with random weights, a checkpoint,
-    or the user's own file (``model = "FILE.py:NAME"``, see ``app.user_model``)."""
+    or the user's own (``model``: ``FILE.py:NAME``, a Hugging Face folder or a config.json,
+    see ``app.model_sources``)."""
 
     kind: Literal["demo", "preset", "checkpoint", "file"] = "demo"
     preset: str = "demo"
@@ -82,6 +83,8 @@ class ModelSource:
     model: str = ""  # kind "file": FILE.py:NAME
     input_shape: str = ""  # kind "file": "2,10" traces random inputs instead of the prompt
     input_dtype: str = "long"
+    device: str = "cpu"  # kind "file": where the model is built and run (cpu, cuda, meta)
+    tokenizer: str = ""  # kind "file": a tokenizer.json for the prompt (default: the model's)
 
     def describe(self) -> str:
         if self.kind == "file":
@@ -338,15 +341,16 @@ def load_user_model(request: TraceRequest) -> tuple[Any, tuple, dict, dict]:
     """Import and build the user's ``FILE.py:NAME`` afresh (every re-trace re-imports it),
     with its inputs: ``input_shape`` if given, else the prompt, else ``example_inputs``.
     A failure is a SessionError whose text ends with the traceback, for the dialog."""
-    from app import user_model
+    from app import model_sources, user_model
 
     source = request.source
     try:
-        spec = user_model.ModelSpec.parse(source.model)
         shape = user_model.InputSpec.parse_shape(source.input_shape) if source.input_shape else None
         prompt = None if shape is not None or not request.prompt else request.prompt
         inputs = user_model.InputSpec(prompt=prompt, shape=shape, dtype=source.input_dtype)
-        loaded = user_model.load(spec, inputs)
+        loaded = model_sources.load(
+            source.model, inputs, device=source.device, tokenizer=source.tokenizer or None
+        )
     except user_model.UserCodeError as e:
         details = f"\n\n{e.details}" if e.details else ""
         raise SessionError(f"{e}{details}") from e

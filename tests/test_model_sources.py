@@ -154,3 +154,25 @@ def test_patch_with_a_folder_sweeps_its_heads(folder, tmp_path, capsys):
     assert code == 0, capsys.readouterr().err
     rows = out.read_text().strip().splitlines()
     assert len(rows) == 1 + 2  # a header, one row per layer (4 heads a row)
+
+
+def test_the_app_session_traces_a_folder_with_its_tokens(folder):
+    from app.session import ModelSource, TraceRequest, run_trace
+
+    source = ModelSource("file", model=str(folder))
+    outcome = run_trace(TraceRequest(prompt=PROMPT, source=source, capture="values"))
+    assert outcome.status == "complete", outcome.message
+    from tracing.token_names import prompt_labels, token_namer
+
+    labels = prompt_labels(outcome.trace.meta)
+    assert labels[0] == "<s>" and "".join(labels[1:]).replace("␣", " ") == PROMPT
+    name = token_namer(outcome.trace.meta)  # any id, a predicted one too
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    assert name(tok.token_to_id("Ġdog")) == "␣dog"  # not in the prompt: from the file
+
+    from app.panels.retrace import request_for
+
+    again = request_for(outcome.trace)
+    assert again is not None and again.source.model == str(folder)
