@@ -76,7 +76,7 @@ class ModelSource:
     or the user's own (``model``: ``FILE.py:NAME``, a Hugging Face folder or a config.json,
     see ``app.model_sources``)."""
 
-    kind: Literal["demo", "preset", "checkpoint", "file"] = "demo"
+    kind: Literal["demo", "preset", "checkpoint", "file", "live"] = "demo"
     preset: str = "demo"
     checkpoint: str = ""
     seed: int = 0
@@ -85,8 +85,13 @@ class ModelSource:
     input_dtype: str = "long"
     device: str = "cpu"  # kind "file": where the model is built and run (cpu, cuda, meta)
     tokenizer: str = ""  # kind "file": a tokenizer.json for the prompt (default: the model's)
+    # kind "live" (``tracing.show(model, x)`` in-process): the user's own object and inputs
+    live: Any = field(default=None, compare=False)  # an app.user_model.LoadedModel
 
     def describe(self) -> str:
+        if self.kind == "live":
+            model = getattr(self.live, "model", None)
+            return f"your {type(model).__name__} (live, from tracing.show)"
         if self.kind == "file":
             return self.model
         if self.kind == "checkpoint":
@@ -212,6 +217,10 @@ def run_trace(
         )
     if request.source.kind == "file":
         model, args, kwargs, meta = load_user_model(request)
+    elif request.source.kind == "live":  # the same object and inputs every time
+        live = request.source.live
+        model, args, kwargs = live.model, tuple(live.args), dict(live.kwargs)
+        meta = {**live.meta, "model_source": request.source.describe()}
     else:
         model, tokenizer = build_model(request.source)
         ids = encode_prompt(tokenizer, request.prompt, model)  # (B, T)
