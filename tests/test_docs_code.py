@@ -52,7 +52,10 @@ def python_blocks() -> list[tuple[str, str]]:
 
 
 def _env() -> dict[str, str]:
+    # a block that opens the app (``tracing.show``) really opens it, offscreen, and the
+    # window closes itself after it showed its trace (``app.commands.app._quit_after``)
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", OMP_NUM_THREADS="1")
+    env["SCRATCHFORMER_QUIT_AFTER_MS"] = "1500"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     return env
 
@@ -91,6 +94,15 @@ def test_docs_have_python_blocks_and_the_internet_ones_are_marked() -> None:
         for code in fenced(page.read_text(encoding="utf-8"), "python"):
             if "from_pretrained" in code:  # downloads: must say so on its first line
                 assert NEEDS_INTERNET.match(code.lstrip().splitlines()[0]), code
+
+
+def test_a_block_that_shows_a_model_opens_the_app_on_it(runs) -> None:
+    calls = re.compile(r"^[^#\n]*tracing\.show\(", re.M)  # a call, not a comment naming it
+    code = dict(python_blocks())
+    shown = {n: r for n, r in runs.items() if calls.search(code.get(n, ""))}
+    assert shown, "no documented tracing.show block"
+    for name, r in shown.items():
+        assert "shown: step" in r.stdout, (name, r.stdout[-500:], r.stderr[-1500:])
 
 
 def test_every_python_block_runs(runs) -> None:

@@ -104,10 +104,13 @@ def __getattr__(name: str) -> Any:
         value = module if attribute is None else getattr(module, attribute)
     elif f"tracing.{name}" in moved.MOVED:
         value = importlib.import_module(moved.MOVED[f"tracing.{name}"])
-    else:
-        raise AttributeError(f"module 'tracing' has no attribute {name!r}")
+    else:  # any other module of the package (``tracing.token_names``...), on first use
+        return _submodule(name)
     globals()[name] = value
     return value
+
+
+_submodule = moved.submodules(__name__)
 
 
 def __dir__() -> list[str]:

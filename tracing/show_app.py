@@ -4,11 +4,12 @@
 >>> tracing.show(trace)                      # doctest: +SKIP
 >>> tracing.show("run.sft")                  # doctest: +SKIP
 
-It opens the desktop debugger on the trace and returns when the window is closed. The
-app always runs in a child process (``python -m app.cli app FILE``) on a trace file (a
-temporary one, removed afterwards, for a trace or a model): that works the same from a
-script, from IPython and from Jupyter, whose own event loop a Qt window must not take
-over, and it keeps ``tracing`` free of Qt (``tests/test_layering.py``).
+A model opens in *this* process when an in-process viewer is found (``app.windows.live_show``,
+via its entry point or a registration) and a Qt window can run here: edits, re-trace and
+Mean-ablate then work on the very object passed. Otherwise (no display, a notebook
+kernel without ``%gui qt``) it says so, and the app runs in a child process (``python -m
+app.cli app FILE``) on a temporary trace file, where edit actions are disabled with the
+reason. ``tracing`` stays free of Qt (``tests/test_layering.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +44,20 @@ def show(obj: Any, *inputs: Any, **trace_kwargs: Any) -> Trace | None:
     if isinstance(obj, Trace):
         trace = obj
     elif callable(obj) and hasattr(obj, "named_modules"):
+        viewer, why = _live_viewer()
+        if viewer is not None and why is None:
+            return viewer(obj, inputs, {}, trace_kwargs)
         from tracing.capture.tracer import trace as run_trace
+
+        if why:
+            print(
+                f"tracing.show: opening a saved copy in a separate app: {why}. Edits need "
+                "the live model: run from a script, or %gui qt in IPython/Jupyter.",
+                file=sys.stderr,
+            )
+        meta = dict(trace_kwargs.pop("meta", None) or {})
+        meta.update(shown_by="tracing.show", shown_why=why or "no in-process viewer installed")
+        trace_kwargs["meta"] = meta
 
         trace_kwargs.setdefault("capture", "values")
         try:
@@ -60,6 +75,33 @@ def show(obj: Any, *inputs: Any, **trace_kwargs: Any) -> Trace | None:
         trace.save(path)
         _open_app(path)
     return trace
+
+
+_VIEWERS: list[tuple[Callable, Callable[[], str | None]]] = []
+
+
+def register_viewer(show_live: Callable, why_not: Callable[[], str | None]) -> None:
+    """Register an in-process viewer: ``show_live(model, args, kwargs, trace_kwargs)``
+    opens it on the live model and returns the trace when it closes; ``why_not()`` says
+    why it cannot run now (no display, a kernel without a Qt loop), or None."""
+    _VIEWERS.insert(0, (show_live, why_not))
+
+
+def _live_viewer() -> tuple[Callable | None, str | None]:
+    """The viewer to use and why it cannot run now (None: it can); found at call time:
+    registered ones first, then the ``scratchformer.viewers`` entry points."""
+    if not _VIEWERS:
+        from importlib.metadata import entry_points
+
+        for entry in entry_points(group="scratchformer.viewers"):
+            try:
+                entry.load()  # registers itself
+            except Exception:  # no Qt here, a broken install: the separate app instead
+                continue
+    if not _VIEWERS:
+        return None, None
+    show_live, why_not = _VIEWERS[0]
+    return show_live, why_not()
 
 
 def app_command(path: Path) -> list[str]:

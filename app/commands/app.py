@@ -33,13 +33,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar=("A", "B"),
         help="open two trace files side by side, stepped together and coloured by divergence",
     )
+    from app.commands.options import add_model_option
+
+    add_model_option(parser)
     parser.add_argument(
-        "--model",
-        metavar="FILE.py:NAME",
-        help="trace your own model (a module, a class built with no arguments, or a function "
-        "returning one) and open it; Ctrl+R re-imports the file and traces again",
+        "--prompt", help="with --model: text (its tokenizer's tokens, else one per byte)"
     )
-    parser.add_argument("--prompt", help="with --model: text fed as byte tokens")
     parser.add_argument(
         "--capture", choices=("shapes", "stats", "values"), default="values",
         help="with --model: what to keep per tensor (default values)",
@@ -62,16 +61,17 @@ def run(args: argparse.Namespace) -> int:
             input_file(path, "trace file")
     args.trace = paths[0] if len(paths) == 1 and not ranks else None
     if getattr(args, "model", None):
-        from app.core.user_model import ModelSpec, UserCodeError
+        from app.core.model_sources import SourceSpec
+        from app.core.user_model import UserCodeError
 
         if paths:
-            raise UserError("give either trace files or --model FILE.py:NAME, not both")
+            raise UserError("give either trace files or --model, not both")
         try:
-            spec = ModelSpec.parse(args.model)
+            spec = SourceSpec.parse(args.model)
         except UserCodeError as e:
             raise UserError(str(e)) from e
-        if not spec.file.is_file():
-            raise UserError(f"no such model file: {spec.file}")
+        if not spec.path.exists():
+            raise UserError(f"no such model file: {spec.path}")
     compare = getattr(args, "compare", None)
     if compare is not None:
         if paths:
@@ -136,6 +136,8 @@ def model_request(args: argparse.Namespace):
         model=args.model,
         input_shape=args.input_shape or "",
         input_dtype=args.input_dtype,
+        device=args.device,
+        tokenizer=args.tokenizer or "",
     )
     return TraceRequest(prompt=args.prompt or "", source=source, capture=args.capture)
 

@@ -3,6 +3,7 @@
     scratchformer generate --demo --prompt "hello|" --temperature 0
     scratchformer generate --checkpoint nano.safetensors --prompt "The " --max-new-tokens 200
     scratchformer generate --demo --prompt "hello|" --trace run.gen --capture values
+    scratchformer generate --model ./my-hf-model --prompt "The cat" --temperature 0
 
 Prints the prompt followed by the generated text. ``--temperature 0`` is greedy
 (deterministic); otherwise ``--seed`` makes sampling reproducible. ``--trace FOLDER``
@@ -17,7 +18,7 @@ from __future__ import annotations
 import argparse
 
 from app.commands.checks import SEED, float_between, input_file, int_between
-from app.commands.options import add_command
+from app.commands.options import add_command, add_model_option
 
 GREEDY_BELOW = 1e-4
 """A temperature below this samples as greedy (argmax): dividing logits by it overflows."""
@@ -30,6 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--checkpoint", metavar="PATH", help="a .safetensors checkpoint")
     which.add_argument("--demo", action="store_true", help="the bundled demo model")
+    add_model_option(p, which)
     p.add_argument("--prompt", required=True, help="text to continue")
     p.add_argument("--max-new-tokens", type=int_between(0, 100_000), default=32)
     p.add_argument(
@@ -77,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.prompt:
         raise UserError("--prompt is empty; the model needs at least one token to continue")
 
+    if args.model:
+        return _any_model(args, temperature)
     if args.demo:
         from importlib import resources
 
@@ -121,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _traced(model, idx, args, temperature, generator, stop_token, tok) -> int:
+def _traced(model, idx, args, temperature, generator, stop_token, tok, meta=None) -> int:
     """``generate --trace``: one traced pass per token, written to the folder as it goes."""
     import sys
     from pathlib import Path
@@ -142,7 +146,7 @@ def _traced(model, idx, args, temperature, generator, stop_token, tok) -> int:
         generation = trace_generate(
             model, idx, args.max_new_tokens, temperature=temperature, top_k=args.top_k,
             generator=generator, capture=args.capture, stop_token=stop_token,
-            decode=tok.decode, out=folder, stream=not args.no_stream,
+            decode=tok.decode, out=folder, stream=not args.no_stream, meta=meta or {},
         )  # fmt: skip
     except (tracing.TraceError, KeyboardInterrupt) as e:
         bar.close()
@@ -160,3 +164,45 @@ def _traced(model, idx, args, temperature, generator, stop_token, tok) -> int:
     print(f"wrote {folder}: {len(generation.passes)} traced passes, "
           f"{generation.step_count()} steps", file=sys.stderr)  # fmt: skip
     return 0
+
+
+def _any_model(args: argparse.Namespace, temperature: float) -> int:
+    """``generate --model``: a file model or a Hugging Face one, its tokenizer's text."""
+    import torch
+
+    from app.cli import UserError
+    from app.commands.options import load_any_model
+    from app.core.user_model import InputSpec
+    from tracing.runs.generation import generate_ids
+
+    if args.model and getattr(args, "device", "cpu") == "meta":
+        raise UserError("generate --device meta: a meta model computes no values to sample from")
+    loaded = load_any_model(args, InputSpec(prompt=args.prompt))
+    tok = loaded.tokenizer or _Bytes()
+    stop_token = None
+    if args.stop:
+        stop_ids = tok.encode(args.stop)
+        if len(stop_ids) != 1:
+            raise UserError(f"--stop must be a single token, got {args.stop!r}")
+        stop_token = stop_ids[0]
+    idx = loaded.args[0]
+    generator = torch.Generator().manual_seed(args.seed)
+    if args.trace:
+        meta = {k: loaded.meta[k] for k in ("tokenizer", "model") if k in loaded.meta}
+        return _traced(loaded.model, idx, args, temperature, generator, stop_token, tok, meta)
+    new = generate_ids(
+        loaded.model, idx, args.max_new_tokens, temperature=temperature, top_k=args.top_k,
+        generator=generator, stop_token=stop_token,
+    )  # fmt: skip
+    print(tok.decode(idx[0].tolist() + new) if loaded.tokenizer else args.prompt + tok.decode(new))
+    return 0
+
+
+class _Bytes:
+    """The byte tokenizer, for a file model without ``--tokenizer``."""
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")

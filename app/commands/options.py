@@ -40,13 +40,54 @@ def add_model_source(p: argparse.ArgumentParser, *, own_model: bool = False) -> 
     )
     source.add_argument("--demo", action="store_true", help="the bundled demo model (the default)")
     if own_model:
-        source.add_argument(
-            "--model",
-            metavar="FILE.py:NAME",
-            help="your own model: NAME is an nn.Module, a class built with no arguments, or a "
-            "function returning one (inputs: --prompt, --input-shape, or example_inputs in FILE)",
-        )
+        add_model_option(p, source)
     p.add_argument("--seed", type=SEED, default=0, help="weights seed for --preset (default 0)")
+
+
+def add_model_option(p: argparse.ArgumentParser, group=None) -> None:
+    """``--model`` (any source :mod:`app.core.model_sources` reads), ``--device`` and
+    ``--tokenizer``: the same three options on every command that runs a model."""
+    from app.core.model_sources import DEVICES, MODEL_HELP
+
+    (group or p).add_argument(
+        "--model",
+        metavar="MODEL",
+        help=MODEL_HELP + "; for FILE.py:NAME, NAME is an nn.Module, a class built with no "
+        "arguments, or a function returning one (inputs: --prompt, --input-shape, or "
+        "example_inputs in FILE)",
+    )
+    p.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="cpu",
+        help="with --model: where the model is built and run (meta: shapes only, no memory "
+        "for weights; default cpu)",
+    )
+    p.add_argument(
+        "--tokenizer",
+        metavar="PATH",
+        help="with --model: a tokenizer.json (or a folder with one) to encode --prompt "
+        "(default: the model folder's own, else one token per byte)",
+    )
+
+
+def load_any_model(args: argparse.Namespace, inputs=None):
+    """``--model`` with ``--device`` / ``--tokenizer`` through the one loader, as a
+    :class:`app.core.user_model.LoadedModel`; a failure is one ``error:`` line."""
+    from app.cli import UserError
+    from app.core.model_sources import load
+    from app.core.user_model import UserCodeError
+
+    try:
+        return load(
+            args.model,
+            inputs,
+            device=getattr(args, "device", "cpu"),
+            tokenizer=getattr(args, "tokenizer", None),
+            seed=getattr(args, "seed", 0),
+        )
+    except UserCodeError as e:
+        raise UserError(str(e)) from e
 
 
 def load_model(args: argparse.Namespace, say: Callable[[str], None]) -> tuple[object, dict]:

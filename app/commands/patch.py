@@ -3,6 +3,7 @@
     scratchformer patch --clean "wordplay|yalp" --corrupted "workplay|yalp" -o heads.csv
     scratchformer patch --clean ... --corrupted ... --over positions -o pos.csv --png pos.png
     scratchformer patch --clean ... --corrupted ... --site blocks.0.feed_forward --site blocks.1
+    scratchformer patch --model ./hf-model --clean "the cat sat" --corrupted "the dog sat" -o h.csv
 
 The corrupted prompt runs once per site (every attention head, every block, every block ×
 position, or the ``--site`` list), each time with that site's value taken from the clean
@@ -20,14 +21,20 @@ import os
 from pathlib import Path
 
 from app.commands.checks import output_file, replace_atomically
-from app.commands.options import add_command, add_model_source, load_model, stderr_say
+from app.commands.options import (
+    add_command,
+    add_model_source,
+    load_any_model,
+    load_model,
+    stderr_say,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = add_command(
         subparsers, "patch", "activation patching sweep: CSV table and PNG heatmap", __doc__
     )
-    add_model_source(p)
+    add_model_source(p, own_model=True)
     p.add_argument("--clean", required=True, help="the prompt whose values are patched in")
     p.add_argument("--corrupted", required=True, help="the prompt that is run with patches")
     p.add_argument(
@@ -80,18 +87,25 @@ def run(args: argparse.Namespace) -> int:
     quiet = args.quiet
     say = stderr_say(quiet)
 
-    output = output_file(args.output, inputs=[args.checkpoint])
-    png = output_file(args.png, inputs=[args.checkpoint, output]) if args.png else None
-    tok = ByteTokenizer()
+    from app.commands.trace import model_inputs
+
+    output = output_file(args.output, inputs=model_inputs(args))
+    png = output_file(args.png, inputs=[*model_inputs(args), output]) if args.png else None
+    loaded = load_any_model(args) if args.model else None
+    tok = (loaded.tokenizer if loaded is not None else None) or ByteTokenizer()
+    unit = "tokens (bytes)" if isinstance(tok, ByteTokenizer) else "tokens"
     clean, corrupted = tok.encode(args.clean), tok.encode(args.corrupted)
     if not clean or not corrupted:
         raise UserError("--clean and --corrupted must both be non-empty")
     if len(clean) != len(corrupted):
         raise UserError(
-            f"--clean is {len(clean)} tokens (bytes) and --corrupted {len(corrupted)}: "
+            f"--clean is {len(clean)} {unit} and --corrupted {len(corrupted)}: "
             "patching needs prompts of the same length"
         )
-    model, _origin = load_model(args, say)
+    model = loaded.model if loaded is not None else load_model(args, say)[0]
+    device = getattr(args, "device", "cpu")
+    if device == "meta":
+        raise UserError("patch --device meta: a meta model computes no metric to patch")
     block_size = getattr(getattr(model, "config", None), "block_size", None)
     if block_size is not None and len(clean) > block_size:
         raise UserError(
@@ -112,8 +126,8 @@ def run(args: argparse.Namespace) -> int:
     with torch.no_grad():
         result = sweep(
             model,
-            torch.tensor([clean]),
-            torch.tensor([corrupted]),
+            torch.tensor([clean], device=device),
+            torch.tensor([corrupted], device=device),
             over=over,
             progress=progress,
             token_label=tok.token_str,

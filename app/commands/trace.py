@@ -80,23 +80,23 @@ def model_inputs(args: argparse.Namespace) -> list[str | Path | None]:
     files: list[str | Path | None] = [getattr(args, "checkpoint", None)]
     if getattr(args, "model", None):
         path, sep, _name = args.model.rpartition(":")
-        if sep and path:
-            files.append(Path(path).expanduser())
+        files.append(Path(path if sep and path else args.model).expanduser())
+    if getattr(args, "tokenizer", None):
+        files.append(Path(args.tokenizer).expanduser())
     return files
 
 
 def load_user_model(args: argparse.Namespace):
-    """``--model FILE.py:NAME`` with its inputs, or one ``error:`` line naming the file."""
+    """``--model`` (a file, a folder, a config) with its inputs, or one ``error:`` line."""
     from app.cli import UserError
-    from app.core.user_model import InputSpec, ModelSpec, UserCodeError, load
+    from app.commands.options import load_any_model
+    from app.core.user_model import InputSpec, UserCodeError
 
     try:
-        spec = ModelSpec.parse(args.model)
         shape = InputSpec.parse_shape(args.input_shape) if args.input_shape else None
-        inputs = InputSpec(prompt=args.prompt, shape=shape, dtype=args.input_dtype)
-        return load(spec, inputs)
     except UserCodeError as e:
         raise UserError(str(e)) from e
+    return load_any_model(args, InputSpec(prompt=args.prompt, shape=shape, dtype=args.input_dtype))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -33,8 +33,18 @@ ACTIONS = ("zero", "mean", "scale", "patch", "patch_file")
 """The edit actions the app offers, in menu order."""
 
 
-def missing_model(request: TraceRequest | None) -> str | None:
-    """Why edits cannot run on the window's trace, or None when they can."""
+def missing_model(request: TraceRequest | None, trace: Trace | None = None) -> str | None:
+    """Why edits cannot run on the window's trace, or None when they can. A trace that
+    ``tracing.show`` could not open in-process says how to get the live model there,
+    never suggesting a bundled model instead of the user's."""
+    meta = trace.meta if trace is not None else {}
+    if request is None and meta.get("shown_by") == "tracing.show":
+        return (
+            "This window shows a saved copy of your model's trace: tracing.show could not "
+            f"open the app in your process ({meta.get('shown_why') or 'no Qt event loop'}). "
+            "To edit your model live, call tracing.show(model, x) from a script run with "
+            "python, or in IPython/Jupyter run %gui qt first."
+        )
     if request is None:
         return (
             "Edits re-run the model, and this trace was opened from a file: the file keeps "

@@ -73,17 +73,25 @@ class TraceOutcome:
 @dataclass(frozen=True)
 class ModelSource:
     """Which model to trace: the bundled demo, a preset with random weights, a checkpoint,
-    or the user's own file (``model = "FILE.py:NAME"``, see ``app.core.user_model``)."""
+    or the user's own (``model``: ``FILE.py:NAME``, a Hugging Face folder or a config.json,
+    see ``app.core.model_sources``)."""
 
-    kind: Literal["demo", "preset", "checkpoint", "file"] = "demo"
+    kind: Literal["demo", "preset", "checkpoint", "file", "live"] = "demo"
     preset: str = "demo"
     checkpoint: str = ""
     seed: int = 0
     model: str = ""  # kind "file": FILE.py:NAME
     input_shape: str = ""  # kind "file": "2,10" traces random inputs instead of the prompt
     input_dtype: str = "long"
+    device: str = "cpu"  # kind "file": where the model is built and run (cpu, cuda, meta)
+    tokenizer: str = ""  # kind "file": a tokenizer.json for the prompt (default: the model's)
+    # kind "live" (``tracing.show(model, x)`` in-process): the user's own object and inputs
+    live: Any = field(default=None, compare=False)  # an app.core.user_model.LoadedModel
 
     def describe(self) -> str:
+        if self.kind == "live":
+            model = getattr(self.live, "model", None)
+            return f"your {type(model).__name__} (live, from tracing.show)"
         if self.kind == "file":
             return self.model
         if self.kind == "checkpoint":
@@ -209,6 +217,10 @@ def run_trace(
         )
     if request.source.kind == "file":
         model, args, kwargs, meta = load_user_model(request)
+    elif request.source.kind == "live":  # the same object and inputs every time
+        live = request.source.live
+        model, args, kwargs = live.model, tuple(live.args), dict(live.kwargs)
+        meta = {**live.meta, "model_source": request.source.describe()}
     else:
         model, tokenizer = build_model(request.source)
         ids = encode_prompt(tokenizer, request.prompt, model)  # (B, T)
@@ -342,15 +354,16 @@ def load_user_model(request: TraceRequest) -> tuple[Any, tuple, dict, dict]:
     """Import and build the user's ``FILE.py:NAME`` afresh (every re-trace re-imports it),
     with its inputs: ``input_shape`` if given, else the prompt, else ``example_inputs``.
     A failure is a SessionError whose text ends with the traceback, for the dialog."""
-    from app.core import user_model
+    from app.core import model_sources, user_model
 
     source = request.source
     try:
-        spec = user_model.ModelSpec.parse(source.model)
         shape = user_model.InputSpec.parse_shape(source.input_shape) if source.input_shape else None
         prompt = None if shape is not None or not request.prompt else request.prompt
         inputs = user_model.InputSpec(prompt=prompt, shape=shape, dtype=source.input_dtype)
-        loaded = user_model.load(spec, inputs)
+        loaded = model_sources.load(
+            source.model, inputs, device=source.device, tokenizer=source.tokenizer or None
+        )
     except user_model.UserCodeError as e:
         details = f"\n\n{e.details}" if e.details else ""
         raise SessionError(f"{e}{details}") from e

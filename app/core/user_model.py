@@ -94,6 +94,7 @@ class LoadedModel:
     args: tuple = ()
     kwargs: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
+    tokenizer: Any = None  # a TextTokenizer (app.core.model_sources) when one came with the model
 
 
 # --------------------------------------------------------------------------- import

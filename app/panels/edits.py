@@ -228,14 +228,19 @@ class EditsController(QObject):
         menu = QMenu(self.window)
         header = menu.addAction(title)
         header.setEnabled(False)
-        problem = edit_session.missing_model(self.window.trace_request)
+        problem = edit_session.missing_model(self.window.trace_request, self.window.trace)
         if problem is not None:
             note = menu.addAction("needs a live model (trace opened from a file)")
             note.setEnabled(False)
+            note.setToolTip(problem)
+        menu.setToolTipsVisible(True)
         menu.addSeparator()
         for kind in edit_session.ACTIONS:
             action = menu.addAction(MENU_TEXT[kind])
             action.setObjectName(f"edit_{kind}")
+            if problem is not None:  # disabled, saying why: never enabled-then-failing
+                action.setEnabled(False)
+                action.setToolTip(problem)
             action.triggered.connect(lambda _c=False, k=kind: self.apply(k, make))
         return menu
 
@@ -243,7 +248,7 @@ class EditsController(QObject):
 
     def apply(self, kind: str, make: Callable[[Action], Edit], background: bool = True) -> bool:
         """Ask what the action needs (a factor, a prompt), add the edit, re-run."""
-        problem = edit_session.missing_model(self.window.trace_request)
+        problem = edit_session.missing_model(self.window.trace_request, self.window.trace)
         if problem is not None:
             dialogs.show_error(self.window, "Edits need a live model", problem)
             return False
@@ -319,7 +324,7 @@ class EditsController(QObject):
     def run(self, background: bool = True) -> bool:
         """Re-trace the window's live model with the ticked edits; opens the compare view."""
         window = self.window
-        problem = edit_session.missing_model(window.trace_request)
+        problem = edit_session.missing_model(window.trace_request, window.trace)
         if problem is not None:
             dialogs.show_error(window, "Edits need a live model", problem)
             return False
@@ -402,7 +407,7 @@ class EditsController(QObject):
     # ---- the rest
 
     def open_sweep(self):
-        problem = edit_session.missing_model(self.window.trace_request)
+        problem = edit_session.missing_model(self.window.trace_request, self.window.trace)
         if problem is not None:
             dialogs.show_error(self.window, "Sweeps need a live model", problem)
             return None

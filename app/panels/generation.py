@@ -23,6 +23,7 @@ encode, trace every pass, report progress, honour a cancel flag);
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QEvent, QObject, QRectF, QSize, Qt, Signal
@@ -69,6 +70,7 @@ from app.widgets.tensor_view import token_label
 from app.windows import dialogs
 from app.windows.dialogs import lay_out_form
 from app.workers import GenerationJob
+from tracing.token_names import token_namer
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracing import Trace
@@ -140,6 +142,7 @@ class TokenTimeline(QWidget):
         self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
         self.setMouseTracking(True)
         self.prompt: list[int] = []
+        self.name: Callable[[int], str] = token_label  # id -> text (the trace's tokenizer)
         self.tokens: list[int] = []
         self.probs: list[float | None] = []
         self.selected = -1
@@ -182,7 +185,7 @@ class TokenTimeline(QWidget):
         x = 8.0
         self._rects = []
         for token in [*self.prompt, *self.tokens]:
-            w = max(22.0, metrics.horizontalAdvance(token_label(token)) + 12.0)
+            w = max(22.0, metrics.horizontalAdvance(self.name(token)) + 12.0)
             self._rects.append(QRectF(x, 8, w, CHIP_H))
             x += w + CHIP_GAP
             if len(self._rects) == len(self.prompt):
@@ -203,7 +206,7 @@ class TokenTimeline(QWidget):
         painter = QPainter(self)
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         n_prompt = len(self.prompt)
-        labels = [token_label(t) for t in [*self.prompt, *self.tokens]]
+        labels = [self.name(t) for t in [*self.prompt, *self.tokens]]
         # the diagram's colours, so a chip looks like a box there; prompt chips sit back a shade
         for i, (rect, label) in enumerate(zip(self._rects, labels)):
             generated = i >= n_prompt
@@ -275,7 +278,7 @@ class TokenTimeline(QWidget):
         self.setCursor(Qt.CursorShape.PointingHandCursor)
         prob = self.probs[n] if n < len(self.probs) else None
         p = "" if prob is None else f" with p = {prob:.3f}"
-        self.setToolTip(f"pass {n + 1}: chose {token_label(self.tokens[n])}{p}")
+        self.setToolTip(f"pass {n + 1}: chose {self.name(self.tokens[n])}{p}")
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
         if event.key() == Qt.Key.Key_Right and self.selected + 1 < len(self.tokens):
@@ -304,6 +307,7 @@ class GenerationView(QWidget):
         self.setObjectName("generationView")
         self.generation: GenerationTrace | None = None
         self.current = -1
+        self.name: Callable[[int], str] = token_label
         self._build_title()
         self._build_timeline()
         self._build_pass_table()
@@ -447,10 +451,11 @@ class GenerationView(QWidget):
             self.heatmap.show_message("Trace a generation to see its passes.")
             self._update_buttons()
             return
+        self.name = self.timeline.name = token_namer(generation.passes[0].meta)
         self.timeline.set_sequence(generation.prompt, generation.tokens, generation.probs)
         self._fill_pass_table(generation)
-        prompt = "".join(token_label(t) for t in generation.prompt)
-        answer = "".join(token_label(t) for t in generation.tokens)
+        prompt = "".join(self.name(t) for t in generation.prompt)
+        answer = "".join(self.name(t) for t in generation.tokens)
         n = len(generation.passes)
         self.title.setText(
             f"Generation · “{prompt}” → “{answer}” · {n} pass{'es' if n != 1 else ''}"
@@ -482,7 +487,7 @@ class GenerationView(QWidget):
         p = "" if entry.prob is None else f" (p = {entry.prob:.3f})"
         self.info.setText(
             f"<b>pass {n + 1} / {len(gen.passes)}</b> · saw {entry.context_length} tokens · "
-            f"chose <b style='color:{theme.CURRENT}'>{token_label(entry.token)}</b>{p} · "
+            f"chose <b style='color:{theme.CURRENT}'>{self.name(entry.token)}</b>{p} · "
             f"{len(trace.steps)} steps"
         )
         self._update_buttons()
@@ -507,7 +512,7 @@ class GenerationView(QWidget):
             cells = [
                 str(row + 1),
                 f"{e.context_length} tokens",
-                token_label(e.token),
+                self.name(e.token),
                 "–" if e.prob is None else f"{e.prob:.3f}",
                 str(len(gen.passes[row].steps)),
             ]
@@ -539,7 +544,7 @@ class GenerationView(QWidget):
         head = self.head_spin.value()
         trace = gen.passes[self.current]
         ids = trace.meta.get("tokens") or gen.sequence[: w.shape[-1]]
-        labels = [token_label(int(t)) for t in ids][-w.shape[-1] :]
+        labels = [self.name(int(t)) for t in ids][-w.shape[-1] :]
         self.heatmap.set_matrix(
             w[0, head],
             row_labels=labels,

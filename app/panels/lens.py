@@ -52,6 +52,7 @@ from app.widgets.common import column, hint_label, make_heading, monospace_font,
 from app.widgets.heatmap import HeatmapView, colormap
 from app.widgets.tensor_view import token_label
 from tracing.analysis.lens import find_attention_modules, head_contributions, logit_lens
+from tracing.token_names import token_namer
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch.nn as nn
@@ -97,6 +98,7 @@ class LensTableModel(QAbstractTableModel):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.lens: LensResult | None = None
+        self.name: Callable[[int], str] = token_label  # id -> text (the trace's tokenizer)
         self._cmap = colormap(PROBABILITY_CMAP)
         self._bold = QFont()
         self._bold.setBold(True)
@@ -138,7 +140,7 @@ class LensTableModel(QAbstractTableModel):
         prob = float(lens.top_probs[layer, t, 0])
         hit = self.next_input(t) == token
         if role == Qt.ItemDataRole.DisplayRole:
-            return f"{token_label(token)}   {prob:.0%}" + ("  ✓" if hit else "")
+            return f"{self.name(token)}   {prob:.0%}" + ("  ✓" if hit else "")
         if role == Qt.ItemDataRole.BackgroundRole:
             return self._colour(prob)
         if role == Qt.ItemDataRole.ForegroundRole:
@@ -173,13 +175,13 @@ class LensTableModel(QAbstractTableModel):
             return None
         if role == Qt.ItemDataRole.DisplayRole:
             tokens = lens.input_tokens
-            label = f" {token_label(tokens[section])}" if tokens else ""
+            label = f" {self.name(tokens[section])}" if tokens else ""
             return f"{section}{label}"
         if role == Qt.ItemDataRole.ToolTipRole:
             nxt = self.next_input(section)
             return (
                 f"position {section}; the prompt continues with "
-                f"{token_label(nxt) if nxt is not None else '(end)'}"
+                f"{self.name(nxt) if nxt is not None else '(end)'}"
             )
         return None
 
@@ -196,7 +198,7 @@ class LensTableModel(QAbstractTableModel):
         lens = self.lens
         assert lens is not None
         rows = "".join(
-            f"<tr><td><code>{html.escape(token_label(int(tok)))}</code>&nbsp;&nbsp;</td>"
+            f"<tr><td><code>{html.escape(self.name(int(tok)))}</code>&nbsp;&nbsp;</td>"
             f"<td align='right'>{float(p):.1%}</td></tr>"
             for tok, p in zip(lens.top_tokens[layer, t], lens.top_probs[layer, t])
         )
@@ -204,7 +206,7 @@ class LensTableModel(QAbstractTableModel):
         return (
             f"<b>position {t} · after {html.escape(lens.layers[layer])}</b>"
             f"<table>{rows}</table>"
-            f"P(final prediction <code>{html.escape(token_label(final))}</code>) = "
+            f"P(final prediction <code>{html.escape(self.name(final))}</code>) = "
             f"{float(lens.final_token_probs[layer, t]):.1%}"
         )
 
@@ -328,6 +330,7 @@ class LensView(QWidget):
         ``model_factory`` builds the model on first need instead (the main window rebuilds
         the demo, a seeded preset or a checkpoint only when the lens is actually shown)."""
         self.trace, self.model = trace, model
+        self.table_model.name = token_namer(trace.meta) if trace is not None else token_label
         self._model_factory = model_factory if model is None else None
         self.lens, self.contributions, self.head_layers, self.error = None, None, [], ""
         self._dirty = True
@@ -415,7 +418,7 @@ class LensView(QWidget):
 
     def _fill_final_heatmap(self, lens: LensResult) -> None:
         tokens = lens.input_tokens
-        rows = [token_label(t) for t in tokens] if tokens else None
+        rows = [self.table_model.name(t) for t in tokens] if tokens else None
         cols = [short_layer(name) for name in lens.layers]
         self.final_heatmap.set_matrix(
             lens.final_token_probs.T,  # (T, L): positions down, layers across, like the grid

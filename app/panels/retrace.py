@@ -55,13 +55,16 @@ def request_for(trace: Trace) -> session.TraceRequest | None:
     trace's meta), or None for a trace that did not come from a model file."""
     meta = trace.meta
     file, name = meta.get("model_file"), meta.get("model_name")
-    if not file or not name:
+    model = f"{file}:{name}" if file and name else meta.get("model_path")
+    if not model or not isinstance(model, str):
         return None
     spec = meta.get("input_spec") or {}
     shape = spec.get("shape")
     source = session.ModelSource(
         "file",
-        model=f"{file}:{name}",
+        model=model,
+        device=str(meta.get("device") or "cpu"),
+        tokenizer=str(meta.get("tokenizer") or ""),
         input_shape=",".join(str(s) for s in shape) if shape else "",
         input_dtype=spec.get("dtype") or "long",
     )

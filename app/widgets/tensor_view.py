@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from PySide6.QtCore import Signal
@@ -25,6 +24,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QSpinBox, QVBoxLayout, QWidge
 from app.widgets.common import LayoutFirewall
 from app.widgets.heatmap import HeatmapView
 from tracing.record import TensorRecord, Trace
+from tracing.token_names import byte_label, prompt_labels
 
 MAX_LEADING_AXES = 6
 """Spin boxes built up front; a tensor of rank > 8 is rare and gets more on demand."""
@@ -33,34 +33,19 @@ MAX_LEADING_AXES = 6
 # --------------------------------------------------------------------------- tokens
 
 
-_ESCAPES = {9: "\\t", 10: "\\n", 13: "\\r", 32: "␣"}
-
-
 def token_label(token: int) -> str:
     """A short printable label for one byte token: ``'a'``, ``'␣'``, ``'\\n'``, ``'0xc3'``.
 
-    Ids outside the byte range (a model with a bigger vocabulary) show as ``#50256``.
+    Ids outside the byte range (a model with a bigger vocabulary) show as ``#50256``; a
+    trace with its own tokenizer names them with :func:`tracing.token_names.token_namer`.
     """
-    if token in _ESCAPES:
-        return _ESCAPES[token]
-    if 33 <= token < 127:
-        return chr(token)
-    if 0 <= token < 256:
-        return f"0x{token:02x}"
-    return f"#{token}"
+    return byte_label(token)
 
 
 def token_labels(trace: Trace) -> list[str] | None:
-    """Labels for the traced prompt's tokens (``trace.meta["tokens"]``), or None."""
-    tokens: Any = trace.meta.get("tokens")  # checked on load; an in-memory meta may be odd
-    if not tokens or not isinstance(tokens, (list, tuple)):
-        return None
-    if isinstance(tokens[0], (list, tuple)):  # a batch of prompts: label by the first
-        tokens = tokens[0]
-    try:
-        return [token_label(int(t)) for t in tokens]
-    except (TypeError, ValueError, OverflowError):
-        return None
+    """Labels for the traced prompt's tokens: the tokenizer's strings where the trace
+    carries them (``meta["token_labels"]``), else bytes; None without tokens."""
+    return prompt_labels(trace.meta)
 
 
 # --------------------------------------------------------------------------- slicing

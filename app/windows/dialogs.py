@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 )
 
 import tracing
+from app.core.model_sources import DEVICES, MODEL_HELP
 from app.core.session import DEFAULT_CAPTURE, PRESETS, CheckedValues, ModelSource, TraceRequest
 from app.widgets.common import hint_label
 
@@ -211,7 +212,7 @@ class NewTraceDialog(QDialog):
         self.demo_radio = QRadioButton("Bundled demo model", self)
         self.preset_radio = QRadioButton("Preset with random weights", self)
         self.checkpoint_radio = QRadioButton("Checkpoint file", self)
-        self.file_radio = QRadioButton("Your model (FILE.py:NAME)", self)
+        self.file_radio = QRadioButton("Your model", self)
         self.demo_radio.setChecked(True)
         group = QButtonGroup(self)
         for b in (self.demo_radio, self.preset_radio, self.checkpoint_radio, self.file_radio):
@@ -231,10 +232,17 @@ class NewTraceDialog(QDialog):
         source.addWidget(browse, 2, 2)
         self.model_edit = QLineEdit(self)
         self.model_edit.setPlaceholderText(
-            "path/to/model.py:MyModel  (a module, class or function)"
+            "model.py:MyModel, a Hugging Face folder, or a config.json"
         )
+        self.model_edit.setToolTip(MODEL_HELP)
         browse_model = QPushButton("Browse…", self)
         browse_model.clicked.connect(self._browse_model)
+        browse_folder = QPushButton("Folder…", self)
+        browse_folder.setToolTip("a Hugging Face model folder (config.json + safetensors)")
+        browse_folder.clicked.connect(self._browse_model_folder)
+        self.device_combo = QComboBox(self)
+        self.device_combo.addItems(DEVICES)
+        self.device_combo.setToolTip("where the model is built and run (meta: shapes only)")
         self.shape_edit = QLineEdit(self)
         self.shape_edit.setPlaceholderText("input shape, e.g. 2,10 (empty: the prompt's bytes)")
         self.dtype_combo = QComboBox(self)
@@ -242,8 +250,10 @@ class NewTraceDialog(QDialog):
         source.addWidget(self.file_radio, 3, 0)
         source.addWidget(self.model_edit, 3, 1)
         source.addWidget(browse_model, 3, 2)
+        source.addWidget(browse_folder, 3, 3)
         source.addWidget(self.shape_edit, 4, 1)
         source.addWidget(self.dtype_combo, 4, 2)
+        source.addWidget(self.device_combo, 4, 3)
         return source
 
     def _build_capture(self) -> None:
@@ -264,10 +274,21 @@ class NewTraceDialog(QDialog):
         )
 
     def _browse_model(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Model file", "", "Python (*.py)")
-        if path:
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Model file", "", "Python (*.py);;Hugging Face config (*.json)"
+        )
+        if path.endswith(".json"):
+            self.model_edit.setText(path)
+            self.file_radio.setChecked(True)
+        elif path:
             name = self.model_edit.text().rpartition(":")[2] or "Model"
             self.model_edit.setText(f"{path}:{name}")
+            self.file_radio.setChecked(True)
+
+    def _browse_model_folder(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Hugging Face model folder")
+        if path:
+            self.model_edit.setText(path)
             self.file_radio.setChecked(True)
 
     def _browse(self) -> None:
@@ -286,6 +307,7 @@ class NewTraceDialog(QDialog):
                 model=self.model_edit.text().strip(),
                 input_shape=self.shape_edit.text().strip(),
                 input_dtype=self.dtype_combo.currentText(),
+                device=self.device_combo.currentText(),
             )
         elif self.checkpoint_radio.isChecked():
             source = ModelSource("checkpoint", checkpoint=self.checkpoint_edit.text().strip())

@@ -55,6 +55,10 @@ _Tensor = torch.Tensor
 # --------------------------------------------------------------------------- tracer
 
 
+META_NOTE = "meta tensors: values, stats and attention maps not computed (meta device)"
+"""The note a trace of a model on the meta device carries: shapes are real, data is not."""
+
+
 class Tracer:
     """Context manager that records every module call and tensor op of the model's forward.
 
@@ -499,7 +503,10 @@ class Tracer:
     def _keep_value(self, rid: int, t: torch.Tensor, force: bool = False) -> None:
         """Keep a copy of ``t`` (record ``rid``), unless over the size cap (``force``:
         whatever its size, as for attention maps) or one is kept already."""
-        if self._tensors[rid].value_key is not None or (force and t.is_meta):  # no data
+        if self._tensors[rid].value_key is not None:
+            return
+        if t.device.type == "meta":  # no data to copy (a model built on the meta device)
+            self._notes.setdefault(META_NOTE)
             return
         dtype = t.dtype
         if self.value_dtype is not None and t.is_floating_point():

@@ -355,6 +355,32 @@ def trace_generate(
     return result
 
 
+def generate_ids(
+    model: nn.Module,
+    idx: torch.Tensor,
+    max_new_tokens: int,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+    stop_token: int | None = None,
+    block_size: int | None = None,
+) -> list[int]:
+    """The tokens :func:`trace_generate` would choose, without tracing: for any model
+    whose output holds logits (a tensor, ``(logits, ...)``, ``.logits``)."""
+    seq, new = idx, []
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            context = seq if block_size is None else seq[:, -block_size:]  # (1, T')
+            last = _logits_of(model(context))[:, -1, :].float()  # (1, V)
+            token, _prob = _choose(last.cpu(), temperature, top_k, generator)
+            new.append(token)
+            seq = torch.cat([seq, torch.tensor([[token]], dtype=seq.dtype, device=seq.device)], 1)
+            if token == stop_token:
+                break
+    return new
+
+
 def _stopped(
     result: GenerationTrace,
     error: BaseException,

@@ -1,0 +1,329 @@
+"""Where a ``--model`` comes from: the one loader every command and the app use.
+
+``--model`` takes any of:
+
+- ``FILE.py:NAME``: a person's own model (:mod:`app.core.user_model` builds it);
+- a Hugging Face model folder (``config.json`` plus ``*.safetensors`` weights), loaded
+  offline with ``transformers``; pickle weights (``pytorch_model.bin``, ``*.pt``) are
+  refused, never unpickled;
+- a ``config.json`` alone: the architecture with random weights, for shape work (on
+  ``--device meta`` no memory is spent on weights at all).
+
+``--device`` (``cpu``, ``cuda``, ``meta``) says where the model is built and run.
+
+A tokenizer travels with the model: the folder's ``tokenizer.json`` (read with the small
+``tokenizers`` library it is written for), or ``--tokenizer PATH`` for a file model; our
+own models keep the byte tokenizer. The prompt is encoded as the model expects, and the
+trace's meta carries the token strings (``token_labels``), so every token axis of every
+view shows them, in this process or from the saved file.
+
+Every failure is one :class:`UserCodeError` line. Plain Python, no Qt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from app.core.user_model import (
+    InputSpec,
+    LoadedModel,
+    ModelSpec,
+    UserCodeError,
+    build,
+    import_file,
+    make_inputs,
+)
+
+DEVICES = ("cpu", "cuda", "meta")
+INSTALL_HF = 'pip install "scratchformer[hf]"'
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+MODEL_HELP = (
+    "the model: FILE.py:NAME (your own), a Hugging Face model folder (config.json + "
+    "safetensors, offline), or a config.json alone (random weights)"
+)
+
+
+# --------------------------------------------------------------------------- what --model names
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """``--model`` parsed: a file model, a Hugging Face folder, or a config file."""
+
+    kind: Literal["file", "folder", "config"]
+    path: Path
+    name: str = ""  # kind "file": the object in the file
+
+    @classmethod
+    def parse(cls, text: str) -> SourceSpec:
+        if not text:
+            raise UserCodeError("--model is empty")
+        path = Path(text).expanduser()
+        if path.is_dir():
+            return cls("folder", path)
+        if path.suffix == ".json":
+            if not path.is_file():
+                raise UserCodeError(f"no such config file: {path}")
+            return cls("config", path)
+        if not text.rpartition(":")[0] and not path.exists():
+            raise UserCodeError(
+                f"--model {text!r}: no such folder or file; give FILE.py:NAME, a Hugging "
+                f"Face model folder or a config.json"
+            )
+        spec = ModelSpec.parse(text)
+        return cls("file", spec.file, spec.name)
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.name}" if self.kind == "file" else str(self.path)
+
+
+# --------------------------------------------------------------------------- tokenizers
+
+
+class TextTokenizer:
+    """A ``tokenizer.json`` (Hugging Face ``tokenizers``): text to ids, ids to strings."""
+
+    def __init__(self, path: Path):
+        try:
+            from tokenizers import Tokenizer
+        except ImportError as e:
+            raise UserCodeError(f"reading {path.name} needs tokenizers: {INSTALL_HF}") from e
+        try:
+            self._tok = Tokenizer.from_file(str(path))
+        except Exception as e:
+            detail = " ".join(str(e).split())[:200]
+            raise UserCodeError(f"{path}: not a tokenizer.json ({detail})") from e
+        self.path = path
+
+    def encode(self, text: str) -> list[int]:
+        """The ids the model expects, special tokens (a BOS) included as the file says."""
+        return self._tok.encode(text).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tok.decode(list(ids), skip_special_tokens=False)
+
+    def token_str(self, i: int) -> str:
+        """One token as text (``" hello"``); its vocabulary entry where it decodes to
+        nothing (a lone byte of a longer character)."""
+        text = self._tok.decode([int(i)], skip_special_tokens=False)
+        if not text or text == "\ufffd":
+            text = self._tok.id_to_token(int(i)) or f"#{i}"
+        return text
+
+    def token_strings(self, ids: list[int]) -> list[str]:
+        return [self.token_str(i) for i in ids]
+
+
+def find_tokenizer(path: str | Path | None, model_path: Path | None = None) -> TextTokenizer | None:
+    """``path`` (a ``tokenizer.json`` or a folder holding one), else the one beside the
+    model (in its folder, or beside its config.json), else None (bytes)."""
+    if path:
+        p = Path(path).expanduser()
+        file = p / "tokenizer.json" if p.is_dir() else p
+        if not file.is_file():
+            raise UserCodeError(f"no tokenizer.json at {p}")
+        return TextTokenizer(file)
+    if model_path is not None:
+        folder = model_path if model_path.is_dir() else model_path.parent
+        if (folder / "tokenizer.json").is_file():
+            return TextTokenizer(folder / "tokenizer.json")
+    return None
+
+
+# --------------------------------------------------------------------------- building
+
+
+def _transformers():
+    try:
+        import transformers
+    except ImportError as e:
+        raise UserCodeError(f"a Hugging Face model needs transformers: {INSTALL_HF}") from e
+    return transformers
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(f"{type(e).__name__}: {e}".split())[:300]
+
+
+def _read_config(path: Path):
+    transformers = _transformers()
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise UserCodeError(f"{path}: cannot read it as JSON ({_one_line(e)})") from e
+    if not isinstance(data, dict) or "model_type" not in data:
+        raise UserCodeError(f"{path}: not a Hugging Face config (it has no model_type)")
+    try:
+        return transformers.AutoConfig.for_model(**data)
+    except Exception as e:
+        raise UserCodeError(f"{path}: {_one_line(e)}") from e
+
+
+def _config_dtype(config, device: str):
+    """The dtype the config names on ``meta`` (shapes as released: Mixtral's bf16);
+    float32 where values are computed on the CPU."""
+    import torch
+
+    name = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    if device == "meta" and name is not None:
+        dtype = name if isinstance(name, torch.dtype) else getattr(torch, str(name), None)
+        if isinstance(dtype, torch.dtype):
+            return dtype
+    return torch.float32
+
+
+def _from_config(config, device: str, seed: int):
+    import torch
+
+    transformers = _transformers()
+    torch.manual_seed(seed)
+    try:
+        with torch.device(device):
+            return transformers.AutoModelForCausalLM.from_config(
+                config, dtype=_config_dtype(config, device)
+            )
+    except Exception as e:
+        raise UserCodeError(f"cannot build {type(config).__name__}: {_one_line(e)}") from e
+
+
+def check_weights(folder: Path) -> None:
+    """A folder's weights are safetensors; pickle files are refused, named."""
+    if any(folder.glob("*.safetensors")):
+        return
+    pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
+    if pickles:
+        raise UserCodeError(
+            f"{folder}: refusing pickle weights {pickles[0]} (unpickling can run code; not "
+            f"loaded even with torch.load(weights_only=True)); save them as safetensors "
+            f"where you trust the file (model.save_pretrained(folder), safetensors is its "
+            f"default), or give {folder / 'config.json'} for random weights"
+        )
+    raise UserCodeError(
+        f"{folder}: no *.safetensors weights; give {folder / 'config.json'} for random weights"
+    )
+
+
+def _from_folder(folder: Path, device: str, seed: int):
+    transformers = _transformers()
+    if not (folder / "config.json").is_file():
+        raise UserCodeError(f"{folder}: not a Hugging Face model folder (no config.json)")
+    if device == "meta":  # the weights would not be read: the architecture is enough
+        return _from_config(_read_config(folder / "config.json"), device, seed)
+    check_weights(folder)
+    try:
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            str(folder), local_files_only=True, use_safetensors=True, dtype="auto"
+        )
+    except Exception as e:
+        raise UserCodeError(f"{folder}: {_one_line(e)}") from e
+    return model.to(device)
+
+
+def _check_device(device: str) -> None:
+    import torch
+
+    if device not in DEVICES:
+        raise UserCodeError(f"--device is one of {', '.join(DEVICES)}, got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserCodeError("--device cuda: no CUDA device is available here")
+
+
+def _to_device(value: Any, device: str) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, tuple):
+        return tuple(_to_device(v, device) for v in value)
+    if isinstance(value, list):
+        return [_to_device(v, device) for v in value]
+    if isinstance(value, dict):
+        return {k: _to_device(v, device) for k, v in value.items()}
+    return value
+
+
+# --------------------------------------------------------------------------- the loader
+
+
+def load(
+    text: str,
+    inputs: InputSpec | None = None,
+    *,
+    device: str = "cpu",
+    tokenizer: str | Path | None = None,
+    seed: int = 0,
+) -> LoadedModel:
+    """Build the model ``text`` names on ``device``, in eval mode, with its inputs and
+    the meta that describes them (tokens, their strings, where the model came from)."""
+    import torch
+
+    inputs = inputs or InputSpec()
+    _check_device(device)
+    spec = SourceSpec.parse(text)
+    module = None
+    if spec.kind == "file":
+        module = import_file(spec.path)
+        context = torch.device("meta") if device == "meta" else contextlib.nullcontext()
+        with context:
+            model = build(module, spec.name, spec.path)
+        model = model.to(device) if device == "cuda" else model
+    elif spec.kind == "folder":
+        model = _from_folder(spec.path, device, seed)
+    else:
+        model = _from_config(_read_config(spec.path), device, seed)
+    model.eval()
+    tok = find_tokenizer(tokenizer, spec.path if spec.kind != "file" else None)
+
+    if tok is not None and inputs.prompt is not None and inputs.shape is None:
+        loaded = _tokenized(model, tok, inputs.prompt)
+    else:
+        loaded = make_inputs(model, module, inputs)
+    loaded.args, loaded.kwargs = _to_device(loaded.args, device), _to_device(loaded.kwargs, device)
+    if tok is not None and loaded.meta.get("tokens"):
+        loaded.meta["token_labels"] = tok.token_strings(loaded.meta["tokens"])
+    loaded.meta.update(
+        source={"file": "model_file", "folder": "hf_folder", "config": "hf_config"}[spec.kind],
+        model=text,
+        device=device,
+        input_spec={  # what a re-trace needs to use the same inputs
+            "prompt": inputs.prompt,
+            "shape": None if inputs.shape is None else list(inputs.shape),
+            "dtype": inputs.dtype,
+            "seed": inputs.seed,
+        },
+    )
+    if tok is not None:
+        loaded.meta["tokenizer"] = str(tok.path.resolve())
+    if spec.kind == "file":
+        loaded.meta.update(model_file=str(spec.path.resolve()), model_name=spec.name)
+    else:
+        loaded.meta["model_path"] = str(spec.path.resolve())
+    if spec.kind == "config" or (spec.kind == "folder" and device == "meta"):
+        loaded.meta["weights"] = "random" if device != "meta" else "none (meta device)"
+    loaded.tokenizer = tok
+    return loaded
+
+
+def _tokenized(model: Any, tok: TextTokenizer, prompt: str) -> LoadedModel:
+    import torch
+
+    from app.core.user_model import first_embedding_size
+
+    if not prompt:
+        raise UserCodeError("the prompt is empty; give some text")
+    ids = tok.encode(prompt)
+    if not ids:
+        raise UserCodeError(f"the prompt {prompt!r} encodes to no tokens")
+    vocab = first_embedding_size(model)
+    if vocab is not None and max(ids) >= vocab:
+        raise UserCodeError(
+            f"the tokenizer gives ids up to {max(ids)} but the model's embedding has only "
+            f"{vocab} entries: they do not belong together"
+        )
+    loaded = LoadedModel(model, args=(torch.tensor([ids], dtype=torch.long),))  # (B, T)
+    loaded.meta.update(tokens=ids, text=prompt)
+    return loaded
