@@ -44,7 +44,7 @@ import traceback
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/, for helpers.*
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for helpers.*
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("PYQTGRAPH_QT_LIB", "PySide6")
 

@@ -55,7 +55,10 @@ _Tensor = torch.Tensor
 # --------------------------------------------------------------------------- tracer
 
 
-META_NOTE = "meta tensors: values, stats and attention maps not computed (meta device)"
+META_NOTE = (
+    "meta tensors: recorded by shape only (meta device): values, stats and attention maps "
+    "not computed"
+)
 """The note a trace of a model on the meta device carries: shapes are real, data is not."""
 
 
