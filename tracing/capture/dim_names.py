@@ -23,7 +23,9 @@ given where the ops carry them from the first input (its axes are B and T by def
 
 from __future__ import annotations
 
+import contextlib
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -431,6 +433,16 @@ def name_axes(
     if dim_evidence.in_pass() or not tensors:
         return tensors
     started = time.perf_counter()
+    key = _memo_key(steps, tensors, sizes, subject)
+    memo = _MEMO.get(subject.model)
+    if memo is not None and memo[0] == key:  # the same run again: the same evidence
+        names, dim_letters, evidence, notes = memo[1]
+        meta["dim_letters"] = dict(dim_letters)
+        meta["dims_evidence"] = dict(evidence, seconds=round(time.perf_counter() - started, 6))
+        meta["dims_evidence"]["reused"] = True
+        if notes:
+            meta.setdefault("notes", []).extend(notes)
+        return [r if n == r.dims else replace(r, dims=n) for n, r in zip(names, tensors)]
     letters = letter_sizes(sizes, subject.config, subject.model, subject.given)
     sizes1 = {k: v.size for k, v in letters.items()}
     other, note = _second_pass(subject, sizes1, steps)
@@ -449,12 +461,42 @@ def name_axes(
     out = [r if names[i] == r.dims else replace(r, dims=names[i]) for i, r in enumerate(tensors)]
     meta["dim_letters"] = _used_letters(names, letters)
     meta["dims_evidence"] = _evidence_meta(other, note, started)
+    notes = []
     if note is not None:
-        meta.setdefault("notes", []).append(
+        notes.append(
             f"dims: no second pass at other input sizes ({note}); axes that move with the "
             "inputs are named only where the ops carry them from the first input"
         )
+        meta.setdefault("notes", []).extend(notes)
+    with contextlib.suppress(TypeError):  # a model that cannot be weakly referenced
+        _MEMO[subject.model] = (key, (names, meta["dim_letters"], meta["dims_evidence"], notes))
     return out
+
+
+_MEMO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""model -> (what its last trace looked like, the names given to it): a model traced again
+the same way (same steps, sources, shapes and sizes) gets the same names without the work."""
+
+
+def _memo_key(steps: Sequence[Step], tensors: Sequence[TensorRecord], sizes, subject) -> tuple:
+    """Everything the names depend on, cheaply comparable: the steps (their ops, sources
+    and data flow), every record's shape and role, the sizes, the options."""
+    return (
+        # the root call's line is the caller's, which changes from call to call
+        tuple(
+            (s.kind, s.module, s.op, s.parent is not None and s.source, s.inputs, s.outputs)
+            for s in steps
+        ),
+        tuple((r.shape, r.role, r.producer, r.dims) for r in tensors),
+        tuple(sorted(sizes.items())),
+        id(subject.config),
+        tuple(sorted((subject.given or {}).items())),
+        subject.call is None,
+        subject.train,
+        subject.ops,
+        subject.distributed,
+        dim_evidence.ENABLED,
+    )
 
 
 def _pairs(record: TensorRecord, other: tuple[int, ...] | None) -> list[Pair]:
