@@ -8,7 +8,10 @@ Files: :mod:`~tracing.analysis.report` (shape and failure reports),
 :mod:`~tracing.analysis.gradients` (gradient norms of a training step),
 :mod:`~tracing.analysis.graph` (``Trace.graph``), :mod:`~tracing.analysis.ranks`
 (``load_ranks``: one file per rank as a set), :mod:`~tracing.analysis.rank_report`,
-:mod:`~tracing.analysis.postmortem` (a failure in a few lines).
+:mod:`~tracing.analysis.postmortem` (a failure in a few lines),
+:mod:`~tracing.analysis.phases` (a training step's forward, loss and backward),
+:mod:`~tracing.analysis.find` (one search index over a trace),
+:mod:`~tracing.analysis.compute` (the mult-adds a trace kept).
 
 Reads the record and :mod:`tracing.file`; never imports :mod:`tracing.capture` or
 :mod:`tracing.runs`, so a trace from anywhere can be read without the tracer.

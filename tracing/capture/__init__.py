@@ -48,9 +48,12 @@ How a trace is built, file by file:
 
 Beside them: :mod:`~tracing.capture.value_sinks` (where kept copies go),
 :mod:`~tracing.capture.source` and :mod:`~tracing.capture.tool_frames` (the user's source
-line of each step), :mod:`~tracing.capture.dims` and :mod:`~tracing.capture.dim_flow`
-(symbolic axis names), :mod:`~tracing.capture.fused_attention` (the map a fused kernel
-never returns), :mod:`~tracing.capture.edits` (values changed as the model runs),
+line of each step), :mod:`~tracing.capture.dims`, :mod:`~tracing.capture.dim_flow`,
+:mod:`~tracing.capture.dim_letters`, :mod:`~tracing.capture.dim_evidence` and
+:mod:`~tracing.capture.dim_names` (axis names from evidence), :mod:`~tracing.capture.frames`
+(the spec and frame the recorders pass around),
+:mod:`~tracing.capture.fused_attention` (the map a fused kernel never returns),
+:mod:`~tracing.capture.edits` (values changed as the model runs),
 :mod:`~tracing.capture.distributed` (collectives under ``torch.distributed``),
 :mod:`~tracing.capture.postmortem` (the failure and source text a trace keeps).
 

@@ -2,7 +2,8 @@
 
 Files: :mod:`~tracing.file.layout` (what a file holds, its names and limits),
 :mod:`~tracing.file.saving` (``save``, the safetensors writer), :mod:`~tracing.file.writer`
-(the streaming ``TraceWriter``), :mod:`~tracing.file.manifest` (a Trace as JSON tables),
+(the streaming ``TraceWriter``), :mod:`~tracing.file.journal` (what a killed capture can
+still be opened from), :mod:`~tracing.file.manifest` (a Trace as JSON tables),
 :mod:`~tracing.file.loading` (``load``), :mod:`~tracing.file.validate` (every field of a
 stranger's file checked), :mod:`~tracing.file.lazy_values` (values read on first use),
 :mod:`~tracing.file.container` (the safetensors container read defensively),
