@@ -303,6 +303,9 @@ class ModuleTree(QWidget):
         # the Output column holds a shape like (B=1, T=18, C=64): as wide as its widest
         outputs = [self.model.output_text(p) for p in self.model._paths] + ["Output"]
         self.view.setColumnWidth(2, max(fm.horizontalAdvance(t) for t in outputs) + 16)
+        header = self.view.header()
+        if header.count() > 2 and header.visualIndex(2) != 1:  # Output beside the name: a
+            header.moveSection(header.visualIndex(2), 1)  # narrow pane clips Type, not shapes
         macs = [self.model.mult_adds_text(p) for p in self.model._paths]
         self.view.setColumnHidden(4, not any(macs))
         self.view.setColumnWidth(4, max(fm.horizontalAdvance(t) for t in [*macs, "Mult-adds"]) + 16)
