@@ -121,6 +121,12 @@ def _quit_after(qt_app, window) -> None:
         trace = window.trace
         where = window.status_text() if trace is not None else "no trace"
         print(f"shown: {where}", flush=True)
+        while (modal := qt_app.activeModalWidget()) is not None:  # an error box still open
+            print(f"dialog: {modal.windowTitle()}", flush=True)
+            modal.close()
+            qt_app.processEvents()
+            if qt_app.activeModalWidget() is modal:
+                break
         window.close()
         qt_app.quit()
 

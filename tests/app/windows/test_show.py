@@ -26,6 +26,8 @@ def launched(monkeypatch):
         return subprocess.CompletedProcess(command, 0)
 
     monkeypatch.setattr(show_mod.subprocess, "run", fake_run)
+    # the fallback: no in-process viewer (an installed one is found by its entry point)
+    monkeypatch.setattr(show_mod, "_live_viewer", lambda: (None, None))
     return seen
 
 
