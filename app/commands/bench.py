@@ -20,7 +20,10 @@ Prints, with the target beside each figure:
   and a loop watched by ``tracing.watch`` that does not fire, against the plain step
   (``app/commands/bench_training.py``); then (not with ``--quick``) the peak memory of
   the traced step, in memory and streamed to a file, against the plain step's, each in
-  its own process.
+  its own process;
+- what naming axes from evidence adds to a ``shapes`` trace of each model
+  (:func:`measure_naming`): the capture alone, the first trace of a model (its second pass
+  at other input sizes) and a trace repeated the same way (names reused per model).
 
 Benchmarks print; they never fail a build. See also ``benchmarks/``.
 """
@@ -150,6 +153,70 @@ def measure_overhead(
         values_trace=values_trace,
         other_ratios={lvl: statistics.median(r) for lvl, r in other_ratios.items()},
     )
+
+
+@dataclass
+class NamingFigures:
+    """What naming axes adds to a ``shapes`` trace, in ms (medians)."""
+
+    capture_ms: float  # the trace less the naming
+    first_ms: float  # naming on a model's first trace: the second pass and the walk
+    pass_ms: float  # of which the second pass
+    repeat_ms: float  # naming on a trace repeated the same way: names reused
+    no_pass_ms: float  # naming with the second pass turned off (dim_evidence.ENABLED)
+
+
+def measure_naming(model, ids, repeat: int = 3) -> NamingFigures:
+    """Time ``name_axes`` inside ``shapes`` traces: first (its memo and the pass's cache
+    emptied), repeated, and with the pass off; and the rest of the trace beside it."""
+    import torch
+
+    import tracing
+    from tracing.capture import dim_evidence, dim_names, tracer
+
+    spent: list[float] = []
+    real = tracer.name_axes
+
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return real(*args, **kwargs)
+        finally:
+            spent.append(time.perf_counter() - start)
+
+    def once() -> tuple[float, float, float]:
+        gc.collect()
+        spent.clear()
+        start = time.perf_counter()
+        trace = tracing.trace(model, ids, capture="shapes")
+        total = time.perf_counter() - start
+        info = trace.meta.get("dims_evidence") or {}
+        return sum(spent), total, info.get("pass_seconds") or 0.0
+
+    first, passes, repeated, no_pass, capture = [], [], [], [], []
+    tracer.name_axes = timed
+    try:
+        with torch.no_grad():
+            for _ in range(repeat):
+                dim_names._MEMO.pop(model, None)
+                dim_evidence._CACHE.pop(model, None)
+                naming, total, seconds = once()
+                first.append(naming)
+                passes.append(seconds)
+                naming, total, _ = once()  # the same again: the names reused
+                repeated.append(naming)
+                capture.append(total - naming)
+                dim_evidence.ENABLED = False
+                try:
+                    naming, _, _ = once()
+                finally:
+                    dim_evidence.ENABLED = True
+                no_pass.append(naming)
+    finally:
+        tracer.name_axes = real
+        dim_names._MEMO.pop(model, None)
+    ms = lambda xs: 1e3 * statistics.median(xs)  # noqa: E731
+    return NamingFigures(ms(capture), ms(first), ms(passes), ms(repeated), ms(no_pass))
 
 
 @dataclass
@@ -442,6 +509,16 @@ def run(args: argparse.Namespace) -> int:
         f"{_mb(mem.storage_bytes)} storages + {_mb(mem.python_bytes)} Python objects, for "
         f"{_mb(mem.tensor_bytes)} of tensors)  {_target_text(mem.ratio, MEMORY_TARGET, True)}"
     )
+
+    say()
+    say("naming axes from evidence, added to a shapes trace (ms, median):")
+    for label, _, model, ids in models:
+        nf = measure_naming(model, ids, repeat=1 if args.quick else min(repeat, 3))
+        say(
+            f"  naming {label.split(',')[0][:34]:<34} capture {nf.capture_ms:7.1f}  "
+            f"first +{nf.first_ms:6.1f} (pass {nf.pass_ms:6.1f})  "
+            f"repeat +{nf.repeat_ms:5.1f}  no pass +{nf.no_pass_ms:6.1f}"
+        )
 
     clock = time.perf_counter if args.clock == "wall" else time.process_time
     label = models[1][0].split(",")[0]  # "gpt2-small preset (random weights)"

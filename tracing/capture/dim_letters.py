@@ -13,10 +13,19 @@ and the trace keeps it in ``meta["dim_letters"]``.
 An axis name is a letter or an expression of letters: ``·`` multiplies, ``/`` divides by
 an integer, ``+`` and ``-`` add, an integer in front multiplies (``3C``), parentheses
 group (``(H+2KV)·D``). :func:`size_of` evaluates one; ``1`` names a size-one axis.
+
+A size-one axis reads ``1``, also where it is the key/value heads of a model with one
+(``num_key_value_heads=1``, multi-query attention: Qwen2 built so, Falcon-7B). ``KV`` is
+in the table with its size and origin, but on the axis itself no evidence can tell the
+``KV`` axis from a ``1`` the model inserted beside it: both are 1 in every pass, the key
+projection's width ``KV·D`` is then ``D`` (so a view splitting it shows no factor to carry),
+and ``repeat_kv``'s ``[:, :, None]`` makes ``(B, 1, 1, T, D)``, where either 1 could be
+called ``KV``. ``1`` is true of both; ``KV`` would be a guess on one of them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -77,7 +86,17 @@ LETTERS: dict[str, Letter] = {
     "Lkv": Letter("key/value latent rank", ("kv_lora_rank",), (), "attention"),
     "F": Letter(
         "feed-forward width (d_ff)",
-        ("d_ff", "n_inner", "intermediate_size", "ffn_dim", "ffn_hidden_size", "dim_feedforward"),
+        (
+            "d_ff",
+            "n_inner",
+            "intermediate_size",
+            "ffn_dim",
+            "ffn_hidden_size",
+            "dim_feedforward",
+            "decoder_ffn_dim",
+            "dff",
+            "encoder_ffn_dim",
+        ),
         ("d_ff", "dim_feedforward", "intermediate_size", "intermediate_dim"),
         "ffn",
     ),
@@ -223,9 +242,21 @@ def expressions(sizes: Mapping[str, int]) -> list[str]:
 # --------------------------------------------------------------------------- sizes
 
 
+def _get(source: Any, name: str) -> Any:
+    """``source.name`` (or ``source[name]``), ``None`` when absent or when reading it
+    raises: a config whose attribute varies per layer refuses a global value (Gemma-4's
+    ``head_dim``), and one size for all layers would then be a guess."""
+    if isinstance(source, Mapping):
+        return source.get(name)
+    try:
+        return getattr(source, name, None)
+    except Exception:  # any config's own refusal
+        return None
+
+
 def _read(source: Any, names: tuple[str, ...]) -> tuple[str, int] | None:
     for name in names:
-        value = source.get(name) if isinstance(source, Mapping) else getattr(source, name, None)
+        value = _get(source, name)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return name, value
     return None
@@ -237,16 +268,12 @@ def _rotary_from_config(config: Any, head: int | None) -> Sized | None:
     if config is None or not head:
         return None
     places = [config]
-    rope = config.get("rope_parameters") if isinstance(config, Mapping) else None
-    rope = rope or getattr(config, "rope_parameters", None)
+    rope = _get(config, "rope_parameters")
     if isinstance(rope, Mapping):
         places.append(rope)
     for place in places:
         for name in ("rotary_pct", "partial_rotary_factor"):
-            get = (
-                place.get if isinstance(place, Mapping) else lambda n, p=place: getattr(p, n, None)
-            )
-            value = get(name)
+            value = _get(place, name)
             if isinstance(value, float | int) and not isinstance(value, bool) and 0 < value < 1:
                 return Sized(int(head * value), f"config.{name} × D")
     return None
@@ -263,6 +290,7 @@ def letter_sizes(
     are the same axis.
     """
     found: dict[str, Sized] = {}
+    config = _text_config(config)
     attrs = _module_attributes(model)
     for letter, spec in LETTERS.items():
         if given and letter in given:
@@ -273,6 +301,10 @@ def letter_sizes(
             found[letter] = Sized(hit[1], f"config.{hit[0]}")
         elif letter in attrs:
             found[letter] = attrs[letter]
+    if "F" not in found and "C" in found:  # a layer's shape before the house's 4 × C guess
+        width = _ffn_width(model, found["C"].size)
+        if width is not None:
+            found["F"] = width
     for letter, size in house.items():  # B, T, and what layers or comments gave
         if letter not in found:
             found[letter] = Sized(size, _house_origin(letter, None))
@@ -296,6 +328,18 @@ def letter_sizes(
     if "Dv" in found and head == found["Dv"].size:
         del found["Dv"]
     return found
+
+
+def _text_config(config: Any) -> Any:
+    """The decoder's own config of a composite one (``config.text_config``: Gemma-3,
+    Mllama...), whose top level may lack the attention sizes; else ``config``."""
+    get = getattr(config, "get_text_config", None)
+    if callable(get):
+        with contextlib.suppress(Exception):  # a config whose text part cannot be found
+            text = get(decoder=True)
+            if text is not None:
+                return text
+    return config
 
 
 def _position_table(model: Any) -> Sized | None:

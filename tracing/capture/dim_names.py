@@ -349,6 +349,8 @@ class _Namer:
         kept = [p for p in parts if p != "1"]
         joined = "·".join(f"({p})" if ("+" in p or "-" in p) else p for p in kept)
         aliases = self.table.candidates(pair)
+        if joined == "H·D" and "C" in aliases:  # heads merged back: the model width, by
+            return "C"  # D = C / H (even where another letter has C's size: N == C)
         if joined in aliases or not aliases:
             return joined
         kin = (

@@ -61,6 +61,28 @@ EXPECTED = {
         ],
         "mlp": [("linear", "(B,T,F)"), ("linear", "(B,T,F)"), ("linear", "(B,T,C)")],
     },
+    "qwen2": {  # one key/value head: its axis reads 1 (see tracing/capture/dim_letters.py)
+        "self_attn": [
+            ("linear", "(B,T,C)"),
+            ("view", "(B,T,H,D)"),
+            ("transpose", "(B,H,T,D)"),
+            ("linear", "(B,T,D)"),  # k: KV·D with KV = 1 is D
+            ("view", "(B,T,1,D)"),
+            ("transpose", "(B,1,T,D)"),
+            ("getitem", "(B,H,T,D/2)"),  # rotate_half
+            ("cat", "(B,H,T,D)"),
+            ("getitem", "(B,1,1,T,D)"),  # repeat_kv's [:, :, None]
+            ("reshape", "(B,H,T,D)"),
+            ("transpose", "(B,H,D,T)"),
+            ("matmul", "(B,H,T,T)"),
+            ("softmax", "(B,H,T,T)"),
+            ("matmul", "(B,H,T,D)"),
+            ("transpose", "(B,T,H,D)"),
+            ("reshape", "(B,T,C)"),
+            ("linear", "(B,T,C)"),
+        ],
+        "mlp": [("linear", "(B,T,F)"), ("linear", "(B,T,F)"), ("linear", "(B,T,C)")],
+    },
     "gpt_neox": {  # rotary_pct=0.25: a rotary width R = D/4 of each head
         "attention": [
             ("linear", "(B,T,3C)"),

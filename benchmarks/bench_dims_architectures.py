@@ -1,0 +1,317 @@
+"""Dims on every causal-LM architecture of the installed ``transformers`` (issue 22, item 4).
+
+    .venv/bin/python benchmarks/bench_dims_architectures.py              # all of them
+    .venv/bin/python benchmarks/bench_dims_architectures.py llama qwen2  # only these
+    .venv/bin/python benchmarks/bench_dims_architectures.py --failing    # the last run's misses
+
+Each architecture of ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` is built from its own config,
+shrunk (2 layers, C=96, H=6, 2 key/value heads, D=16, F=200, V=101) with random weights,
+and fed token ids of B=3, T=11: sizes chosen so that no two coincide. What cannot be
+built, or whose plain forward fails here, is skipped and counted. Per model it prints:
+
+- **named**: the share of the axes of ≥2-D tensors that carry a name (not ``?``);
+- **wrong**: axes whose standard letter (B, T, C, H, D, V) stands for another size than the
+  axis has: the letter's size in the trace, and the survey's B and T (must be zero);
+- **maps**: the trace's attention maps against eager ``output_attentions`` (1e-6), where
+  the model returns maps: ``=``, ``≠`` (or a different count) or ``-`` (none returned).
+
+Targets: median ≥ 98% named, none below 90%, no wrong letters, every map equal. A run
+writes its rows to ``benchmarks/.dims_architectures.json`` (``--failing`` reads it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import signal
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+import tracing
+
+B, T = 3, 11
+SIZES = dict(C=96, H=6, KV=2, D=16, F=200, V=101)
+STANDARD = ("B", "T", "C", "H", "D", "V")
+LAST = Path(__file__).with_name(".dims_architectures.json")
+
+_SET = {
+    "hidden_size": 96, "n_embd": 96, "d_model": 96, "embed_dim": 96, "dim": 96, "d_embed": 96,
+    "num_attention_heads": 6, "n_head": 6, "n_heads": 6, "num_heads": 6,
+    "decoder_attention_heads": 6, "encoder_attention_heads": 6,
+    "num_key_value_heads": 2, "num_kv_heads": 2, "n_head_kv": 2, "multi_query_group_num": 2,
+    "head_dim": 16, "kv_channels": 16, "intermediate_size": 200, "n_inner": 200,
+    "ffn_dim": 200, "d_ff": 200, "ffn_hidden_size": 200, "decoder_ffn_dim": 200,
+    "encoder_ffn_dim": 200, "vocab_size": 101,
+    "num_hidden_layers": 2, "n_layer": 2, "n_layers": 2, "num_layers": 2,
+    "decoder_layers": 2, "encoder_layers": 2, "num_decoder_layers": 2,
+    "max_position_embeddings": 64, "n_positions": 64, "n_ctx": 64,
+    "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "decoder_start_token_id": 1,
+}  # fmt: skip
+
+
+def shrink(config, depth: int = 0):
+    """``config`` (and its sub-configs: ``text_config``...) at the survey's sizes."""
+    for name, value in _SET.items():
+        if name in vars(config) or (hasattr(type(config), name) and name in config.to_dict()):
+            with contextlib.suppress(AttributeError, TypeError, ValueError):
+                setattr(config, name, value)
+    for value in list(vars(config).values()):
+        if depth < 2 and hasattr(value, "to_dict") and hasattr(value, "model_type"):
+            shrink(value, depth + 1)
+    with contextlib.suppress(AttributeError, TypeError, ValueError):
+        config._attn_implementation = "eager"
+    return config
+
+
+class _Timeout(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _limit(seconds: int):
+    def alarm(*_):
+        raise _Timeout(f"over {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+_MLA = {"qk_rope_head_dim": 8, "qk_nope_head_dim": 12, "v_head_dim": 10, "kv_lora_rank": 28}
+_MOE = {
+    "num_local_experts": 5, "num_experts": 5, "n_routed_experts": 5, "moe_num_experts": 5,
+    "num_experts_per_tok": 2, "moe_topk": 2, "moe_intermediate_size": 40,
+    "n_group": 1, "topk_group": 1,
+}  # fmt: skip
+
+
+def survey_kwargs(defaults) -> dict:
+    """The survey's sizes for the attributes this config has (its own spelling)."""
+    have = set(defaults.to_dict()) | set(getattr(defaults, "attribute_map", {}))
+    out = {k: v for k, v in _SET.items() if k in have}
+    for k, v in _MOE.items():
+        if isinstance(getattr(defaults, k, None), int):
+            out[k] = v
+    if "qk_rope_head_dim" in have:  # latent attention: its rotary width is its head_dim
+        out.update({k: v for k, v in _MLA.items() if k in have}, head_dim=8)
+        if getattr(defaults, "q_lora_rank", None):
+            out["q_lora_rank"] = 24
+    if isinstance(getattr(defaults, "rotary_dim", None), int):
+        out["rotary_dim"] = 8
+    if "use_cache" in have:
+        out["use_cache"] = False  # a plain forward, no cache object to hand back
+    return out
+
+
+def build(model_type: str):
+    """(model, ids) for one architecture, or raise."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    defaults = AutoConfig.for_model(model_type)
+    try:  # sizes given to the constructor: what it derives from them follows
+        config = shrink(AutoConfig.for_model(model_type, **survey_kwargs(defaults)))
+    except Exception:  # a config that refuses them: set them after
+        config = shrink(defaults)
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    vocab = model.get_input_embeddings().num_embeddings if model.get_input_embeddings() else 101
+    ids = torch.randint(3, min(vocab, 101), (B, T))
+    return model, ids
+
+
+def _attentions(model, ids):
+    with torch.no_grad():
+        out = model(ids, output_attentions=True)
+    maps = getattr(out, "attentions", None) or getattr(out, "decoder_attentions", None)
+    return [m for m in maps or () if isinstance(m, torch.Tensor)]
+
+
+def survey_one(model_type: str, seconds: int = 120) -> dict:
+    """One architecture's row: ``skip`` with a reason, or its figures."""
+    row: dict = {"model": model_type}
+    started = time.perf_counter()
+    try:
+        with _limit(seconds):
+            model, ids = build(model_type)
+    except BaseException as e:  # a survey counts what does not build
+        return {**row, "skip": f"build: {type(e).__name__}: {str(e)[:100]}"}
+    try:
+        with _limit(seconds), torch.no_grad():
+            model(ids)
+    except BaseException as e:
+        return {**row, "skip": f"forward: {type(e).__name__}: {str(e)[:100]}"}
+    try:
+        with _limit(seconds):
+            trace = tracing.trace(model, ids, capture="shapes")
+    except BaseException as e:
+        return {**row, "error": f"trace: {type(e).__name__}: {str(e)[:160]}"}
+    row.update(_figures(trace))
+    try:
+        with _limit(seconds):
+            eager = _attentions(model, ids)
+    except BaseException:  # a model that takes no output_attentions
+        eager = []
+    row["maps"] = _compare_maps(trace, eager)
+    row["seconds"] = round(time.perf_counter() - started, 2)
+    row["pass"] = (trace.meta.get("dims_evidence") or {}).get("pass")
+    return row
+
+
+def _figures(trace) -> dict:
+    letters = {k: v["size"] for k, v in (trace.meta.get("dim_letters") or {}).items()}
+    truth = {**letters, "B": B, "T": T}
+    axes = named = 0
+    wrong: list[str] = []
+    unnamed: dict[str, int] = {}
+    for r in trace.tensors:
+        if len(r.shape) < 2:
+            continue
+        dims = r.dims or ("?",) * len(r.shape)
+        for i, (name, size) in enumerate(zip(dims, r.shape)):
+            axes += 1
+            if name != "?":
+                named += 1
+            else:
+                key = f"{r.shape}[{i}]"
+                unnamed[key] = unnamed.get(key, 0) + 1
+            if name in STANDARD and truth.get(name) != size:
+                producer = trace.steps[r.producer].op if r.producer is not None else r.role
+                wrong.append(f"#{r.id} {producer} {r.shape} {dims}")
+    worst = sorted(unnamed.items(), key=lambda kv: -kv[1])[:4]
+    return {
+        "named": round(100 * named / axes, 2) if axes else 100.0,
+        "axes": axes,
+        "wrong": len(wrong),
+        "wrong_examples": wrong[:4],
+        "unnamed_examples": [f"{k}×{n}" for k, n in worst],
+    }
+
+
+def _compare_maps(trace, eager: list[torch.Tensor]) -> str:
+    if not eager:
+        return "-"
+    mine = list(trace.attention_maps().values())
+    if len(mine) != len(eager):
+        return f"≠ {len(mine)} maps, eager {len(eager)}"
+    for a, b in zip(mine, eager):
+        if a.shape != b.shape or not torch.allclose(a.float(), b.float(), atol=1e-6, rtol=0):
+            return "≠ values"
+    return "="
+
+
+def summary(rows: list[dict]) -> dict:
+    ok = [r for r in rows if "named" in r]
+    named = [r["named"] for r in ok]
+    maps = [r["maps"] for r in ok if r["maps"] != "-"]
+    return {
+        "architectures": len(rows),
+        "surveyed": len(ok),
+        "skipped": sum("skip" in r for r in rows),
+        "trace_errors": sum("error" in r for r in rows),
+        "median_named": round(statistics.median(named), 2) if named else None,
+        "min_named": min(named) if named else None,
+        "below_90": sum(n < 90 for n in named),
+        "below_98": sum(n < 98 for n in named),
+        "wrong_letters": sum(r["wrong"] for r in ok),
+        "models_with_wrong": sum(r["wrong"] > 0 for r in ok),
+        "maps_returned": len(maps),
+        "maps_equal": sum(m == "=" for m in maps),
+    }
+
+
+def meets_targets(s: dict) -> bool:
+    return (
+        s["median_named"] is not None
+        and s["median_named"] >= 98
+        and s["min_named"] >= 90
+        and s["wrong_letters"] == 0
+        and s["maps_equal"] == s["maps_returned"]
+        and s["trace_errors"] == 0
+    )
+
+
+def architectures() -> list[str]:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*", help="model types (default: all)")
+    parser.add_argument("--failing", action="store_true", help="only the last run's misses")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--verbose", "-v", action="store_true", help="examples of misses")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    warnings.simplefilter("ignore")
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    names = args.models or architectures()
+    if args.failing and LAST.exists():
+        last = json.loads(LAST.read_text())
+        names = [r["model"] for r in last if _misses(r)]
+    rows = []
+    started = time.perf_counter()
+    for name in names:
+        row = survey_one(name)
+        rows.append(row)
+        print(_line(row, args.verbose), flush=True)
+    s = summary(rows)
+    print(f"\n{len(rows)} architectures in {time.perf_counter() - started:.0f} s")
+    print(
+        f"surveyed {s['surveyed']} (skipped {s['skipped']}: no build or no plain forward here; "
+        f"trace errors {s['trace_errors']})"
+    )
+    print(
+        f"named: median {s['median_named']}% (target ≥ 98), min {s['min_named']}% "
+        f"(target ≥ 90; {s['below_90']} below 90, {s['below_98']} below 98)"
+    )
+    print(f"wrong letters: {s['wrong_letters']} in {s['models_with_wrong']} models (target 0)")
+    print(f"attention maps equal to eager: {s['maps_equal']} of {s['maps_returned']} returned")
+    print("targets met" if meets_targets(s) else "targets NOT met")
+    if not args.models and not args.failing:
+        LAST.write_text(json.dumps(rows, indent=1))
+    elif LAST.exists():  # merge
+        last = {r["model"]: r for r in json.loads(LAST.read_text())}
+        last.update({r["model"]: r for r in rows})
+        LAST.write_text(json.dumps(list(last.values()), indent=1))
+
+
+def _misses(row: dict) -> bool:
+    return "error" in row or (
+        "named" in row and (row["named"] < 98 or row["wrong"] or row["maps"].startswith("≠"))
+    )
+
+
+def _line(row: dict, verbose: bool) -> str:
+    if "skip" in row:
+        return f"{row['model']:<28} skip  {row['skip']}"
+    if "error" in row:
+        return f"{row['model']:<28} ERROR {row['error']}"
+    text = (
+        f"{row['model']:<28} named {row['named']:6.2f}%  wrong {row['wrong']:<3} "
+        f"maps {row['maps']:<4} {row['seconds']:5.1f} s  {row['pass']}"
+    )
+    if verbose and (row["named"] < 98 or row["wrong"]):
+        text += "\n    unnamed: " + ", ".join(row["unnamed_examples"])
+        if row["wrong_examples"]:
+            text += "\n    wrong:   " + "\n             ".join(row["wrong_examples"])
+    return text
+
+
+if __name__ == "__main__":
+    sys.exit(main())
