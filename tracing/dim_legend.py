@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 NO_LETTERS = (
-    "sizes only: this trace has no letter table (it was saved before the letters kept "
-    "their size and origin)"
+    "sizes only: this trace has no letter table (no size or origin per letter; "
+    "trace files from before the letters kept their evidence lack it)"
 )
 """Said wherever a legend would be, for a trace without ``meta["dim_letters"]``."""
 
