@@ -14,7 +14,7 @@ evidence has none, and the legend says so (the dims cells then show sizes only).
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -108,11 +108,13 @@ class DimsLegend(QWidget):
 
     def height_for_rows(self) -> int:
         """Pixels that show every letter at once (the dock is sized to it when shown)."""
-        rows = self.table.rowCount()
-        table = self.table.horizontalHeader().sizeHint().height() + rows * (
-            self.table.verticalHeader().defaultSectionSize()
-        )
-        return table + self.note.sizeHint().height() + 24
+        table = self.table.horizontalHeader().sizeHint().height()
+        table += self.table.verticalHeader().length() + 2 * self.table.frameWidth()
+        note = self.note.heightForWidth(max(self.width(), 600))
+        return table + max(note, 0) + 16
+
+    def sizeHint(self) -> QSize:  # Qt's name: the dock opens showing every letter
+        return QSize(640, self.height_for_rows())
 
     def letters(self) -> list[str]:
         """The letters listed, top to bottom."""

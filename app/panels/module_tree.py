@@ -307,8 +307,9 @@ class ModuleTree(QWidget):
         indent = self.view.indentation()
         name_w = max(fm.horizontalAdvance(n) for n in names) + indent * min(depth, 4) + 28
         type_w = max(fm.horizontalAdvance(t) for t in types) + 16
-        self.view.setColumnWidth(0, min(name_w, 190))
-        self.view.setColumnWidth(1, min(type_w, 175))
+        # capped so that the Output column (the dims) starts inside the default pane
+        self.view.setColumnWidth(0, min(name_w, 175))
+        self.view.setColumnWidth(1, min(type_w, 140))
         # the Output column holds a shape like (B=1, T=18, C=64): as wide as its widest
         outputs = [self.model.output_text(p) for p in self.model._paths] + ["Output"]
         self.view.setColumnWidth(2, max(fm.horizontalAdvance(t) for t in outputs) + 16)
