@@ -245,6 +245,7 @@ class Inspector(QWidget):
         self._selecting = True
         try:
             self.table_model.set_step(step)
+            self._fit_whole_columns()
             row = self.table_model.default_row()
             if row >= 0:
                 self.table.selectionModel().setCurrentIndex(self.table_model.index(row, 0), _ROW)
@@ -262,6 +263,19 @@ class Inspector(QWidget):
         layer = self.attention.layer_for_step(index)
         if layer is not None:
             self.attention.set_layer(layer)  # keeps the head the user chose
+
+    def _fit_whole_columns(self) -> None:
+        """Widen the shape and dims columns to this step's widest cell, so that a 5-D
+        ``(B, KV, H/KV, T, D)`` reads whole (they only grow: stepping never makes them jump
+        back and forth; the table scrolls sideways when they outgrow it)."""
+        model, metrics = self.table_model, self.table.fontMetrics()
+        for col in (ShapeTableModel.SHAPE, ShapeTableModel.DIMS):
+            texts = [model.data(model.index(r, col)) or "" for r in range(model.rowCount())]
+            if not texts:
+                continue
+            need = max(metrics.horizontalAdvance(t) for t in texts) + 16
+            if need > self.table.columnWidth(col):
+                self.table.setColumnWidth(col, need)
 
     def export_heatmap(self, path: str | Path) -> Path:
         """Save the heatmap on show (attention tab: the attention map) as PNG or SVG."""

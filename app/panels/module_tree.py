@@ -32,6 +32,7 @@ from app import theme
 from app.diagram.plan.layout import shape_label
 from app.widgets.common import make_scroll_area_opaque
 from tracing.analysis.compute import NOTE, compute_of, format_mult_adds
+from tracing.dim_legend import dims_hover, letter_legend
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracing import Trace
@@ -91,12 +92,15 @@ class ModuleTreeModel(QStandardItemModel):
         self._info = dict(modules)
         compute = compute_of(trace)  # torchinfo's mult-adds and params, when traced live
         output: dict[str, str] = {}
+        first_output: dict[str, int] = {}  # the tensor whose dims the output cell shows
         ran: set[str] = set()
         for step in trace.steps:
             if step.kind == "module" and step.module not in ran:
                 ran.add(step.module)
                 if step.outputs:
                     output[step.module] = shape_label(trace, step.outputs[0])
+                    first_output[step.module] = step.outputs[0]
+        legend = letter_legend(trace.meta)
         # brushes, flags and roles looked up once: a 1,000-layer model has 8,000 rows, and
         # each Qt enum access from Python costs more than the item it is set on
         muted, shape_colour = QBrush(QColor(theme.TEXT_DIM)), QBrush(QColor(theme.TEXT_SHAPE))
@@ -131,7 +135,12 @@ class ModuleTreeModel(QStandardItemModel):
                 item = QStandardItem(text)
                 item.setFlags(flags)
                 item.setData(path, PATH_ROLE)
-                item.setData(tip_text, tooltip)
+                if column == 2 and path in first_output:  # the output's letters, explained
+                    record = trace.tensors[first_output[path]]
+                    hover = dims_hover(record.shape, record.dims, legend)
+                    item.setData(f"{path or '<root>'} output\n{hover}", tooltip)
+                else:
+                    item.setData(tip_text, tooltip)
                 colour = colours[column] if ran_here else muted
                 if colour is not None:
                     item.setData(colour, foreground)
@@ -298,8 +307,9 @@ class ModuleTree(QWidget):
         indent = self.view.indentation()
         name_w = max(fm.horizontalAdvance(n) for n in names) + indent * min(depth, 4) + 28
         type_w = max(fm.horizontalAdvance(t) for t in types) + 16
-        self.view.setColumnWidth(0, min(name_w, 190))
-        self.view.setColumnWidth(1, min(type_w, 175))
+        # capped so that the Output column (the dims) starts inside the default pane
+        self.view.setColumnWidth(0, min(name_w, 175))
+        self.view.setColumnWidth(1, min(type_w, 140))
         # the Output column holds a shape like (B=1, T=18, C=64): as wide as its widest
         outputs = [self.model.output_text(p) for p in self.model._paths] + ["Output"]
         self.view.setColumnWidth(2, max(fm.horizontalAdvance(t) for t in outputs) + 16)

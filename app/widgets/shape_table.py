@@ -21,6 +21,7 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelInd
 from PySide6.QtGui import QBrush, QColor, QFont
 
 from app import theme
+from tracing.dim_legend import dims_hover, dims_text, letter_legend
 from tracing.formatting import format_number
 from tracing.record import Step, TensorRecord, Trace
 
@@ -66,7 +67,8 @@ class ShapeTableModel(QAbstractTableModel):
     _TOOLTIPS: ClassVar[dict[int, str]] = {
         NAME: "Input (in) or output (out) of this step, and its argument name",
         SHAPE: "Size of each axis",
-        DIMS: "Symbolic axis names: B batch, T time, C d_model, H heads, D d_head, V vocab, F d_ff",
+        DIMS: "Axis names, whole; hover a cell for each letter's size and origin "
+        "(View ▸ Dims legend lists the trace's letters)",
         DTYPE: "Element type",
         MIN: "Smallest finite element",
         MAX: "Largest finite element",
@@ -78,6 +80,7 @@ class ShapeTableModel(QAbstractTableModel):
     def __init__(self, parent=None):
         super().__init__(parent)
         self._trace: Trace | None = None
+        self._legend = None  # the trace's letters (tracing.dim_legend), None: sizes only
         self._step: Step | None = None
         # (direction, name, record) per row, filled on set_step
         self._rows: list[tuple[str, str, TensorRecord]] = []
@@ -100,6 +103,7 @@ class ShapeTableModel(QAbstractTableModel):
     def set_trace(self, trace: Trace | None) -> None:
         self.beginResetModel()
         self._trace, self._step, self._rows, self._texts = trace, None, [], []
+        self._legend = letter_legend(trace.meta) if trace is not None else None
         self.endResetModel()
 
     def set_step(self, step: Step | int | None) -> None:
@@ -232,7 +236,7 @@ class ShapeTableModel(QAbstractTableModel):
             return record.shape_str(symbolic=False)
         if column == self.DIMS:
             if record.dims and len(record.dims) == len(record.shape):
-                return "(" + ", ".join(record.dims) + ")"
+                return dims_text(record.shape, record.dims)  # whole: the view never cuts it
             return "—"
         if column == self.DTYPE:
             return record.dtype
@@ -259,6 +263,8 @@ class ShapeTableModel(QAbstractTableModel):
         head = f"{what} {name!r} · tensor #{record.id}"
         if record.role:
             head += f" · {record.role}"
+        if column == self.DIMS:  # each letter's size, meaning and origin
+            return head + "\n" + dims_hover(record.shape, record.dims, self._legend)
         lines = [head, record.shape_str(symbolic=True), f"{record.numel:,} elements"]
         if record.stats is None:
             lines.append("no statistics captured (capture level 'shapes')")

@@ -85,6 +85,7 @@ from tracing.analysis.divergence import (
 )
 from tracing.analysis.trace_diff import StepDiff, TraceDiff
 from tracing.analysis.trace_diff import diff as diff_traces
+from tracing.dim_legend import dims_hover, letter_legend
 from tracing.formatting import format_number, format_shape
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -522,10 +523,12 @@ class CompareWindow(QMainWindow):
         )
         self.metrics.setRowCount(len(e.outputs))
         for row, o in enumerate(e.outputs):
+            record_a = self._output_record(self.trace_a, e.a_index, row, o.shape_a)
+            record_b = self._output_record(self.trace_b, e.b_index, row, o.shape_b)
             cells = [
                 self._output_name(e, row, o.name),
-                format_shape(o.shape_a),
-                format_shape(o.shape_b),
+                format_shape(o.shape_a, record_a.dims if record_a else None),
+                format_shape(o.shape_b, record_b.dims if record_b else None),
                 format_number(o.max_abs, 3),
                 format_number(o.rel_l2, 3)
                 if o.rel_l2 is not None
@@ -536,14 +539,30 @@ class CompareWindow(QMainWindow):
                 ),
                 format_number(o.cosine, 6),
             ]
+            hovers = {1: (record_a, self.trace_a), 2: (record_b, self.trace_b)}
             for col, text in enumerate(cells):
                 item = QTableWidgetItem(text)
+                record, trace = hovers.get(col, (None, None))
+                if record is not None:  # each letter's size, meaning and origin in that trace
+                    legend = letter_legend(trace.meta)
+                    item.setToolTip(dims_hover(record.shape, record.dims, legend))
                 if col == 4 and o.differs(self.atol):
                     item.setForeground(
                         divergence_colour(o.rel_l2 if not o.shape_changed else math.inf)
                     )
                 self.metrics.setItem(row, col, item)
         self._prepare_difference(e)
+
+    @staticmethod
+    def _output_record(trace, step_index: int | None, row: int, shape):
+        """The record of output ``row`` of a step on one side, when it is the one compared."""
+        if step_index is None or shape is None:
+            return None
+        outputs = trace.steps[step_index].outputs
+        if row >= len(outputs):
+            return None
+        record = trace.tensors[outputs[row]]
+        return record if tuple(record.shape) == tuple(shape) else None
 
     def _prepare_difference(self, e: StepDiff) -> None:
         self._difference: torch.Tensor | None = None

@@ -33,7 +33,7 @@ import scratchformer
 from app.core import session
 from app.core.long_lived import long_lived
 from app.diagram.view import DiagramView
-from app.panels import breakpoints, edits, find, generation, lens, retrace
+from app.panels import breakpoints, dims, edits, find, generation, lens, retrace
 from app.panels.inspector import Inspector
 from app.panels.module_tree import ModuleTree
 from app.panels.source import SourceView
@@ -148,6 +148,7 @@ class MainWindow(QMainWindow):
         self.ranks_launcher = rank_window.attach(self)  # File ▸ Open ranks…
         self.breakpoints_dock = breakpoints.attach(self)
         self.lens_dock = lens.attach(self)
+        self.dims_dock = dims.attach(self)  # View ▸ Dims legend: the trace's axis letters
         self.generation = generation.attach(self)
         self.edits = edits.attach(self)
         self.finder = find.attach(self)  # Ctrl+F, Ctrl+G, F3: app.panels.find

@@ -30,6 +30,7 @@ from typing import Any
 
 from tracing import markdown
 from tracing.analysis.compute import NOTE, compute_of
+from tracing.dim_legend import NO_LETTERS, LegendRow, letter_legend
 from tracing.formatting import format_number, format_shape
 from tracing.jsonable import to_jsonable
 from tracing.record import Step, TensorRecord, Trace
@@ -138,6 +139,8 @@ class Report:
     modules: list[ModuleRow] = field(default_factory=list)
     steps: list[StepRow] = field(default_factory=list)
     error: str | None = None
+    letters: list[LegendRow] | None = None  # the trace's axis letters; None: sizes only
+    named: bool = False  # some tensor has dims (so the letters, or their absence, are said)
 
 
 # --------------------------------------------------------------------------- compute
@@ -279,6 +282,8 @@ def compute(trace: Trace) -> Report:
         modules=module_rows,
         steps=steps,
         error=error,
+        letters=letter_legend(meta),
+        named=any(r.dims for r in trace.tensors),
     )
 
 
@@ -475,6 +480,16 @@ def _summary_lines(report: Report) -> list[tuple[str, str]]:
 def _render_md(report: Report) -> str:
     lines = [f"# {markdown.escape(report.title)}", ""]
     lines += [f"- **{k}**: {markdown.escape(v)}" for k, v in _summary_lines(report)]
+    if report.letters:
+        lines += ["", "## Dims", ""]
+        rows = [
+            [markdown.code(r.letter), _num(r.size), markdown.escape(r.origin),
+             markdown.escape(r.meaning)]
+            for r in report.letters
+        ]  # fmt: skip
+        lines += markdown.table(("letter", "size", "origin", "meaning"), rows)
+    elif report.named:
+        lines += ["", "## Dims", "", markdown.escape(NO_LETTERS[0].upper() + NO_LETTERS[1:])]
     lines += ["", "## Modules", ""]
     rows = []
     macs = any(m.mult_adds is not None for m in report.modules)  # a column only when known
@@ -686,6 +701,12 @@ def _json_chunks(report: Report) -> Iterator[str]:
         "summary": to_jsonable(report.summary),
         "meta": report.meta,
         "error": report.error,
+        "letters": None  # the letter table (also in meta["dim_letters"]); null: sizes only
+        if report.letters is None
+        else [
+            {"letter": r.letter, "size": r.size, "origin": r.origin, "meaning": r.meaning}
+            for r in report.letters
+        ],
     }
     text = json.dumps(head, indent=1, ensure_ascii=False, allow_nan=False)
     yield text[:-2]  # without the closing "\n}"
@@ -761,6 +782,21 @@ def _render_html(report: Report) -> str:
     out.append('<dl class="summary">')
     out += [f"<dt>{_h(k)}</dt><dd>{_h(v)}</dd>" for k, v in _summary_lines(report)]
     out.append("</dl>")
+    if report.letters:
+        out += [
+            "<h2>Dims</h2>",
+            "<table>",
+            "<thead><tr><th>letter</th><th>size</th><th>origin</th><th>meaning</th></tr></thead>",
+            "<tbody>",
+        ]
+        out += [
+            f"<tr><td><code>{_h(r.letter)}</code></td><td class=num>{_num(r.size)}</td>"
+            f"<td>{_h(r.origin)}</td><td>{_h(r.meaning)}</td></tr>"
+            for r in report.letters
+        ]
+        out += ["</tbody>", "</table>"]
+    elif report.named:
+        out += ["<h2>Dims</h2>", f"<p>{_h(NO_LETTERS[0].upper() + NO_LETTERS[1:])}.</p>"]
 
     out += [
         "<h2>Modules</h2>",

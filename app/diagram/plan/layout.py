@@ -29,7 +29,8 @@ import networkx as nx
 from app import theme
 from app.diagram.plan.folding import MODEL_INPUT, Run, TraceIndex
 from app.diagram.plan.geometry import Point, Rect, TextMeasure, bounding
-from tracing.formatting import dims_label
+from tracing.dim_legend import dims_hover, dims_text, letter_legend
+from tracing.formatting import format_shape
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracing import Step, Trace
@@ -62,9 +63,12 @@ def display_name(path: str) -> str:
 
 
 def shape_label(trace: Trace, tensor_id: int) -> str:
-    """``(B, T, C)`` with symbolic dims where known, the size where an axis is unknown."""
+    """``(B, KV, H/KV, T, D)``, whole: the dims where known (``?=32`` for an axis no
+    evidence names), else the sizes ``(3, 11, 32)``."""
     record = trace.tensors[tensor_id]
-    return dims_label(record.shape, record.dims)
+    if record.dims and len(record.dims) == len(record.shape):
+        return dims_text(record.shape, record.dims)
+    return format_shape(record.shape)
 
 
 # --------------------------------------------------------------------------- layout
@@ -125,6 +129,7 @@ class DiagramLayout:
         self.trace = trace
         self.index = index if index is not None else TraceIndex(trace)
         self.measure = measure
+        self.legend = letter_legend(trace.meta)  # the letters a box's tooltip explains
 
         steps = trace.steps
         idx = self.index
@@ -295,6 +300,11 @@ class DiagramLayout:
         for name, tid in zip(s.output_names or ("output",) * len(s.outputs), s.outputs):
             rec = trace.tensors[tid]
             tip.append(f"{name}: {rec.shape_str()} {rec.dtype}")
+        if s.outputs:  # what the first output's letters are: size, meaning, origin
+            rec = trace.tensors[s.outputs[0]]
+            if rec.dims:
+                hover = dims_hover(rec.shape, rec.dims, self.legend).split("\n")[1:]
+                tip.append("<small>" + "<br>".join(_html(x) for x in hover) + "</small>")
         if s.source is not None and s.source.text:
             tip.append(f"<code>{_html(s.source.text)}</code>")
         if s.error:

@@ -345,9 +345,10 @@ def test_panels_add_menu_entries_through_the_window(window):
     file_menu = texts("File")
     assert file_menu.index("Trace &generation…") == file_menu.index("&New trace…") + 1
     assert file_menu.index("&Compare with…") == file_menu.index("Save &As…") + 1
-    assert texts("View")[-3:] == [
+    assert texts("View")[-4:] == [
         "&Breakpoints",
         "&Lens (logit lens, heads)",
+        "&Dims legend (axis letters)",
         "&Generation timeline",
     ]
     assert texts("Debug")[-5:] == [

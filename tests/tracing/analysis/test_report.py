@@ -204,3 +204,29 @@ def test_short_path_is_machine_independent(tmp_path, monkeypatch):
     assert report.short_path(str(tmp_path / "pkg" / "model.py")) == "pkg/model.py"
     assert report.short_path("/elsewhere/model.py") == "/elsewhere/model.py"
     assert report.short_path("<stdin>") == "<stdin>"
+
+
+def test_the_report_carries_the_traces_letter_table():
+    """md, html and json list each letter with its size, origin and meaning; a trace without
+    the table says sizes only (the golden files show that case)."""
+    trace = handmade_trace()
+    trace.meta["dim_letters"] = {
+        "T": {"size": 3, "origin": "input: the first input's axis 1", "meaning": "time"},
+        "KV": {"size": 2, "origin": "config.num_key_value_heads", "meaning": "key/value heads"},
+        "B": {"size": 1, "origin": "input: the first input's axis 0", "meaning": "batch"},
+    }
+    md = report.render(trace, "md")
+    assert "## Dims" in md and "Sizes only" not in md
+    assert "| `KV` | 2 | config.num_key_value_heads | key/value heads |" in md
+    assert md.index("| `B` |") < md.index("| `T` |") < md.index("| `KV` |")  # usual order
+    page = report.render(trace, "html")
+    assert "<h2>Dims</h2>" in page and "<td>config.num_key_value_heads</td>" in page
+    letters = json.loads(report.render(trace, "json"))["letters"]
+    assert [x["letter"] for x in letters] == ["B", "T", "KV"]
+    assert letters[2] == {
+        "letter": "KV",
+        "size": 2,
+        "origin": "config.num_key_value_heads",
+        "meaning": "key/value heads",
+    }
+    assert "Sizes only" in report.render(handmade_trace(), "md")
