@@ -24,6 +24,11 @@ heads axis (axis 1 of a ``(B, H, T, ...)`` tensor, or ``head_axis=``), ``positio
 the time axis (``position_axis=``, by default the one before last: ``T`` of ``(B, T, C)``,
 of ``(B, H, T, D)``, the query axis of ``(B, H, T, T)``); the rest of the value is kept
 bit for bit. A site that matches nothing is an error, never a silent no-op.
+
+``head=`` on an ``nn.MultiheadAttention``'s path edits each head's output ``(B, H, T, D)``
+just before its ``out_proj`` (:mod:`tracing.capture.heads`); ``head=`` on a module with no
+heads axis raises an error naming the per-head sites inside it; ``head=`` on a softmax (the
+attention *weights*) needs ``on="weights"``, so that it is never meant by accident.
 """
 
 from __future__ import annotations
