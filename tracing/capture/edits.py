@@ -24,6 +24,11 @@ heads axis (axis 1 of a ``(B, H, T, ...)`` tensor, or ``head_axis=``), ``positio
 the time axis (``position_axis=``, by default the one before last: ``T`` of ``(B, T, C)``,
 of ``(B, H, T, D)``, the query axis of ``(B, H, T, T)``); the rest of the value is kept
 bit for bit. A site that matches nothing is an error, never a silent no-op.
+
+``head=`` on an ``nn.MultiheadAttention``'s path edits each head's output ``(B, H, T, D)``
+just before its ``out_proj`` (:mod:`tracing.capture.heads`); ``head=`` on a module with no
+heads axis raises an error naming the per-head sites inside it; ``head=`` on a softmax (the
+attention *weights*) needs ``on="weights"``, so that it is never meant by accident.
 """
 
 from __future__ import annotations
@@ -280,9 +285,22 @@ class Edit:
     output: int | str = 0
     head_axis: int | None = None
     position_axis: int = -2
+    on: str | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "site", parse_site(self.site))
+        if self.on not in (None, "weights"):
+            raise EditError(f"on= is 'weights' (or left out), got {self.on!r}")
+        if self.head is not None and self.site.op in _WEIGHT_OPS and self.on is None:
+            site = self.site
+            raise EditError(
+                f"head= at {site} would edit head {_index_text(self.head)}'s attention "
+                "*weights* (the map the softmax makes), so every value that head mixes is "
+                "mixed differently, not its output. To edit the head's output, address "
+                f"the attention: Edit({site.module!r}, ..., head=h) (the module that ran "
+                "the softmax, or the one that returns the per-head output); to edit the "
+                f"weights, say so: Edit({str(site)!r}, ..., head=h, on='weights')"
+            )
         action = self.action
         if isinstance(action, type) and issubclass(action, Action):
             action = action()  # Zero rather than Zero()
@@ -299,6 +317,8 @@ class Edit:
             text += f" output {self.output}"
         if self.head is not None:
             text += f" head {_index_text(self.head)}"
+        if self.on is not None:
+            text += f" ({self.on})"
         if self.positions is not None:
             text += f" positions {_index_text(self.positions)}"
         return text
@@ -310,6 +330,7 @@ class Edit:
             "head": _index_meta(self.head),
             "positions": _index_meta(self.positions),
             "output": self.output,
+            "on": self.on,
             "describe": self.describe(),
         }
 
@@ -333,11 +354,13 @@ class Edit:
             axis = self.head_axis
             if axis is None:
                 if n < 4:
-                    raise EditError(
+                    error = EditError(
                         f"head= at {site} needs a value with a heads axis, (B, H, T, ...); it "
                         f"has shape {tuple(value.shape)} (edit a site after the heads are "
                         "split, or give head_axis=)"
                     )
+                    error.head_module = site.module  # where to look for the heads (a hint)
+                    raise error
                 axis = 1
             mask = mask & _axis_mask(value, axis, self.head, "head", site)
         if self.positions is not None:
@@ -362,6 +385,9 @@ def _axis_mask(value: torch.Tensor, axis: int, index: Any, what: str, site: Site
     shape = [1] * n
     shape[axis] = size
     return picks.view(shape)
+
+
+_WEIGHT_OPS = frozenset({"softmax", "_softmax"})  # their output is attention weights
 
 
 def _index_text(index: Any) -> str:
@@ -458,10 +484,14 @@ class EditPlan:
     op_names: frozenset[str] = frozenset()
     module_paths: frozenset[str] = frozenset()
     op_modules: frozenset[str] = frozenset()
+    call_names: frozenset[str] = frozenset()  # ops whose whole call an edit replaces
+    whole_run: bool = False  # an instrument's op mode must run through the whole forward
     applied: list[list[int]] = field(default_factory=list)  # per edit: steps (or calls)
     calls_seen: dict[str, set[int]] = field(default_factory=dict)
     _on_module: dict[str, list[int]] = field(default_factory=dict)
     _on_op: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    _on_call: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    _bound: Any = None  # the model check_model last sorted the edits for
     _counts: dict[tuple[str, int, str], int] = field(default_factory=dict)
 
     @classmethod
@@ -472,11 +502,17 @@ class EditPlan:
                 plan._on_module.setdefault(e.site.module, []).append(i)
             else:
                 plan._on_op.setdefault((e.site.module, e.site.op), []).append(i)
-        plan.module_paths = frozenset(plan._on_module)
-        plan.op_names = frozenset(op for _, op in plan._on_op)
-        plan.op_modules = frozenset(module for module, _ in plan._on_op)
+        plan._index()
         plan.reset()
         return plan
+
+    def _index(self) -> None:
+        self.module_paths = frozenset(self._on_module)
+        ops = [*self._on_op, *self._on_call]
+        self.op_names = frozenset(op for _, op in ops)
+        self.op_modules = frozenset(module for module, _ in ops)
+        self.call_names = frozenset(op for _, op in self._on_call)
+        self.whole_run = bool(self._on_call)
 
     def reset(self) -> None:
         """Forget what the last run did (a plan can serve many runs)."""
@@ -485,16 +521,59 @@ class EditPlan:
         self._counts = {}
 
     def check_model(self, model: nn.Module) -> None:
-        """Raise :class:`EditError` for a site whose module the model does not have."""
-        paths = [p for p, _ in model.named_modules()]
-        known = set(paths)
+        """Raise :class:`EditError` for a site whose module the model does not have; sort
+        the edits for this model (``head=`` on an ``nn.MultiheadAttention`` edits its
+        per-head output, inside its call: :mod:`tracing.capture.heads`)."""
+        if self._bound is model:
+            return
+        named = dict(model.named_modules())
         for e in self.edits:
-            if e.site.module not in known:
-                close = difflib.get_close_matches(e.site.module, paths, n=3)
+            if e.site.module not in named:
+                close = difflib.get_close_matches(e.site.module, list(named), n=3)
                 hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
                 raise EditError(
                     f"edit site {e.site}: the model has no module {e.site.module!r}{hint}"
                 )
+        from tracing.capture.heads import MHA_OP
+
+        for i, e in enumerate(self.edits):
+            path = e.site.module
+            if (
+                e.site.op is None
+                and e.head is not None
+                and e.head_axis is None
+                and e.output in (0, "output")
+                and isinstance(named[path], nn.MultiheadAttention)
+                and i in self._on_module.get(path, ())
+            ):
+                self._on_module[path].remove(i)
+                if not self._on_module[path]:
+                    del self._on_module[path]
+                self._on_call.setdefault((path, MHA_OP), []).append(i)
+        self._index()
+        self._bound = model
+
+    def on_call(
+        self, path: str, call: int, name: str, func: Callable, args: tuple, kwargs, step=-1
+    ) -> Any:
+        """``func(*args, **kwargs)``, op ``name`` run directly in ``path`` (call ``call``),
+        with the edits that replace such a call applied (see :attr:`call_names`)."""
+        self.calls_seen.setdefault(path, set()).add(call)
+        found = [
+            i for i in self._on_call.get((path, name), ()) if self.edits[i].site.matches_call(call)
+        ]
+        if not found:
+            return func(*args, **kwargs) if kwargs else func(*args)
+        from tracing.capture.heads import edited_mha_call
+
+        def edit(heads: torch.Tensor) -> torch.Tensor:
+            for i in found:
+                e = self.edits[i]
+                self.applied[i].append(step if step >= 0 else call)
+                heads = e.edited(heads, Site(e.site.module, None, 0, call))
+            return heads
+
+        return edited_mha_call(func, args, kwargs, edit)
 
     def on_module(self, path: str, call: int, output: Any, step: int = -1) -> Any:
         """The module call's output with this plan's edits for ``path`` applied."""

@@ -111,6 +111,7 @@ def _op_recorder(tracer: Tracer):
     open_op, op_done = tracer._open_op, tracer._op_done
     shapes_only = tracer._shapes_only
     edit_names = tracer._edits.op_names if tracer._edits is not None else frozenset()
+    call_names = tracer._edits.call_names if tracer._edits is not None else frozenset()
 
     def record(func, name, args, kwargs):
         tensors = _tensor_args(args, kwargs)
@@ -118,7 +119,10 @@ def _op_recorder(tracer: Tracer):
         in_ids = [tensor_id(t, None) for t in tensors]
         version = tensors[0]._version if tensors else 0
         try:
-            result = func(*args, **kwargs) if kwargs else func(*args)
+            if name in call_names:  # an edit replaces the whole call (tracing.edits)
+                result = tracer._edit_call(func, name, args, kwargs)
+            else:
+                result = func(*args, **kwargs) if kwargs else func(*args)
         except Exception as e:
             tracer._op_failed(func, name, in_ids, e)
             raise

@@ -258,6 +258,11 @@ class Tracer:
             exc.trace = self.trace  # type: ignore[attr-defined]
             raise exc
         if error is not None:
+            module = getattr(exc, "head_module", None)
+            if module is not None:  # head= where there is no heads axis: name the site
+                from tracing.capture.heads import head_site_hint
+
+                error += head_site_hint(self.trace, module)
             raise TraceError(error, self.trace) from exc
         if self._edits is not None and exc is None:
             self._edits.check_matched()
@@ -628,6 +633,13 @@ class Tracer:
         if isinstance(new, _Tensor):
             return new, (new,)
         return new, tuple([r for r in new if isinstance(r, _Tensor)])
+
+    def _edit_call(self, func, name: str, args: tuple, kwargs) -> Any:
+        """Run op ``name`` with the edits that replace its call in the running module call
+        (``head=`` on an ``nn.MultiheadAttention``: ``tracing.capture.heads``)."""
+        index, _, _, path = self._stack[-1]
+        call = self._steps[index].call
+        return self._edits.on_call(path, call, name, func, args, kwargs, len(self._steps))
 
     def _pre_hook(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         with _Disable():  # our own tensor calls must not reach the op mode

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from tracing.capture.edits import Edit, EditPlan
+from tracing.capture.edits import Edit, EditError, EditPlan
 from tracing.capture.op_names import SKIP as _SKIP
 from tracing.capture.op_names import classify as _classify
 
@@ -42,13 +42,13 @@ class _EditMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        result = func(*args, **kwargs)
-        if not self.stack:
-            return result
+        if not self.stack or self.stack[-1][0] not in self.plan.op_modules:
+            return func(*args, **kwargs)
         path, call = self.stack[-1]
-        if path not in self.plan.op_modules:
-            return result
         name = _classify(func)
+        if name in self.plan.call_names:  # an edit replaces the whole call
+            return self.plan.on_call(path, call, name, func, args, kwargs)
+        result = func(*args, **kwargs)
         if name is _SKIP or name not in self.plan.op_names or not _has_tensor(result):
             return result  # (ops without a tensor result make no step: not counted)
         inputs = [a for a in args if isinstance(a, torch.Tensor)]
@@ -114,6 +114,14 @@ class _Instruments:
 
         return post
 
+    def start(self) -> None:
+        """Before the forward: a plan that replaces a call (``head=`` on an
+        ``nn.MultiheadAttention``) needs the op mode throughout, so that no fast path
+        (``nn.TransformerEncoderLayer``'s, the attention's own) runs around the call."""
+        if self.mode is not None and self.plan.whole_run:
+            self.mode.__enter__()
+            self.mode_depth += 1
+
     def remove(self) -> None:
         for handle in self.handles:
             handle.remove()
@@ -139,17 +147,35 @@ def run_edited(
     before it returns or raises.
     """
     plan = edits if isinstance(edits, EditPlan) else EditPlan.of(edits)
-    if not isinstance(edits, EditPlan):
-        plan.check_model(model)
+    plan.check_model(model)  # once per model: sorts the edits for it
     plan.reset()
     instruments = _Instruments(model, plan)
     try:
+        instruments.start()
         output = model(*args, **kwargs)
+    except EditError as e:
+        module = getattr(e, "head_module", None)
+        if module is None:
+            raise
+        instruments.remove()
+        raise EditError(f"{e}{_head_hint(model, module, args, kwargs)}") from None
     finally:
         instruments.remove()
     if check:
         plan.check_matched()
     return output
+
+
+def _head_hint(model: nn.Module, module: str, args: tuple, kwargs: dict) -> str:
+    """The head sites inside ``module``, from one ``shapes`` trace (on an error only)."""
+    from tracing.capture.heads import head_site_hint
+    from tracing.capture.tracer import trace
+
+    try:
+        with torch.no_grad():
+            return head_site_hint(trace(model, *args, capture="shapes", **kwargs), module)
+    except Exception:  # the hint is a courtesy: the edit's own error is what matters
+        return ""
 
 
 __all__ = ["run_edited"]

@@ -40,8 +40,9 @@ import torch
 from torch import nn
 
 from tracing.capture.edits import Action, Edit, EditError, EditPlan, Patch, as_edit
+from tracing.capture.heads import consumers_of, head_site_of_map, head_sites_in
 from tracing.runs.edit_run import run_edited
-from tracing.sites import Site, step_site
+from tracing.sites import Site
 
 Metric = Callable[[Any], float]
 
@@ -142,55 +143,20 @@ def logit_difference(
 def head_sites(trace) -> list[tuple[Site, int]]:
     """(site, output index) of each attention layer's per-head output ``(B, H, T, D)``, in
     the order they ran (see :func:`head_site_for_map`)."""
-    consumers = _consumers(trace)
-    found: list[tuple[Site, int]] = []
-    for rec in trace.tensors:
-        if rec.role == "attention" and rec.producer is not None:
-            site = _head_site(trace, rec, consumers)
-            if site is not None and site not in found:
-                found.append(site)
-    return found
+    return [(site, k) for site, k, _ in head_sites_in(trace)]
 
 
 def head_site_for_map(trace, step_index: int) -> tuple[Site, int] | None:
     """(site, output index) of the per-head output made from the attention map that step
-    ``step_index`` computed (a softmax, a fused attention call); None if there is none."""
+    ``step_index`` computed (a softmax, a fused attention call, ``nn.MultiheadAttention``'s
+    call, whose site is the module: :mod:`tracing.capture.heads`); None if there is none."""
     step = trace.steps[step_index]
     for rid in step.outputs:
         rec = trace.tensor(rid)
         if rec.role == "attention":
-            return _head_site(trace, rec, _consumers(trace))
+            found = head_site_of_map(trace, rec, consumers_of(trace))
+            return None if found is None else found[:2]
     return None
-
-
-def _consumers(trace) -> dict[int, list]:
-    consumers: dict[int, list] = {}
-    for s in trace.steps:
-        for rid in s.inputs:
-            consumers.setdefault(rid, []).append(s)
-    return consumers
-
-
-def _head_site(trace, rec, consumers: dict[int, list]) -> tuple[Site, int] | None:
-    """The op that multiplies an attention map with the values (or the fused attention
-    call that made the map), as its module's output when the module returns it (a module
-    site needs no op instrument, so patching it is cheaper)."""
-    steps = trace.steps
-    producer = steps[rec.producer]
-    if producer.kind == "op" and producer.op == "scaled_dot_product_attention":
-        step = producer  # fused: its first output is already per head
-    else:
-        mixes = [c for c in consumers.get(rec.id, ()) if c.op in ("matmul", "bmm", "einsum")]
-        if not mixes:
-            return None
-        step = mixes[0]
-    if not step.outputs:
-        return None
-    out = step.outputs[0]
-    parent = steps[step.parent] if step.parent is not None else None
-    if parent is not None and out in parent.outputs:
-        return step_site(trace, parent), parent.outputs.index(out)
-    return step_site(trace, step), 0
 
 
 def block_sites(trace) -> list[Site]:
@@ -227,34 +193,56 @@ def _as_args(inputs: Any) -> tuple:
 
 
 def _grid(trace, over: str | Sequence, clean_values: dict) -> tuple:
-    """(rows, columns, edits per cell, (site, output) whose clean values are needed)."""
+    """(rows, columns, edits per cell, (site, output, head) whose clean values are needed;
+    ``head`` is every head at a head site, so that ``nn.MultiheadAttention`` keeps its
+    per-head output rather than its module output)."""
     source = Patch(clean_values)
     if isinstance(over, str) and over == "heads":
-        sites = head_sites(trace)
-        if not sites:
+        found = head_sites_in(trace)
+        if not found:
             raise EditError("no attention maps in the trace: cannot sweep over heads")
-        heads = max(trace.tensor(_site_output(trace, s, k)).shape[1] for s, k in sites)
-        rows = [f"layer {i}" for i in range(len(sites))]
+        heads = max(h for _, _, h in found)
+        sites = [(site, k) for site, k, _ in found]
+        rows = _head_rows(trace, [site for site, _ in sites])
         columns = [f"head {h}" for h in range(heads)]
-        cells = [[Edit(s, source, head=h, output=k) for h in range(heads)] for s, k in sites]
-        return rows, columns, cells, sites
+        cells = [
+            [Edit(s, source, head=h, output=k) if h < n else None for h in range(heads)]
+            for s, k, n in found
+        ]
+        return rows, columns, cells, [(site, k, _ALL) for site, k in sites]
     if isinstance(over, str) and over in ("layers", "positions"):
         blocks = block_sites(trace)
         rows = [str(Site(s.module)) for s in blocks]
         if over == "layers":
             cells = [[Edit(s, source)] for s in blocks]
-            return rows, ["block output"], cells, [(s, 0) for s in blocks]
+            return rows, ["block output"], cells, [(s, 0, None) for s in blocks]
         T = trace.tensor(_site_output(trace, blocks[0], 0)).shape[-2]
         columns = [f"pos {p}" for p in range(T)]
         cells = [[Edit(s, source, positions=p) for p in range(T)] for s in blocks]
-        return rows, columns, cells, [(s, 0) for s in blocks]
+        return rows, columns, cells, [(s, 0, None) for s in blocks]
     if isinstance(over, str):
         raise ValueError(
             f"over must be 'heads', 'layers', 'positions' or a list of sites; got {over!r}"
         )
     edits = [_patch_edit(item, source) for item in over]
     rows = [e.describe().removeprefix(f"{source.describe()} at ") for e in edits]
-    return rows, ["patched"], [[e] for e in edits], [(e.site, e.output) for e in edits]
+    keep = [(e.site, e.output, None if e.head is None else _ALL) for e in edits]
+    return rows, ["patched"], [[e] for e in edits], keep
+
+
+_ALL = slice(None)  # every head: the clean run keeps a head site's whole per-head output
+
+
+def _head_rows(trace, sites: list[Site]) -> list[str]:
+    """``layer i`` when there is one attention per block; the attention modules' paths
+    when there are more (a decoder's self- and cross-attention) or no blocks."""
+    try:
+        blocks = block_sites(trace)
+    except EditError:
+        blocks = []
+    if len(blocks) == len(sites):
+        return [f"layer {i}" for i in range(len(sites))]
+    return [str(Site(s.module, s.op, s.occurrence)) for s in sites]
 
 
 def _patch_edit(item: Any, source: Patch) -> Edit:
@@ -265,7 +253,7 @@ def _patch_edit(item: Any, source: Patch) -> Edit:
     edit = as_edit(item)
     return Edit(
         edit.site, source, head=edit.head, positions=edit.positions, output=edit.output,
-        head_axis=edit.head_axis, position_axis=edit.position_axis,
+        head_axis=edit.head_axis, position_axis=edit.position_axis, on=edit.on,
     )  # fmt: skip
 
 
@@ -313,7 +301,7 @@ def sweep(
     with torch.no_grad():
         store: dict[str, torch.Tensor] = {}
         keeper = _Keep(store)
-        keep_plan = EditPlan.of([Edit(site, keeper, output=k) for site, k in keep])
+        keep_plan = EditPlan.of([Edit(site, keeper, output=k, head=h) for site, k, h in keep])
         keep_plan.check_model(model)
         clean_output = run_edited(model, *clean_args, edits=keep_plan)
         clean_values.update(store)
@@ -323,12 +311,14 @@ def sweep(
         else:
             name = getattr(metric, "__name__", "metric")
         values = torch.full((len(rows), len(columns)), math.nan, dtype=torch.float64)
-        total = sum(len(r) for r in cells)
+        total = sum(e is not None for r in cells for e in r)
         done = 0
         cancelled = False
-        plans = [[EditPlan.of([e]) for e in row] for row in cells]
+        plans = [[None if e is None else EditPlan.of([e]) for e in row] for row in cells]
         for i, row in enumerate(plans):
             for j, plan in enumerate(row):
+                if plan is None:  # a layer with fewer heads than the widest
+                    continue
                 if should_stop is not None and should_stop():
                     cancelled = True
                     break

@@ -126,7 +126,7 @@ def test_noop_edits_change_nothing_bit_for_bit(demo, capture):
     plain = tracing.trace(model, clean, capture="values")
     edits = [
         Edit("blocks.0.feed_forward", Scale(1.0)),
-        Edit("blocks.1.self_attn.attention:softmax#0", Scale(1.0), head=1),
+        Edit("blocks.1.self_attn.attention:softmax#0", Scale(1.0), head=1, on="weights"),
         Edit("blocks.1", Patch(plain)),  # the run's own value
         Edit("blocks.0.self_attn.attention:matmul#1", Patch(plain), positions=[2, 5]),
     ]
