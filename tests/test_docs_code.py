@@ -55,7 +55,7 @@ def _env() -> dict[str, str]:
     # a block that opens the app (``tracing.show``) really opens it, offscreen, and the
     # window closes itself after it showed its trace (``app.commands.app._quit_after``)
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", OMP_NUM_THREADS="1")
-    env["SCRATCHFORMER_QUIT_AFTER_MS"] = "1500"
+    env["SCRATCHFORMER_QUIT_AFTER_MS"] = "300"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     return env
 

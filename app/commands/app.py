@@ -107,15 +107,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _quit_after(qt_app, window) -> None:
-    """``SCRATCHFORMER_QUIT_AFTER_MS``: close the window after that long and print where it
-    was (for tests of ``tracing.show`` and scripted screenshots; unset in normal use)."""
+    """``SCRATCHFORMER_QUIT_AFTER_MS``: close the window that long after its first trace is
+    shown (or after a minute without one) and print where it was (for tests of
+    ``tracing.show`` and scripted screenshots; unset in normal use)."""
     import os
+    import time
 
     from PySide6.QtCore import QTimer
 
     ms = os.environ.get("SCRATCHFORMER_QUIT_AFTER_MS", "")
     if not ms.isdigit():
         return
+    given_up = time.monotonic() + 60
 
     def report_and_quit() -> None:
         trace = window.trace
@@ -130,7 +133,13 @@ def _quit_after(qt_app, window) -> None:
         window.close()
         qt_app.quit()
 
-    QTimer.singleShot(int(ms), report_and_quit)
+    def wait_for_a_trace() -> None:
+        if window.trace is not None or time.monotonic() > given_up:
+            QTimer.singleShot(int(ms), report_and_quit)
+        else:
+            QTimer.singleShot(100, wait_for_a_trace)
+
+    QTimer.singleShot(0, wait_for_a_trace)
 
 
 def model_request(args: argparse.Namespace):
