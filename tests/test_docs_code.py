@@ -1,6 +1,6 @@
 """The documentation's code runs: a documented call that breaks fails here.
 
-- every ```python block of README.md and docs/*.md, each in a fresh interpreter in an empty
+- every ```python block of README.md and docs/*.md, each in a fresh process in an empty
   folder (a block must be self-contained; only one whose first line is a comment saying it
   ``needs the internet`` is left out);
 - every script in examples/ (with the small argument it documents);
@@ -8,12 +8,16 @@
   tracing/ and app/ writes resolves after a bare ``import tracing``;
 - every ``scratchformer <command>`` in a ```bash block is a real subcommand.
 
-The interpreters run two at a time: each spends most of its time importing torch.
+Each block's process is forked from a Python that has imported torch and nothing else
+(``helpers/warm_runner.py``): no other block, test or fixture ran in it, and the suite does
+not pay for ``import torch`` fifteen times. They run two at a time.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import queue
 import re
 import subprocess
 import sys
@@ -60,31 +64,60 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _run(args: list[str], folder: Path) -> subprocess.CompletedProcess:
-    folder.mkdir(parents=True, exist_ok=True)
-    return subprocess.run(
-        [sys.executable, *args],
-        cwd=folder,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
+class _WarmRunner:
+    """One ``helpers/warm_runner.py`` server: each job a fresh process forked from a
+    Python that has imported torch and nothing else (see that module)."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "helpers" / "warm_runner.py")],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_env(),
+        )  # fmt: skip
+
+    def run(self, job: dict) -> subprocess.CompletedProcess:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({**job, "timeout": TIMEOUT_S}) + "\n")
+        self.proc.stdin.flush()
+        reply = json.loads(self.proc.stdout.readline())
+        return subprocess.CompletedProcess(job, reply["rc"], reply["stdout"], reply["stderr"])
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+        self.proc.stdout.close()
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
     """Every block and example, run once (two at a time), by name."""
-    jobs = {name: ["-c", code] for name, code in python_blocks()}
+    jobs = {name: {"code": code} for name, code in python_blocks()}
     for script, args in EXAMPLES.items():
-        jobs[f"examples/{script}"] = [str(ROOT / "examples" / script), *args]
+        jobs[f"examples/{script}"] = {"script": str(ROOT / "examples" / script), "argv": args}
     base = tmp_path_factory.mktemp("docs_code")
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {
-            name: pool.submit(_run, args, base / re.sub(r"\W", "_", name))
-            for name, args in jobs.items()
-        }
-        return {name: f.result() for name, f in futures.items()}
+    for name, job in jobs.items():
+        folder = base / re.sub(r"\W", "_", name)
+        folder.mkdir(parents=True)
+        job["cwd"] = str(folder)
+    runners = [_WarmRunner(), _WarmRunner()]
+    free: queue.Queue = queue.Queue()
+    for r in runners:
+        free.put(r)
+
+    def run(job: dict) -> subprocess.CompletedProcess:
+        runner = free.get()
+        try:
+            return runner.run(job)
+        finally:
+            free.put(runner)
+
+    try:
+        with ThreadPoolExecutor(max_workers=len(runners)) as pool:
+            futures = {name: pool.submit(run, job) for name, job in jobs.items()}
+            return {name: f.result() for name, f in futures.items()}
+    finally:
+        for r in runners:
+            r.close()
 
 
 def test_docs_have_python_blocks_and_the_internet_ones_are_marked() -> None:
