@@ -484,10 +484,24 @@ class MainWindow(QMainWindow):
         failure = trace.failure
         if failure is not None and failure.step == index and failure.location is not None:
             self.source_view.show_location(failure.location, failed=True)  # the raising line
-        else:
-            self.source_view.show_location(step.source)
+        else:  # the line where it went non-finite is red too
+            self.source_view.show_location(step.source, failed=index in self._origins(trace))
         self.inspector.set_step(index)
         self.stepChanged.emit(index)
+
+    def _origins(self, trace: Trace) -> set[int]:
+        """The steps where the trace went non-finite (``tracing.breakpoints``' one definition),
+        found once per trace, and only when some tensor of it holds a NaN or an Inf."""
+        cached = getattr(self, "_origins_of", None)
+        if cached is not None and cached[0] is trace:
+            return cached[1]
+        steps: set[int] = set()
+        if any(r.stats is not None and (r.stats.nan or r.stats.inf) for r in trace.tensors):
+            from tracing.breakpoints import iter_origins
+
+            steps = {hit.step for hit in iter_origins(trace)}
+        self._origins_of = (trace, steps)
+        return steps
 
     def jump_to(self, index: int) -> None:
         """A jump (find, go to step, N, a breakpoint, a thumbnail): like :meth:`go_to`, and

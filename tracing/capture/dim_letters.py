@@ -39,7 +39,7 @@ class Letter:
     meaning: str
     config: tuple[str, ...] = ()  # config attributes, first found wins
     attrs: tuple[str, ...] = ()  # module attributes (``self.num_heads = ...``)
-    family: str = ""  # "input", "attention", "experts", "rotary", "ffn", "vocab", "model"
+    family: str = ""  # input, attention, experts, rotary, ffn, vocab, model, position
 
 
 LETTERS: dict[str, Letter] = {
@@ -118,7 +118,7 @@ LETTERS: dict[str, Letter] = {
         "context length: rows of a position table",
         ("max_position_embeddings", "n_positions", "n_ctx", "block_size", "max_seq_len"),
         ("block_size", "max_len", "max_seq_len", "max_position_embeddings", "n_positions"),
-        "model",
+        "position",
     ),
 }
 """Every axis letter a trace can use, in the order names are preferred."""

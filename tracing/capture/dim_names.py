@@ -158,7 +158,7 @@ class _Namer:
         for rid, record in enumerate(self.tensors):  # parameters, buffers, inputs
             if record.producer is None and self.names[rid] is None:
                 path = self.paths.get(rid, "")
-                self.name(rid, [None] * len(record.shape), path, "")
+                self.name(rid, [None] * len(record.shape), path, "", leaf=True)
         for step in self.steps:
             if step.kind == "backward":
                 continue
@@ -187,16 +187,16 @@ class _Namer:
             return None if len(tail) > n else [None] * (n - len(tail)) + tail
         return list(comment) if len(comment) == n else None
 
-    def name(self, rid, carried, context, text, comment=None) -> None:
+    def name(self, rid, carried, context, text, comment=None, leaf: bool = False) -> None:
         pairs = self.pairs[rid]
         out = []
         for i, pair in enumerate(pairs):
             hints = (carried[i] if carried else None, comment[i] if comment else None)
-            out.append(self.decide(pair, hints, context, text))
+            out.append(self.decide(pair, hints, context, text, leaf))
         self.names[rid] = tuple(out)
         self.final[rid] = None if all(n == "?" for n in out) else self.names[rid]
 
-    def decide(self, pair: Pair, hints, context: str, text: str) -> str:
+    def decide(self, pair: Pair, hints, context: str, text: str, leaf: bool = False) -> str:
         table = self.table
         cands = table.candidates(pair)
         for hint in hints:
@@ -210,7 +210,7 @@ class _Namer:
             return cands[0]
         if not cands:
             return "?"
-        return _tie_break(cands, context, text, self.attrs) or "?"
+        return _tie_break(cands, context, text, self.attrs, leaf) or "?"
 
     # ---- what an op carries from its inputs, per output axis
 
@@ -397,7 +397,7 @@ def _factors(name: str) -> list[str]:
     return [f[1:-1] if f.startswith("(") and f.endswith(")") else f for f in out]
 
 
-def _tie_break(cands: list[str], context: str, text: str, attrs) -> str | None:
+def _tie_break(cands: list[str], context: str, text: str, attrs, leaf: bool = False) -> str | None:
     """The one candidate the words of the module path and source line point at (``attn``:
     heads, not experts; ``router``: experts; ``rot``: the rotary width); ``None`` when they
     do not decide. (A module's own attributes do not: GPT-NeoX's attention declares its
@@ -405,11 +405,21 @@ def _tie_break(cands: list[str], context: str, text: str, attrs) -> str | None:
     words = set(context.lower().replace("_", ".").split(".")) | set(
         "".join(ch if ch.isalnum() else " " for ch in text.lower()).split()
     )
-    for family, hints in _WORDS.items():
-        if any(w in words or (len(w) > 3 and w in context.lower()) for w in hints):
-            hits = [c for c in cands if _family(c) == family]
-            if len(hits) == 1:
-                return hits[0]
+    pointed = {
+        family
+        for family, hints in _WORDS.items()
+        if any(w in words or (len(w) > 3 and w in context.lower()) for w in hints)
+    }
+    for family in (f for f in _WORDS if f in pointed):  # in _WORDS' order of precedence
+        hits = [c for c in cands if _family(c) == family]
+        if len(hits) == 1:
+            return hits[0]
+    # a position table's rows (N) are a parameter's axis: on a computed tensor an axis the
+    # size of the context length and of one other letter is that other letter (a width
+    # carried along; positions flow as T, a table's rows never become a width)
+    rest = [c for c in cands if _family(c) != "position"]
+    if not leaf and len(rest) == 1 and len(rest) < len(cands):
+        return rest[0]
     return None
 
 

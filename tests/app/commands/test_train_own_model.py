@@ -66,6 +66,12 @@ def test_one_press_of_n_in_the_app_lands_on_it(bad_trace, qtbot, tmp_path):
     step = w.trace.steps[w.current]
     assert step.op == "scaled_dot_product_attention" and step.module == "transformer.h.0.attn"
     assert "scaled_dot_product_attention" in w.statusBar().currentMessage()
+    # its line in red in the source pane, as the line of a forward that raised is
+    assert w.source_view.failed_line and "scaled_dot_product_attention" in (
+        w.source_view.highlighted_text()
+    )
+    w.go_to(0)
+    assert not w.source_view.failed_line  # an ordinary step's line: the usual colour
 
 
 def test_the_default_loss_says_what_shape_it_expected():

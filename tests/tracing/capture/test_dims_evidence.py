@@ -329,3 +329,27 @@ def test_the_pass_on_meta_and_the_pass_on_the_device_give_the_same_names(monkeyp
         "meta",
     )
     assert [r.dims for r in on_meta.tensors] == [r.dims for r in on_device.tensors]
+
+
+def test_context_length_equal_to_the_width_names_the_width_not_the_table_rows():
+    """examples/nanogpt_nan: block_size == n_embd == 32. The residual stream, the attention
+    and the MLP outputs read (B, T, C); the position table's rows are never called C (its
+    32 x 32 weight reads ? where nothing tells rows from columns)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "examples" / "nanogpt_nan" / "model.py"
+    spec = importlib.util.spec_from_file_location("nanogpt_nan_model", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    model = module.GPT().eval()
+    assert model.config.block_size == model.config.n_embd == 32
+    trace = tracing.trace(model, torch.randint(0, 256, (4, 32)), capture="shapes")
+    out = {s.module: trace.tensor(s.outputs[0]).dims for s in trace.steps if s.kind == "module"}
+    assert out["transformer.wpe"] == ("T", "C")
+    for path in ("transformer.h.0.attn", "transformer.h.0.mlp", "transformer.h.1"):
+        assert out[path] == ("B", "T", "C"), path
+    table = next(r for r in trace.tensors if r.role == "param" and r.shape == (32, 32))
+    assert table.dims is None or "C" not in table.dims[:1]
