@@ -24,6 +24,7 @@ given where the ops carry them from the first input (its axes are B and T by def
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 import weakref
 from collections.abc import Mapping, Sequence
@@ -51,6 +52,7 @@ Pair = tuple[int, int | None]  # an axis size in the real trace and in the secon
 
 _TRANSPOSES = frozenset({"transpose", "transpose_", "swapaxes", "swapdims", "t", "mT"})
 _RESHAPES = frozenset({"view", "reshape", "flatten", "unflatten", "_unsafe_view", "view_as"})
+_SLICES = frozenset({"getitem", "narrow", "split", "chunk", "tensor_split", "unbind", "slice"})
 _MATMULS = frozenset({"matmul", "bmm", "baddbmm"})
 _MOVES_AXES = frozenset(  # ops whose output axes are their input's, moved or with 1s added
     {"unsqueeze", "squeeze", "expand", "expand_as", "permute", "movedim", "repeat", "unbind"}
@@ -237,6 +239,10 @@ class _Namer:
                 shaped = self._reshape(primary, rid)
                 if shaped is not None:
                     return shaped
+            if primary is not None and op in _SLICES:
+                sliced = self._sliced(primary, rid)
+                if sliced is not None:
+                    return sliced
         except (IndexError, KeyError, ValueError):
             pass
         out = self._broadcast(step, rid)
@@ -258,6 +264,33 @@ class _Namer:
                 out[axis] = half
             else:
                 out[axis] = "+".join(names)
+        return out
+
+    def _sliced(self, src: int, rid: int) -> list[str | None] | None:
+        """A slice or split keeps every axis it leaves whole and names a cut one when it is a
+        half or undoes a coefficient: rotary halves of ``D`` are ``D/2`` (whatever else is
+        that size), the thirds of a fused ``3C`` are ``C``; any other part (a rotary width
+        ``R`` of ``D``) is left to the letters that fit it."""
+        ins, outs = self.pairs[src], self.pairs[rid]
+        if len(ins) != len(outs):
+            return None
+        names = self._get(src)
+        out: list[str | None] = []
+        for name, (a1, a2), (b1, b2) in zip(names, ins, outs):
+            if (a1, a2) == (b1, b2) or name is None:
+                out.append(name if (a1, a2) == (b1, b2) else None)
+                continue
+            if not b1 or a1 % b1 or a2 is None or not b2 or a2 * b1 != b2 * a1:
+                out.append(None)  # not one whole factor, proven in both passes
+                continue
+            factor = a1 // b1
+            coefficient = re.match(r"^(\d+)([A-Za-z].*)$", name)
+            if coefficient and int(coefficient.group(1)) == factor:
+                out.append(coefficient.group(2))  # 3C / 3 = C
+            elif factor == 2 and re.fullmatch(r"[A-Za-z]+", name):
+                out.append(f"{name}/2")  # rotary halves; other parts keep their own letter
+            else:
+                out.append(None)
         return out
 
     def _get(self, rid: int) -> list[str | None]:

@@ -353,3 +353,21 @@ def test_context_length_equal_to_the_width_names_the_width_not_the_table_rows():
         assert out[path] == ("B", "T", "C"), path
     table = next(r for r in trace.tensors if r.role == "param" and r.shape == (32, 32))
     assert table.dims is None or "C" not in table.dims[:1]
+
+
+def test_rotary_halves_read_d_over_2_when_they_are_as_wide_as_the_heads():
+    """A Llama with head_dim 8 and 4 heads: the halves rotate_half cuts are D/2 (4), the
+    size of H too; the cut, not the size, names them, and the cat puts D back."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(
+        vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    trace = tracing.trace(model, torch.randint(0, 97, (3, 11)), capture="shapes")
+    attention = [s for s in trace.steps if s.module == "model.layers.0.self_attn"]
+    halves = [trace.tensor(s.outputs[0]).dims for s in attention if s.op in ("getitem", "neg")]
+    assert halves and {d[-1] for d in halves} == {"D/2"}, halves
+    cats = [trace.tensor(s.outputs[0]).dims for s in attention if s.op == "cat"]
+    assert ("B", "H", "T", "D") in cats and ("B", "KV", "T", "D") in cats
