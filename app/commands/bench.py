@@ -82,6 +82,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="time forwards by wall clock (default) or by this process's CPU time, which "
         "is steadier when other programs load the machine",
     )
+    from app.commands.options import add_model_option
+    from app.commands.trace import add_input_arguments
+
+    add_model_option(p)
+    p.add_argument("--prompt", help="with --model: the text to trace it on")
+    add_input_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -435,6 +441,34 @@ def _models(quick: bool, tokens: int):
     ]
 
 
+def _bench_model(args: argparse.Namespace, say, repeat: int, warmup: int) -> int:
+    """``--model``: the capture overhead and the naming cost on the user's own model and
+    inputs (no targets: they are set for our presets)."""
+    from app.cli import UserError
+    from app.commands.trace import load_user_model
+
+    loaded = load_user_model(args)
+    if len(loaded.args) != 1 or loaded.kwargs:
+        raise UserError("bench --model times a model called with one input tensor")
+    model, ids = loaded.model, loaded.args[0]
+    clock = time.perf_counter if args.clock == "wall" else time.process_time
+    fig = measure_overhead(model, ids, repeat=repeat, warmup=warmup, clock=clock)
+    say()
+    say(f"{args.model}: plain forward {fig.plain_ms:.1f} ms, {fig.steps} steps traced")
+    other = "cpu" if args.clock == "wall" else "wall"
+    for lvl in LEVELS:
+        say(
+            f"  {lvl:<7} {fig.ratios[lvl]:6.2f}x  ({fig.traced_ms[lvl]:8.1f} ms; "
+            f"{other} clock {fig.other_ratios[lvl]:5.2f}x)"
+        )
+    nf = measure_naming(model, ids, repeat=1 if args.quick else min(repeat, 3))
+    say(
+        f"  naming  capture {nf.capture_ms:7.1f}  first +{nf.first_ms:6.1f} "
+        f"(pass {nf.pass_ms:6.1f})  repeat +{nf.repeat_ms:5.1f}  no pass +{nf.no_pass_ms:6.1f}"
+    )
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
@@ -457,6 +491,8 @@ def run(args: argparse.Namespace) -> int:
         f"CPU, {torch.get_num_threads()} threads, {repeat} interleaved rounds, "
         f"{args.clock} clock"
     )
+    if args.model:
+        return _bench_model(args, say, repeat, warmup)
     models = _models(args.quick, args.tokens)
     large_trace = None
     large_model = large_ids = None

@@ -245,3 +245,17 @@ def test_training_step_memory_child_reports_its_peak(tmp_path):
     spec = {"preset": "nano", "tokens": 8, "threads": 1, "mode": "streamed"}
     fig = memory_child(spec | {"file": str(tmp_path / "s.sft")})
     assert fig["peak_rss"] > 0 and fig["values"] > 0 and fig["file_bytes"] > 0
+
+
+def test_bench_takes_your_own_model(capsys):
+    """``bench --model``: the capture overhead and naming cost on a model brought by file."""
+    tutorial = Path(__file__).resolve().parents[2] / "helpers" / "models" / "tutorial_fixed.py"
+    rc, out, _ = run_cli(
+        capsys, "bench", "--model", f"{tutorial}:TutorialLM", "--input-shape", "1,8",
+        "--quick", "--repeat", "1",
+    )  # fmt: skip
+    assert rc == 0
+    assert "TutorialLM: plain forward" in out
+    for level in ("shapes", "stats", "values"):
+        assert sum(line.startswith(f"  {level} ") for line in out.splitlines()) == 1
+    assert "  naming  capture" in out
