@@ -64,6 +64,16 @@ def _env() -> dict[str, str]:
     return env
 
 
+def _python(code: str, *args: str) -> subprocess.CompletedProcess:
+    """``code`` run by a fresh Python at the repository's root, and checked to exit 0."""
+    result = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return result
+
+
 class _WarmRunner:
     """One ``helpers/warm_runner.py`` server: each job a fresh process forked from a
     Python that has imported torch and nothing else (see that module)."""
@@ -188,15 +198,7 @@ def test_every_documented_tracing_name_resolves_after_a_bare_import() -> None:
         "            break\n"
         "print('\\n'.join(bad))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code, *names],
-        cwd=ROOT,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
-    assert result.returncode == 0, result.stderr
+    result = _python(code, *names)
     bad = set(result.stdout.split())
     assert not bad - set(PENDING), f"do not resolve after `import tracing`: {sorted(bad)}"
     assert not set(PENDING) - bad, f"resolve now, drop from PENDING: {sorted(set(PENDING) - bad)}"
@@ -228,15 +230,7 @@ def test_every_documented_command_is_a_real_subcommand() -> None:
         "        bad.append(cmd)\n"
         "print(' '.join(bad))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code, *commands],
-        cwd=ROOT,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
-    assert result.returncode == 0, result.stderr
+    result = _python(code, *commands)
     assert not result.stdout.strip(), f"not `scratchformer` subcommands: {result.stdout}"
 
 
