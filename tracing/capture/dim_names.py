@@ -28,7 +28,7 @@ import re
 import time
 import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -45,7 +45,7 @@ from tracing.capture.dim_letters import (
     letters_in,
     size_of,
 )
-from tracing.record import Step, TensorRecord
+from tracing.record import Step, TensorRecord, built
 
 Dims = tuple[str, ...]
 Pair = tuple[int, int | None]  # an axis size in the real trace and in the second pass
@@ -487,7 +487,7 @@ def name_axes(
         meta["dims_evidence"]["reused"] = True
         if notes:
             meta.setdefault("notes", []).extend(notes)
-        return [r if n == r.dims else replace(r, dims=n) for n, r in zip(names, tensors)]
+        return [r if n == r.dims else _with_dims(r, n) for n, r in zip(names, tensors)]
     letters = letter_sizes(sizes, subject.config, subject.model, subject.given)
     sizes1 = {k: v.size for k, v in letters.items()}
     other, note = _second_pass(subject, sizes1, steps)
@@ -503,7 +503,7 @@ def name_axes(
         steps, tensors, table, pairs, subject.param_paths, attribute_letters(subject.model)
     )
     names = namer.run(first if "B" in sizes1 and "T" in sizes1 else None)
-    out = [r if names[i] == r.dims else replace(r, dims=names[i]) for i, r in enumerate(tensors)]
+    out = [r if n == r.dims else _with_dims(r, n) for n, r in zip(names, tensors)]
     meta["dim_letters"] = _used_letters(names, letters)
     meta["dims_evidence"] = _evidence_meta(other, note, started)
     notes = []
@@ -542,6 +542,11 @@ def _memo_key(steps: Sequence[Step], tensors: Sequence[TensorRecord], sizes, sub
         subject.distributed,
         dim_evidence.ENABLED,
     )
+
+
+def _with_dims(record: TensorRecord, dims: Dims | None) -> TensorRecord:
+    """``replace(record, dims=dims)`` without the frozen ``__init__`` (``record.built``)."""
+    return built(TensorRecord, {**record.__dict__, "dims": dims})
 
 
 def _pairs(record: TensorRecord, other: tuple[int, ...] | None) -> list[Pair]:

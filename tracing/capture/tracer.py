@@ -18,7 +18,7 @@ from torch import nn
 from tracing import file as trace_file
 from tracing.capture import dims as dims_mod
 from tracing.capture import distributed as distributed_mod
-from tracing.capture.dim_flow import refine_dims
+from tracing.capture.dim_flow import refine_dims, sizes_from_comments
 from tracing.capture.dim_names import Subject, name_axes
 from tracing.capture.drafts import StepDraft, TensorDraft
 from tracing.capture.frames import Frame
@@ -806,8 +806,11 @@ class Tracer:
         self._stats.finish()  # statistics still on a device: read back at once, here
         self._sink.finish()  # copies from a device: waited for once, here
         records = [step.seal(index) for index, step in enumerate(steps)]
+        # the names by size are a draft: name_axes gives every record its proven names, from
+        # the sizes, which shape comments may add to (kept in meta["dims"])
         tensors = self._tensor_records(dims_mod.namer_for(sizes))
-        tensors = refine_dims(records, tensors, sizes)  # names that follow the ops
+        if sizes:
+            sizes.update(sizes_from_comments(records, tensors, sizes))
         trace = Trace(
             steps=records,
             modules=self._structure.module_infos(model),
