@@ -286,6 +286,8 @@ class Edit:
     head_axis: int | None = None
     position_axis: int = -2
     on: str | None = None
+    via: str | None = None  # the attention module addressed, when the site was found in it
+    note: str = ""  # what else the resolution showed (a GQA head's key/value head)
 
     def __post_init__(self):
         object.__setattr__(self, "site", parse_site(self.site))
@@ -311,9 +313,11 @@ class Edit:
         object.__setattr__(self, "action", action)
 
     def describe(self) -> str:
-        """``Zero() at blocks.1.self_attn.attention head 2``."""
-        text = f"{self.action.describe()} at {self.site}"
-        if self.output not in (0, "output"):
+        """``Zero() at blocks.1.self_attn.attention head 2``; for an edit addressed to an
+        attention module, ``Zero() at model.layers.1.self_attn head 2 (its per-head output
+        model.layers.1.self_attn:matmul#1; ...)``."""
+        text = f"{self.action.describe()} at {self.via or self.site}"
+        if self.output not in (0, "output") and self.via is None:
             text += f" output {self.output}"
         if self.head is not None:
             text += f" head {_index_text(self.head)}"
@@ -321,6 +325,10 @@ class Edit:
             text += f" ({self.on})"
         if self.positions is not None:
             text += f" positions {_index_text(self.positions)}"
+        if self.via is not None:
+            output = f" output {self.output}" if self.output not in (0, "output") else ""
+            note = f"; {self.note}" if self.note else ""
+            text += f" (its per-head output {self.site}{output}{note})"
         return text
 
     def to_meta(self) -> dict[str, Any]:
@@ -331,6 +339,7 @@ class Edit:
             "positions": _index_meta(self.positions),
             "output": self.output,
             "on": self.on,
+            "via": self.via,
             "describe": self.describe(),
         }
 
@@ -388,6 +397,32 @@ def _axis_mask(value: torch.Tensor, axis: int, index: Any, what: str, site: Site
 
 
 _WEIGHT_OPS = frozenset({"softmax", "_softmax"})  # their output is attention weights
+
+
+def _module_head_edit(e: Edit) -> bool:
+    """``head=`` on a module's output, the heads axis left to the edit to find."""
+    return (
+        e.site.op is None
+        and e.head is not None
+        and e.head_axis is None
+        and e.output in (0, "output")
+    )
+
+
+def _mha_head_edit(e: Edit, module: nn.Module | None) -> bool:
+    """``head=`` on an ``nn.MultiheadAttention``: its per-head output, inside its call."""
+    return _module_head_edit(e) and isinstance(module, nn.MultiheadAttention)
+
+
+def _lacks_heads_axis(trace: Trace, e: Edit) -> bool:
+    """Whether ``e``'s module, in the first call of it that ``trace`` holds, returned an
+    output with no heads axis (fewer than 4 dims)."""
+    from tracing.sites import site_steps
+
+    for step in site_steps(trace, Site(e.site.module, call=e.site.call)):
+        if step.outputs:
+            return len(trace.tensor(step.outputs[0]).shape) < 4
+    return False
 
 
 def _index_text(index: Any) -> str:
@@ -495,16 +530,29 @@ class EditPlan:
     _counts: dict[tuple[str, int, str], int] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, edits: Iterable[Edit | tuple]) -> EditPlan:
+    def of(cls, edits: EditPlan | Iterable[Edit | tuple]) -> EditPlan:
+        if isinstance(edits, EditPlan):
+            return edits
         plan = cls([as_edit(e) for e in edits])
-        for i, e in enumerate(plan.edits):
-            if e.site.op is None:
-                plan._on_module.setdefault(e.site.module, []).append(i)
-            else:
-                plan._on_op.setdefault((e.site.module, e.site.op), []).append(i)
-        plan._index()
+        plan._sort()
         plan.reset()
         return plan
+
+    def _sort(self, named: Mapping[str, nn.Module] | None = None) -> None:
+        """Index the edits by where they apply: a module's output, an op, or (``head=`` on
+        an ``nn.MultiheadAttention``, once the model is known) the attention's whole call."""
+        from tracing.capture.heads import MHA_OP
+
+        self._on_module, self._on_op, self._on_call = {}, {}, {}
+        for i, e in enumerate(self.edits):
+            path = e.site.module
+            if e.site.op is not None:
+                self._on_op.setdefault((path, e.site.op), []).append(i)
+            elif named is not None and _mha_head_edit(e, named.get(path)):
+                self._on_call.setdefault((path, MHA_OP), []).append(i)
+            else:
+                self._on_module.setdefault(path, []).append(i)
+        self._index()
 
     def _index(self) -> None:
         self.module_paths = frozenset(self._on_module)
@@ -534,24 +582,39 @@ class EditPlan:
                 raise EditError(
                     f"edit site {e.site}: the model has no module {e.site.module!r}{hint}"
                 )
-        from tracing.capture.heads import MHA_OP
-
-        for i, e in enumerate(self.edits):
-            path = e.site.module
-            if (
-                e.site.op is None
-                and e.head is not None
-                and e.head_axis is None
-                and e.output in (0, "output")
-                and isinstance(named[path], nn.MultiheadAttention)
-                and i in self._on_module.get(path, ())
-            ):
-                self._on_module[path].remove(i)
-                if not self._on_module[path]:
-                    del self._on_module[path]
-                self._on_call.setdefault((path, MHA_OP), []).append(i)
-        self._index()
+        self._sort(named)
         self._bound = model
+
+    def resolve_heads(self, trace: Trace, failed_at: str | None = None) -> bool:
+        """Readdress each ``head=`` edit of a module whose output has no heads axis (an
+        attention module: a Hugging Face ``LlamaAttention``, our ``MultiHeadAttention``, a
+        nanoGPT ``CausalSelfAttention``) to the per-head output that ``trace`` recorded
+        inside it (:func:`tracing.capture.heads.resolve_head_edit`); True when one was.
+        ``trace`` is a run of the same model, at any capture level; a module it holds no
+        call of is left as it is. ``failed_at``: the module whose ``head=`` edit just
+        failed for want of a heads axis (a failed trace holds its call, not its output).
+        Raises :class:`EditError` naming the sites that work when such a module has no
+        per-head output inside, or several."""
+        from tracing.capture.heads import resolve_head_edit
+
+        named = dict(self._bound.named_modules()) if self._bound is not None else {}
+        changed = False
+        for i, e in enumerate(self.edits):
+            module = named.get(e.site.module)
+            if (
+                not _module_head_edit(e)
+                or e.via is not None
+                or isinstance(module, nn.MultiheadAttention)
+                or not (e.site.module == failed_at or _lacks_heads_axis(trace, e))
+            ):
+                continue
+            new = resolve_head_edit(trace, e)
+            if new is not None:
+                self.edits[i] = new
+                changed = True
+        if changed:
+            self._sort(named or None)
+        return changed
 
     def on_call(
         self, path: str, call: int, name: str, func: Callable, args: tuple, kwargs, step=-1

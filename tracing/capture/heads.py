@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from tracing.capture.op_names import mha_signature
-from tracing.sites import Site, step_site
+from tracing.sites import Site, site_steps, step_site
 
 MHA_OP = "multi_head_attention_forward"
 
@@ -133,4 +133,139 @@ def head_site_hint(trace, module: str) -> str:
     return "; the per-head output there: " + ", ".join(names)
 
 
-__all__ = ["MHA_OP", "edited_mha_call", "head_site_hint", "head_site_of_map", "head_sites_in"]
+# --------------------------------------------------------------------------- a module's head
+
+
+def resolve_head_edit(trace, edit):
+    """``edit`` (``head=`` on a module whose output has no heads axis, say a Hugging Face
+    ``LlamaAttention`` or our ``MultiHeadAttention``) readdressed to the one per-head output
+    that ``trace`` shows inside that module, with ``via`` naming the module it was given;
+    None when ``trace`` holds no call of the module to read that from. The evidence is the
+    trace: the attention map the tracer recognised inside the module call and the op that
+    multiplies it with the values (:func:`head_site_of_map`); a module with none or with
+    several (a block with self- and cross-attention) raises :class:`EditError` naming them."""
+    from tracing.capture.edits import Edit, EditError, _index_text
+
+    module, call = edit.site.module, edit.site.call
+    calls = [s for s in site_steps(trace, Site(module, call=call)) if s.end is not None]
+    if not calls:
+        return None
+    outer = calls[0]
+    found = [
+        (site, k, heads)
+        for site, k, heads in head_sites_in(trace, module)
+        if _inside(trace, outer, site)
+    ]
+    where = str(Site(module, call=call))
+    if len(found) != 1:
+        if not found:
+            shape = (
+                f"its output has shape {tuple(trace.tensor(outer.outputs[0]).shape)}, and "
+                if outer.outputs
+                else ""
+            )
+            raise EditError(
+                f"head={_index_text(edit.head)} at {where} needs a value with a heads axis, "
+                f"(B, H, T, ...); {shape}no attention map was recorded inside it to find "
+                "the heads' output by (edit a site after the heads are split, or give "
+                "head_axis=)"
+            )
+        names = ", ".join(_site_text(site, k) for site, k, _ in found)
+        raise EditError(
+            f"head={_index_text(edit.head)} at {where}: {len(found)} attention layers ran "
+            f"inside it, so which head is meant is not clear; address one: {names}"
+        )
+    site, k, heads = found[0]
+    inner_call = None if call is None else site.call  # the same call of the inner module
+    target = Site(site.module, site.op, site.occurrence, inner_call)
+    return Edit(
+        target, edit.action, head=edit.head, positions=edit.positions, output=k,
+        position_axis=edit.position_axis, via=str(edit.site),
+        note=_kv_note(trace, site, edit.head, heads),
+    )  # fmt: skip
+
+
+def _inside(trace, outer, site: Site) -> bool:
+    """Whether ``site`` (with its call) ran within module step ``outer``'s call."""
+    return any(outer.index < s.index <= outer.end for s in site_steps(trace, site))
+
+
+def _site_text(site: Site, k: int) -> str:
+    plain = str(Site(site.module, site.op, site.occurrence))
+    return f"Edit({plain!r}, ..., head=h" + (f", output={k})" if k else ")")
+
+
+def kv_heads_of(trace, site: Site) -> tuple[int, int] | None:
+    """(query heads, key/value heads) of the attention whose per-head output is ``site``,
+    when the trace shows grouped-query attention, else None: a fused call given fewer key
+    heads than query heads (torch's ``enable_gqa``: query head ``h`` reads key/value head
+    ``h // (H // KV)``), or values repeated per group the way Hugging Face's ``repeat_kv``
+    does (``(B, KV, 1, S, D)`` expanded to ``(B, KV, n, S, D)`` then merged: the same
+    mapping)."""
+    steps = site_steps(trace, site)
+    if not steps:
+        return None
+    step = steps[0]
+    if step.kind == "module":  # a module that returns the per-head output: its last op
+        inner = trace.steps[step.index + 1 : (step.end or step.index) + 1]
+        ops = [s for s in inner if s.kind == "op" and s.outputs and s.outputs[0] == step.outputs[0]]
+        if not ops:
+            return None
+        step = ops[-1]
+    shapes = [trace.tensor(i).shape for i in step.inputs]
+    if step.op == "scaled_dot_product_attention" and len(shapes) >= 2:
+        q, k = shapes[0], shapes[1]
+        if len(q) == 4 and len(k) == 4 and k[1] < q[1] and q[1] % k[1] == 0:
+            return q[1], k[1]
+        return None
+    for rid in step.inputs:
+        rec = trace.tensor(rid)
+        if len(rec.shape) != 4 or rec.role == "attention" or rec.producer is None:
+            continue
+        merge = trace.steps[rec.producer]
+        if merge.op not in ("reshape", "view") or not merge.inputs:
+            continue
+        grouped = trace.tensor(merge.inputs[0])
+        if len(grouped.shape) != 5 or grouped.producer is None:
+            continue
+        expand = trace.steps[grouped.producer]
+        source = [trace.tensor(i).shape for i in expand.inputs]
+        KV, n = grouped.shape[1:3]
+        if (
+            expand.op == "expand"
+            and source
+            and len(source[0]) == 5
+            and source[0][2] == 1
+            and source[0][1] == KV
+            and KV * n == rec.shape[1]
+            and n > 1
+        ):
+            return rec.shape[1], KV
+    return None
+
+
+def _kv_note(trace, site: Site, head, heads: int) -> str:
+    """``query head 4 (key/value head 1 of 2, shared by query heads 3-5)`` for one head of a
+    grouped-query attention; "" otherwise."""
+    found = kv_heads_of(trace, site)
+    if found is None or not isinstance(head, int):
+        return ""
+    H, KV = found
+    group = H // KV
+    h = head % H
+    kv = h // group
+    return (
+        f"query head {h}; it shares key/value head {kv} of {KV} with query heads "
+        f"{kv * group}-{(kv + 1) * group - 1}"
+    )
+
+
+__all__ = [
+    "MHA_OP",
+    "edited_mha_call",
+    "head_site_hint",
+    "head_site_of_map",
+    "head_sites_in",
+    "kv_heads_of",
+    "resolve_head_edit",
+]

@@ -975,8 +975,38 @@ def trace(
     )  # fmt: skip
     if opts.out is not None:
         opts = opts.replace(out=distributed_mod.output_path(opts.out))
-    tracer = Tracer(model, train=train, options=opts)
-    with torch.set_grad_enabled(grad), tracer:
-        model(*args, **kwargs)
+    plan = None
+    if opts.edits:
+        from tracing.capture.edits import EditPlan
+
+        plan = EditPlan.of(opts.edits)
+        opts = opts.replace(edits=plan)
+    for _ in range(len(plan.edits) + 1 if plan is not None else 1):
+        tracer = Tracer(model, train=train, options=opts)
+        try:
+            with torch.set_grad_enabled(grad), tracer:
+                model(*args, **kwargs)
+            break
+        except Exception as e:
+            if plan is None or not _resolve_heads(plan, e, tracer.trace):
+                raise
     assert tracer.trace is not None
     return tracer.trace
+
+
+def _resolve_heads(plan, error: Exception, failed: Trace | None) -> bool:
+    """After a forward that failed on ``head=`` at a module whose output has no heads axis
+    (an attention module): readdress that edit to the per-head output the failed run
+    recorded inside the module (:meth:`~tracing.edits.EditPlan.resolve_heads`); True when
+    the run should go again. When the module holds none, or several, the error names
+    them (a :class:`TraceError` with the failed run's trace)."""
+    from tracing.capture.edits import EditError
+
+    cause = error.__cause__ if isinstance(error, TraceError) else error
+    module = getattr(cause, "head_module", None)
+    if module is None or failed is None:
+        return False
+    try:
+        return plan.resolve_heads(failed, module)
+    except EditError as e:
+        raise TraceError(str(e), failed) from e

@@ -146,36 +146,51 @@ def run_edited(
     leaves that to the caller, who can read ``plan.unmatched()``). Every hook is removed
     before it returns or raises.
     """
-    plan = edits if isinstance(edits, EditPlan) else EditPlan.of(edits)
+    plan = EditPlan.of(edits)
     plan.check_model(model)  # once per model: sorts the edits for it
-    plan.reset()
-    instruments = _Instruments(model, plan)
-    try:
-        instruments.start()
-        output = model(*args, **kwargs)
-    except EditError as e:
-        module = getattr(e, "head_module", None)
-        if module is None:
-            raise
-        instruments.remove()
-        raise EditError(f"{e}{_head_hint(model, module, args, kwargs)}") from None
-    finally:
-        instruments.remove()
+    for _ in range(len(plan.edits) + 1):  # each pass readdresses one edit at least
+        plan.reset()
+        instruments = _Instruments(model, plan)
+        try:
+            instruments.start()
+            output = model(*args, **kwargs)
+            break
+        except EditError as e:
+            if getattr(e, "head_module", None) is None:
+                raise
+            instruments.remove()
+            _resolve_heads(plan, model, args, kwargs, e)  # or raise, naming the sites
+        finally:
+            instruments.remove()
     if check:
         plan.check_matched()
     return output
 
 
-def _head_hint(model: nn.Module, module: str, args: tuple, kwargs: dict) -> str:
-    """The head sites inside ``module``, from one ``shapes`` trace (on an error only)."""
-    from tracing.capture.heads import head_site_hint
+def _resolve_heads(plan: EditPlan, model: nn.Module, args: tuple, kwargs: dict, error) -> None:
+    """``head=`` on a module whose output has no heads axis (an attention module): find
+    the per-head output inside it in one ``shapes`` trace and readdress the edit there
+    (:meth:`EditPlan.resolve_heads`; the plan keeps it, so a plan reused on this model
+    pays once). Raises the edit's error, naming the sites that would work, when that
+    trace shows none there, or several."""
     from tracing.capture.tracer import trace
 
     try:
-        with torch.no_grad():
-            return head_site_hint(trace(model, *args, capture="shapes", **kwargs), module)
-    except Exception:  # the hint is a courtesy: the edit's own error is what matters
-        return ""
+        with torch.no_grad(), torch.random.fork_rng(devices=_cuda_devices(model)):
+            structure = trace(model, *args, capture="shapes", **kwargs)
+    except Exception:  # the model cannot be traced: the edit's own error is what matters
+        raise error from None
+    if plan.resolve_heads(structure, error.head_module):
+        return
+    from tracing.capture.heads import head_site_hint
+
+    raise EditError(f"{error}{head_site_hint(structure, error.head_module)}") from None
+
+
+def _cuda_devices(model: nn.Module) -> list[int]:
+    """The CUDA devices the model's parameters are on (whose random state a second run
+    must not move on)."""
+    return sorted({p.device.index or 0 for p in model.parameters() if p.device.type == "cuda"})
 
 
 __all__ = ["run_edited"]

@@ -180,16 +180,27 @@ def test_heads_sweep_on_a_decoder_has_self_and_cross_attention():
     assert not torch.equal(result.values[0], torch.full((H,), result.corrupted_metric))
 
 
-def test_module_path_without_heads_names_the_site_that_works():
+def test_module_path_without_heads_resolves_to_the_site_inside():
+    """Our MultiHeadAttention returns (B, T, C): head= on it edits the per-head output of
+    its ScaledDotProductAttention, exactly as addressing that module does."""
     import scratchformer
 
     model = scratchformer.demo_model()
     ids = torch.tensor([[1, 2, 3, 4]])
-    edit = Edit("blocks.1.self_attn", Zero(), head=1)
-    with pytest.raises(tracing.TraceError, match=r"blocks\.1\.self_attn\.attention"):
-        tracing.trace(model, ids, capture="shapes", edits=[edit])
-    with pytest.raises(EditError, match=r"blocks\.1\.self_attn\.attention"), torch.no_grad():
-        run_edited(model, ids, edits=[edit])
+    inner = Edit("blocks.1.self_attn.attention", Zero(), head=1)
+    outer = Edit("blocks.1.self_attn", Zero(), head=1)
+    with torch.no_grad():
+        assert torch.equal(
+            run_edited(model, ids, edits=[outer]), run_edited(model, ids, edits=[inner])
+        )
+    t = tracing.trace(model, ids, capture="shapes", edits=[outer])
+    (entry,) = t.meta["edits"]
+    assert (entry["site"], entry["via"]) == ("blocks.1.self_attn.attention", "blocks.1.self_attn")
+    # a module with no attention inside is still an error, naming what it holds
+    with pytest.raises(tracing.TraceError, match="no attention map was recorded inside"):
+        tracing.trace(
+            model, ids, capture="shapes", edits=[Edit("blocks.1.feed_forward", Zero(), head=1)]
+        )
 
 
 def test_head_on_a_softmax_is_refused_unless_on_weights():
