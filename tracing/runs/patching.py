@@ -192,11 +192,12 @@ def _as_args(inputs: Any) -> tuple:
     return inputs if isinstance(inputs, tuple) else (inputs,)
 
 
-def _grid(trace, over: str | Sequence, clean_values: dict) -> tuple:
+def _grid(trace, over: str | Sequence, clean_values: dict, action: Action | None = None) -> tuple:
     """(rows, columns, edits per cell, (site, output, head) whose clean values are needed;
     ``head`` is every head at a head site, so that ``nn.MultiheadAttention`` keeps its
-    per-head output rather than its module output)."""
-    source = Patch(clean_values)
+    per-head output rather than its module output). Each cell's action is a patch from
+    the clean run, or ``action``."""
+    source = Patch(clean_values) if action is None else action
     if isinstance(over, str) and over == "heads":
         found = head_sites_in(trace)
         if not found:
@@ -273,6 +274,7 @@ def sweep(
     progress: Callable[[int, int], None] | None = None,
     cancel: Callable[[], bool] | Any = None,
     token_label: Callable[[int], str] | None = None,
+    action: Action | None = None,
 ) -> SweepResult:
     """One corrupted run per site with that site patched from the clean run; the metric of
     each run in a table (see the module doc).
@@ -283,6 +285,9 @@ def sweep(
     total)`` is called after every run; ``cancel()`` (or an object with ``is_set()``, a
     ``threading.Event``) stops the sweep between runs: the result then has
     ``cancelled=True`` and NaN where it did not run.
+
+    ``action`` (``Zero()``, ``MeanAblate()``...) does that at each site instead of the
+    patch: an ablation sweep, usually with ``corrupted`` the same input as ``clean``.
     """
     from tracing.capture.tracer import trace
 
@@ -297,14 +302,17 @@ def sweep(
     should_stop = getattr(cancel, "is_set", cancel)
     structure = trace(model, *clean_args, capture="shapes")
     clean_values: dict[str, torch.Tensor] = {}
-    rows, columns, cells, keep = _grid(structure, over, clean_values)
+    rows, columns, cells, keep = _grid(structure, over, clean_values, action)
     with torch.no_grad():
-        store: dict[str, torch.Tensor] = {}
-        keeper = _Keep(store)
-        keep_plan = EditPlan.of([Edit(site, keeper, output=k, head=h) for site, k, h in keep])
-        keep_plan.check_model(model)
-        clean_output = run_edited(model, *clean_args, edits=keep_plan)
-        clean_values.update(store)
+        if action is None:  # the clean values to patch from, kept in one clean run
+            store: dict[str, torch.Tensor] = {}
+            keeper = _Keep(store)
+            keep_plan = EditPlan.of([Edit(site, keeper, output=k, head=h) for site, k, h in keep])
+            keep_plan.check_model(model)
+            clean_output = run_edited(model, *clean_args, edits=keep_plan)
+            clean_values.update(store)
+        else:
+            clean_output = model(*clean_args)
         corrupted_output = model(*corrupted_args)
         if metric is None:
             metric, name = logit_difference(clean_output, corrupted_output, token_label)
