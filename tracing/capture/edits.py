@@ -75,6 +75,7 @@ class EditContext:
 
     edit: Edit
     site: Site  # with ``call`` set to the call being edited
+    within: str | None = None  # the per-head output inside this op's call (heads of an MHA)
 
 
 class Zero(Action):
@@ -242,7 +243,7 @@ def _value_at(source: Any, ctx: EditContext, what: str, found: dict) -> torch.Te
     """The value at ``ctx.site`` (same call, same output) in a trace or a site mapping;
     ``found`` keeps each one looked up in a trace (a sweep or a loop asks again and again)."""
     site = ctx.site
-    key = (str(site), ctx.edit.output)
+    key = (str(site), ctx.edit.output, ctx.within)
     if key in found:
         return found[key]
     if isinstance(source, Mapping) and not hasattr(source, "steps"):
@@ -250,6 +251,8 @@ def _value_at(source: Any, ctx: EditContext, what: str, found: dict) -> torch.Te
             if key in source:
                 return source[key]
         raise EditError(f"{what}: the source values have no entry for site {site}")
+    if ctx.within is not None:  # the heads inside an nn.MultiheadAttention's call
+        return _heads_at(source, ctx, what, found, key)
     steps = site_steps(source, site)
     if not steps:
         raise EditError(f"{what}: the source trace has no step at site {site}")
@@ -261,6 +264,32 @@ def _value_at(source: Any, ctx: EditContext, what: str, found: dict) -> torch.Te
         raise EditError(
             f"{what}: the source trace kept no value at {site} (captured at {capture!r}; "
             "trace it with capture='values', and a value_cap large enough)"
+        )
+    found[key] = value
+    return value
+
+
+def _heads_at(source: Any, ctx: EditContext, what: str, found: dict, key: tuple) -> torch.Tensor:
+    """The per-head output ``(B, H, T, D)`` that the source trace recorded for the same call
+    of the ``ctx.within`` op (``nn.MultiheadAttention``'s) in the edited module."""
+    site = ctx.site
+    steps = site_steps(source, Site(site.module, ctx.within, 0, site.call))
+    if not steps:
+        raise EditError(f"{what}: the source trace has no {ctx.within} call in {site}")
+    step = steps[0]
+    if "head_outputs" not in step.output_names:
+        raise EditError(
+            f"{what} of a head at {site}: the source trace holds no per-head output of "
+            f"that nn.MultiheadAttention (a trace made before they were recorded); trace "
+            "the source run again with capture='values', or patch from a sweep"
+        )
+    value = source.value(step.outputs[step.output_names.index("head_outputs")])
+    if value is None:
+        capture = source.meta.get("capture", "?")
+        raise EditError(
+            f"{what} of a head at {site}: the source trace kept no value of its per-head "
+            f"output (captured at {capture!r}; trace it with capture='values', and a "
+            "value_cap large enough)"
         )
     found[key] = value
     return value
@@ -345,9 +374,10 @@ class Edit:
 
     # ---- applying
 
-    def edited(self, value: torch.Tensor, site: Site) -> torch.Tensor:
-        """The new value for ``value`` (a tensor at this edit's site, in call ``site.call``)."""
-        ctx = EditContext(self, site)
+    def edited(self, value: torch.Tensor, site: Site, within: str | None = None) -> torch.Tensor:
+        """The new value for ``value`` (a tensor at this edit's site, in call ``site.call``;
+        ``within``: the op whose per-head output it is, inside that op's call)."""
+        ctx = EditContext(self, site, within)
         new = self.action.apply(value, ctx)
         if new.dtype != value.dtype or new.device != value.device:
             new = new.to(device=value.device, dtype=value.dtype)
@@ -528,6 +558,7 @@ class EditPlan:
     _on_call: dict[tuple[str, str], list[int]] = field(default_factory=dict)
     _bound: Any = None  # the model check_model last sorted the edits for
     _counts: dict[tuple[str, int, str], int] = field(default_factory=dict)
+    _heads: torch.Tensor | None = None  # see take_heads
 
     @classmethod
     def of(cls, edits: EditPlan | Iterable[Edit | tuple]) -> EditPlan:
@@ -567,6 +598,7 @@ class EditPlan:
         self.applied = [[] for _ in self.edits]
         self.calls_seen = {}
         self._counts = {}
+        self._heads = None
 
     def check_model(self, model: nn.Module) -> None:
         """Raise :class:`EditError` for a site whose module the model does not have; sort
@@ -633,10 +665,16 @@ class EditPlan:
             for i in found:
                 e = self.edits[i]
                 self.applied[i].append(step if step >= 0 else call)
-                heads = e.edited(heads, Site(e.site.module, None, 0, call))
+                heads = e.edited(heads, Site(e.site.module, None, 0, call), within=name)
+            self._heads = heads.detach()  # what the trace records as the call's heads
             return heads
 
         return edited_mha_call(func, args, kwargs, edit)
+
+    def take_heads(self) -> torch.Tensor | None:
+        """The per-head output the last :meth:`on_call` edited, once (then None)."""
+        heads, self._heads = self._heads, None
+        return heads
 
     def on_module(self, path: str, call: int, output: Any, step: int = -1) -> Any:
         """The module call's output with this plan's edits for ``path`` applied."""

@@ -62,6 +62,25 @@ def edited_mha_call(
     return (out.squeeze(1) if unbatched else out), weights
 
 
+def mha_head_outputs(func: Callable, args: tuple, kwargs: dict | None) -> torch.Tensor | None:
+    """The per-head output ``(B, H, T, D)`` of the call ``func(*args, **kwargs)``
+    (``F.multi_head_attention_forward``), computed by the call itself with an identity
+    output projection, dropout off (no random numbers drawn): what :func:`edited_mha_call`
+    hands an edit. None for an unbatched call (no batch axis)."""
+    seen: list[torch.Tensor] = []
+
+    def keep(heads: torch.Tensor) -> torch.Tensor:
+        seen.append(heads)
+        return heads
+
+    bound = mha_signature(func).bind(*args, **(kwargs or {}))
+    bound.arguments["training"] = False
+    if bound.arguments["query"].dim() != 3:
+        return None
+    edited_mha_call(func, bound.args, bound.kwargs, keep)
+    return seen[0].detach()
+
+
 # --------------------------------------------------------------------------- finding head sites
 
 
@@ -267,5 +286,6 @@ __all__ = [
     "head_site_of_map",
     "head_sites_in",
     "kv_heads_of",
+    "mha_head_outputs",
     "resolve_head_edit",
 ]

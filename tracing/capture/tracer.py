@@ -667,18 +667,41 @@ class Tracer:
             weights = self._fused_attention_map(args, kwargs)
         else:
             weights = self._mha_attention_map(index, func, args, kwargs, outs)
+            edited = self._edits.take_heads() if self._edits is not None else None
+            heads = edited if edited is not None else self._mha_head_outputs(func, args, kwargs)
+            if heads is not None:  # before the map, so the map stays the last output
+                self._add_output(index, heads, "head_outputs")
+                outs = (*outs, heads)
         if weights is None:
             return outs
         self._add_attention_output(index, weights)
         return (*outs, weights)
 
+    def _add_output(self, index: int, t: torch.Tensor, name: str) -> int:
+        """Add a tensor the op did not return (rebuilt by the tracer) to op ``index``'s
+        outputs; returns its record id."""
+        step = self._steps[index]
+        rid = self._tensor_id(t, index)
+        step.outputs = (*step.outputs, rid)
+        step.output_names = (*step.output_names, name)
+        return rid
+
+    def _mha_head_outputs(self, func, args: tuple, kwargs: dict) -> torch.Tensor | None:
+        """An ``nn.MultiheadAttention`` call's per-head output ``(B, H, T, D)``, which the call
+        merges and projects inside itself: the same call once more with an identity output
+        projection (:func:`tracing.capture.heads.mha_head_outputs`), so a saved trace holds
+        what a head edit there changes (``Patch``, ``MeanAblate`` from a trace). None for
+        an unbatched call or one it cannot repeat."""
+        from tracing.capture.heads import mha_head_outputs
+
+        try:
+            return mha_head_outputs(func, args, kwargs)
+        except (TypeError, ValueError, RuntimeError):
+            return None
+
     def _add_attention_output(self, index: int, weights: torch.Tensor) -> None:
         """Add rebuilt attention weights to op ``index``'s outputs, as an attention map."""
-        step = self._steps[index]
-        rid = self._tensor_id(weights, index)
-        step.outputs = (*step.outputs, rid)
-        step.output_names = (*step.output_names, "attention_weights")
-        self._mark_attention(rid, weights)
+        self._mark_attention(self._add_output(index, weights, "attention_weights"), weights)
 
     def _fused_attention_map(self, args: tuple, kwargs: dict) -> torch.Tensor | None:
         """``F.scaled_dot_product_attention`` returns no weights: rebuild them from its

@@ -88,10 +88,10 @@ def test_transformer_decoder_layer():
     got = steps_of(trace, "decoder.layers.0")
     assert got[:3] == [  # batch first: PyTorch's MHA works time first
         ("self_attn", "transpose", "(T,B,C)"),
-        ("self_attn", "multi_head_attention_forward", "(T,B,C) (B,H,T,T)"),
+        ("self_attn", "multi_head_attention_forward", "(T,B,C) (B,H,T,D) (B,H,T,T)"),
         ("self_attn", "transpose", "(B,T,C)"),
     ]
-    assert ("multihead_attn", "multi_head_attention_forward", "(T,B,C) (B,H,T,T)") in got
+    assert ("multihead_attn", "multi_head_attention_forward", "(T,B,C) (B,H,T,D) (B,H,T,T)") in got
     assert got[-7:] == [
         ("linear1", "linear", "(B,T,F)"),
         ("", "relu", "(B,T,F)"),

@@ -208,3 +208,66 @@ def test_head_on_a_softmax_is_refused_unless_on_weights():
         Edit("blocks.1.self_attn.attention:softmax#0", Zero(), head=1)
     edit = Edit("blocks.1.self_attn.attention:softmax#0", Zero(), head=1, on="weights")
     assert edit.describe().endswith("head 1 (weights)")
+
+
+def test_a_trace_records_the_heads_of_each_call():
+    """The MHA step holds the per-head output (B, H, T, D): the merged heads before
+    out_proj, as an independent computation from the module's weights gives them."""
+    torch.manual_seed(6)
+    model = Attn(True, True).eval()
+    x = torch.randn(2, 5, E)
+    t = tracing.trace(model, x, capture="values")
+    (step,) = [s for s in t.steps if s.op == "multi_head_attention_forward"]
+    assert step.output_names == ("output[0]", "output[1]", "head_outputs")  # weights returned
+    heads = t.value(step.outputs[2])
+    weights = t.value(step.outputs[1])  # (B, H, T, T)
+    attn = model.attn
+    v = x @ attn.in_proj_weight[2 * E :].T + attn.in_proj_bias[2 * E :]  # (B, T, E)
+    expected = weights @ v.view(2, 5, H, D).transpose(1, 2)  # (B, H, T, D)
+    torch.testing.assert_close(heads, expected.detach(), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_patch_and_mean_ablate_of_a_head_from_a_saved_trace(tmp_path, need_weights):
+    torch.manual_seed(7)
+    model = Attn(True, need_weights).eval()
+    clean, corrupted = torch.randn(1, 5, E), torch.randn(1, 5, E)
+    path = tmp_path / "clean.sft"
+    tracing.trace(model, clean, capture="values").save(path)
+    saved = tracing.load(path)
+    kept = {}
+    from tracing.runs.patching import _Keep
+
+    with torch.no_grad():
+        run_edited(model, clean, edits=[Edit("attn", _Keep(kept), head=slice(None))])
+        for head in range(H):
+            from_trace = run_edited(model, corrupted, edits=[Edit("attn", Patch(saved), head=head)])
+            from_dict = run_edited(model, corrupted, edits=[Edit("attn", Patch(kept), head=head)])
+            torch.testing.assert_close(from_trace, from_dict, rtol=0, atol=1e-6)
+        # every head patched: the clean run's output
+        every = run_edited(model, corrupted, edits=[Edit("attn", Patch(saved), head=slice(None))])
+        torch.testing.assert_close(every, _out(tracing.trace(model, clean, capture="values")))
+        # a reference trace's mean over its batch, per head
+        refs = torch.randn(4, 5, E)
+        ref_trace = tracing.trace(model, refs, capture="values")
+        mean = run_edited(model, corrupted, edits=[Edit("attn", MeanAblate(ref_trace), head=2)])
+        ref_heads = {}
+        run_edited(model, refs, edits=[Edit("attn", _Keep(ref_heads), head=slice(None))])
+        patched = ref_heads["attn@0"].mean(dim=0, keepdim=True)
+        by_hand = run_edited(
+            model, corrupted, edits=[Edit("attn", Patch({"attn": patched}), head=2)]
+        )
+        torch.testing.assert_close(mean, by_hand, rtol=0, atol=1e-6)
+    # an edited trace records the edited heads
+    zeroed = tracing.trace(model, clean, capture="values", edits=[Edit("attn", Zero(), head=1)])
+    (step,) = [s for s in zeroed.steps if s.op == "multi_head_attention_forward"]
+    heads = zeroed.value(step.outputs[step.output_names.index("head_outputs")])
+    assert torch.count_nonzero(heads[:, 1]) == 0 and torch.count_nonzero(heads[:, 0]) > 0
+
+
+def test_a_head_patch_from_a_trace_without_values_says_what_capture_is_needed():
+    model = Attn(True, False).eval()
+    x = torch.randn(1, 4, E)
+    stats = tracing.trace(model, x, capture="stats")
+    with pytest.raises(EditError, match=r"per-head output .*capture='values'"), torch.no_grad():
+        run_edited(model, x, edits=[Edit("attn", Patch(stats), head=0)])
