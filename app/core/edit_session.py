@@ -109,7 +109,19 @@ def edit_for_head(trace: Trace, map_step: int, head: int, action: Action) -> Edi
             "(no op multiplies it with the values)"
         )
     site, output = found
-    return Edit(site, action, head=head, output=output)
+    return head_edit(trace, trace.steps[map_step].module, site, output, head, action)
+
+
+def head_edit(trace: Trace, attention: str, site, output: int, head: int, action: Action) -> Edit:
+    """The edit of head ``head``'s output at ``site``, described by the attention module
+    ``attention`` that made the map when the site is an op in it (``Zero() at
+    model.layers.1.self_attn head 4 (its per-head output …:scaled_dot_product_attention#0;
+    query head 4; it shares key/value head 1 of 2 with query heads 3-5)``)."""
+    from tracing.capture.heads import kv_note
+
+    via = attention if site.op is not None and site.module == attention else None
+    note = kv_note(trace, site, head)
+    return Edit(site, action, head=head, output=output, via=via, note=note)
 
 
 # --------------------------------------------------------------------------- re-running

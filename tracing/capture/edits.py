@@ -354,10 +354,14 @@ class Edit:
             text += f" ({self.on})"
         if self.positions is not None:
             text += f" positions {_index_text(self.positions)}"
+        inside = []
         if self.via is not None:
             output = f" output {self.output}" if self.output not in (0, "output") else ""
-            note = f"; {self.note}" if self.note else ""
-            text += f" (its per-head output {self.site}{output}{note})"
+            inside.append(f"its per-head output {self.site}{output}")
+        if self.note:
+            inside.append(self.note)
+        if inside:
+            text += f" ({'; '.join(inside)})"
         return text
 
     def to_meta(self) -> dict[str, Any]:

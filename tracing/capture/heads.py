@@ -194,13 +194,13 @@ def resolve_head_edit(trace, edit):
             f"head={_index_text(edit.head)} at {where}: {len(found)} attention layers ran "
             f"inside it, so which head is meant is not clear; address one: {names}"
         )
-    site, k, heads = found[0]
+    site, k, _ = found[0]
     inner_call = None if call is None else site.call  # the same call of the inner module
     target = Site(site.module, site.op, site.occurrence, inner_call)
     return Edit(
         target, edit.action, head=edit.head, positions=edit.positions, output=k,
         position_axis=edit.position_axis, via=str(edit.site),
-        note=_kv_note(trace, site, edit.head, heads),
+        note=kv_note(trace, site, edit.head),
     )  # fmt: skip
 
 
@@ -263,9 +263,9 @@ def kv_heads_of(trace, site: Site) -> tuple[int, int] | None:
     return None
 
 
-def _kv_note(trace, site: Site, head, heads: int) -> str:
-    """``query head 4 (key/value head 1 of 2, shared by query heads 3-5)`` for one head of a
-    grouped-query attention; "" otherwise."""
+def kv_note(trace, site: Site, head) -> str:
+    """``query head 4; it shares key/value head 1 of 2 with query heads 3-5`` for one head
+    of a grouped-query attention whose per-head output is ``site``; "" otherwise."""
     found = kv_heads_of(trace, site)
     if found is None or not isinstance(head, int):
         return ""
@@ -286,6 +286,7 @@ __all__ = [
     "head_site_of_map",
     "head_sites_in",
     "kv_heads_of",
+    "kv_note",
     "mha_head_outputs",
     "resolve_head_edit",
 ]
