@@ -68,6 +68,9 @@ class EditsPanel(QWidget):
         self.status = hint_label(wrap=True)
         self.list = QListWidget()
         self.list.setObjectName("editsList")
+        self.list.setWordWrap(True)  # an edit found inside an attention says where, at length
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.list.setResizeMode(QListWidget.ResizeMode.Adjust)
         self.remove_button = QPushButton("Remove")
         self.clear_button = QPushButton("Clear")
         self.run_button = QPushButton("Re-run ▶")
@@ -84,6 +87,7 @@ class EditsPanel(QWidget):
         self.list.clear()
         for edit, on in zip(edits, enabled):
             item = QListWidgetItem(edit.describe())
+            item.setToolTip(edit.describe())
             item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
             item.setCheckState(Qt.CheckState.Checked if on else Qt.CheckState.Unchecked)
             self.list.addItem(item)
