@@ -26,9 +26,12 @@ of ``(B, H, T, D)``, the query axis of ``(B, H, T, T)``); the rest of the value 
 bit for bit. A site that matches nothing is an error, never a silent no-op.
 
 ``head=`` on an ``nn.MultiheadAttention``'s path edits each head's output ``(B, H, T, D)``
-just before its ``out_proj`` (:mod:`tracing.capture.heads`); ``head=`` on a module with no
-heads axis raises an error naming the per-head sites inside it; ``head=`` on a softmax (the
-attention *weights*) needs ``on="weights"``, so that it is never meant by accident.
+just before its ``out_proj`` (:mod:`tracing.capture.heads`); ``head=`` on any other module
+whose output has no heads axis (a Hugging Face ``LlamaAttention``, our
+``MultiHeadAttention``) edits the one per-head output the trace recorded inside it
+(:meth:`EditPlan.resolve_heads`), or is an error naming the sites there when it has none or
+several; ``head=`` on a softmax (the attention *weights*) needs ``on="weights"``, so that
+it is never meant by accident.
 """
 
 from __future__ import annotations

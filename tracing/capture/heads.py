@@ -3,7 +3,8 @@
 A head edit changes one head's output, the ``(B, H, T, D)`` tensor the attention weights
 make from the values before the heads are merged and projected. Most attention code has that
 tensor as a step of its own (a ``matmul`` of the map with the values, a fused
-``scaled_dot_product_attention``); :func:`head_site_of_map` finds it from the map.
+``scaled_dot_product_attention``); :func:`head_site_of_map` finds it from the map, and
+:func:`resolve_head_edit` readdresses ``Edit(<attention module>, ..., head=h)`` there.
 
 ``nn.MultiheadAttention`` (so ``nn.TransformerEncoder`` and ``nn.TransformerDecoder``) does
 all of it in one call, ``F.multi_head_attention_forward``, and applies ``out_proj``
@@ -18,7 +19,9 @@ than inside the call is the robust choice: it is the same whichever branch torch
 ``need_weights=False`` a fused ``(B, H, T, D)``), whatever ``batch_first`` says (the call
 always sees ``(T, B, E)``), and it is exactly what zeroing head ``h``'s columns of
 ``out_proj.weight`` does. A value that is infinite or NaN in the per-head output becomes
-NaN across its row (``inf * 0`` in the identity projection); finite values are exact.
+NaN across its row (``inf * 0`` in the identity projection); finite values are exact. A
+trace records that per-head output as the call's ``head_outputs``
+(:func:`mha_head_outputs`), so a head can be patched from a saved trace.
 """
 
 from __future__ import annotations
