@@ -65,11 +65,16 @@ def edited_mha_call(
     return (out.squeeze(1) if unbatched else out), weights
 
 
-def mha_head_outputs(func: Callable, args: tuple, kwargs: dict | None) -> torch.Tensor | None:
-    """The per-head output ``(B, H, T, D)`` of the call ``func(*args, **kwargs)``
+def mha_head_outputs(
+    func: Callable, args: tuple, kwargs: dict | None, weights: bool = False
+) -> tuple[torch.Tensor | None, Any]:
+    """(per-head output ``(B, H, T, D)``, weights) of the call ``func(*args, **kwargs)``
     (``F.multi_head_attention_forward``), computed by the call itself with an identity
-    output projection, dropout off (no random numbers drawn): what :func:`edited_mha_call`
-    hands an edit. None for an unbatched call (no batch axis)."""
+    output projection and dropout off (no random numbers drawn): what
+    :func:`edited_mha_call` hands an edit. With ``weights``, the call also returns its
+    per-head weights ``(B, H, T, S)`` (one call for both; the heads then come from torch's
+    unfused path, equal to the fused one's to float rounding), else the weights are what
+    the call returns as asked. ``(None, None)`` for an unbatched call."""
     seen: list[torch.Tensor] = []
 
     def keep(heads: torch.Tensor) -> torch.Tensor:
@@ -78,10 +83,12 @@ def mha_head_outputs(func: Callable, args: tuple, kwargs: dict | None) -> torch.
 
     bound = mha_signature(func).bind(*args, **(kwargs or {}))
     bound.arguments["training"] = False
+    if weights:
+        bound.arguments.update(need_weights=True, average_attn_weights=False)
     if bound.arguments["query"].dim() != 3:
-        return None
-    edited_mha_call(func, bound.args, bound.kwargs, keep)
-    return seen[0].detach()
+        return None, None
+    _, found = edited_mha_call(func, bound.args, bound.kwargs, keep)
+    return seen[0].detach(), found
 
 
 # --------------------------------------------------------------------------- finding head sites

@@ -666,9 +666,9 @@ class Tracer:
         if name == "scaled_dot_product_attention":
             weights = self._fused_attention_map(args, kwargs)
         else:
-            weights = self._mha_attention_map(index, func, args, kwargs, outs)
             edited = self._edits.take_heads() if self._edits is not None else None
-            heads = edited if edited is not None else self._mha_head_outputs(func, args, kwargs)
+            weights, heads = self._mha_rebuilt(index, func, args, kwargs, outs, edited is None)
+            heads = edited if edited is not None else heads
             if heads is not None:  # before the map, so the map stays the last output
                 self._add_output(index, heads, "head_outputs")
                 outs = (*outs, heads)
@@ -686,19 +686,6 @@ class Tracer:
         step.output_names = (*step.output_names, name)
         return rid
 
-    def _mha_head_outputs(self, func, args: tuple, kwargs: dict) -> torch.Tensor | None:
-        """An ``nn.MultiheadAttention`` call's per-head output ``(B, H, T, D)``, which the call
-        merges and projects inside itself: the same call once more with an identity output
-        projection (:func:`tracing.capture.heads.mha_head_outputs`), so a saved trace holds
-        what a head edit there changes (``Patch``, ``MeanAblate`` from a trace). None for
-        an unbatched call or one it cannot repeat."""
-        from tracing.capture.heads import mha_head_outputs
-
-        try:
-            return mha_head_outputs(func, args, kwargs)
-        except (TypeError, ValueError, RuntimeError):
-            return None
-
     def _add_attention_output(self, index: int, weights: torch.Tensor) -> None:
         """Add rebuilt attention weights to op ``index``'s outputs, as an attention map."""
         self._mark_attention(self._add_output(index, weights, "attention_weights"), weights)
@@ -713,26 +700,41 @@ class Tracer:
         except (TypeError, ValueError, RuntimeError):
             return None
 
-    def _mha_attention_map(self, index: int, func, args: tuple, kwargs: dict, outs):
-        """``nn.MultiheadAttention`` (``F.multi_head_attention_forward``) returns per-head
-        weights only when asked (``need_weights=True, average_attn_weights=False``). When
-        they were not returned, compute them once more from the same arguments, asking for
-        them (the model's own result is untouched, and dropout is off in the recomputation,
-        so no random numbers are drawn). The call receives ``(T, B, C)`` tensors whatever
-        ``batch_first`` says, so the weights come back ``(B, H, T, S)``. Returns them, or
-        None (when they were returned per head already, they are marked here)."""
-        if len(outs) >= 2 and outs[1].dim() == 4:  # already per head: mark it
+    def _mha_rebuilt(self, index: int, func, args: tuple, kwargs: dict, outs, heads: bool):
+        """(weights, heads) of an ``nn.MultiheadAttention`` call
+        (``F.multi_head_attention_forward``) that it did not return, each None when not
+        rebuilt. The call returns per-head weights only when asked (``need_weights=True,
+        average_attn_weights=False``), and its per-head output ``(B, H, T, D)`` never: it
+        merges and projects the heads inside. So the call runs once more from the same
+        arguments (the model's own result untouched; dropout off, so no random numbers
+        drawn) with an identity output projection, asking for the weights when they were
+        not returned (:func:`tracing.capture.heads.mha_head_outputs`): a saved trace then
+        holds what a head edit there changes (``Patch``, ``MeanAblate`` from a trace).
+        With ``heads`` False (an edit supplied them) only the weights are rebuilt. The
+        call receives ``(T, B, C)`` tensors whatever ``batch_first`` says, so both come
+        back batch first; an unbatched call gives neither. Weights returned per head
+        already are marked here as the attention map."""
+        from tracing.capture.heads import mha_head_outputs
+
+        returned = len(outs) >= 2 and outs[1].dim() == 4
+        if returned:  # already per head: mark it
             self._mark_attention(self._steps[index].outputs[1], outs[1])
-            return None
+            if not heads:
+                return None, None
         try:
-            bound = mha_signature(func).bind(*args, **kwargs)
-            bound.arguments.update(need_weights=True, average_attn_weights=False, training=False)
-            _, weights = func(*bound.args, **bound.kwargs)
+            if heads:
+                found, weights = mha_head_outputs(func, args, kwargs, weights=not returned)
+            else:
+                bound = mha_signature(func).bind(*args, **kwargs)
+                bound.arguments.update(
+                    need_weights=True, average_attn_weights=False, training=False
+                )
+                found, (_, weights) = None, func(*bound.args, **bound.kwargs)
         except (TypeError, ValueError, RuntimeError):
-            return None
-        if not isinstance(weights, _Tensor) or weights.dim() != 4:
-            return None  # unbatched input: (H, T, S) has no batch axis to show
-        return weights
+            return None, None
+        if returned or not isinstance(weights, _Tensor) or weights.dim() != 4:
+            weights = None  # unbatched input: (H, T, S) has no batch axis to show
+        return weights, found
 
     # ---- breakpoints (tracing.breakpoints)
 

@@ -210,17 +210,20 @@ def test_head_on_a_softmax_is_refused_unless_on_weights():
     assert edit.describe().endswith("head 1 (weights)")
 
 
-def test_a_trace_records_the_heads_of_each_call():
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_a_trace_records_the_heads_of_each_call(need_weights):
     """The MHA step holds the per-head output (B, H, T, D): the merged heads before
     out_proj, as an independent computation from the module's weights gives them."""
     torch.manual_seed(6)
-    model = Attn(True, True).eval()
+    model = Attn(True, need_weights).eval()
     x = torch.randn(2, 5, E)
     t = tracing.trace(model, x, capture="values")
     (step,) = [s for s in t.steps if s.op == "multi_head_attention_forward"]
-    assert step.output_names == ("output[0]", "output[1]", "head_outputs")  # weights returned
-    heads = t.value(step.outputs[2])
-    weights = t.value(step.outputs[1])  # (B, H, T, T)
+    names = ("output[1]", "head_outputs") if need_weights else ("head_outputs", "attention_weights")
+    assert step.output_names[1:] == names  # the weights: returned, or rebuilt
+    heads = t.value(step.outputs[step.output_names.index("head_outputs")])
+    weights = t.value(step.outputs[2 if not need_weights else 1])  # (B, H, T, T)
+    assert t.tensor(step.outputs[2 if not need_weights else 1]).role == "attention"
     attn = model.attn
     v = x @ attn.in_proj_weight[2 * E :].T + attn.in_proj_bias[2 * E :]  # (B, T, E)
     expected = weights @ v.view(2, 5, H, D).transpose(1, 2)  # (B, H, T, D)
