@@ -155,10 +155,7 @@ def head_site_hint(trace, module: str) -> str:
     found = head_sites_in(trace, module)
     if not found:
         return ""
-    names = []
-    for site, k, _ in found[:4]:
-        plain = str(Site(site.module, site.op, site.occurrence))
-        names.append(f"Edit({plain!r}, ..., head=h" + (f", output={k})" if k else ")"))
+    names = [_site_text(site, k) for site, k, _ in found[:4]]
     return "; the per-head output there: " + ", ".join(names)
 
 
