@@ -92,7 +92,7 @@ def _rank_files(paths: list[str]) -> list | None:
     or one name with ``<stem>.rank<N>`` files beside it and no file of its own."""
     from pathlib import Path
 
-    from tracing.capture.distributed import rank_siblings
+    from tracing.file.rank_paths import rank_siblings
 
     if len(paths) > 1:
         return [Path(p) for p in paths]

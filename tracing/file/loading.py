@@ -156,7 +156,7 @@ def _stored_text(container: Container, name: str) -> str:
             f"{MAX_MANIFEST_BYTES:,} this reads"
         )
     try:
-        return bytes(container.read_bytes(name).numpy()).decode("utf-8")
+        return container.read_buffer(name).decode("utf-8")  # the bytes freed at once
     except UnicodeDecodeError:
         raise Invalid(f"entry {name!r} is not UTF-8 text") from None
 
