@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tracing import markdown
+from tracing import collector, markdown
 from tracing.analysis.compute import NOTE, compute_of
 from tracing.dim_legend import NO_LETTERS, LegendRow, letter_legend
 from tracing.formatting import format_number, format_shape
@@ -148,6 +148,11 @@ class Report:
 
 def compute(trace: Trace) -> Report:
     """Gather the report rows of ``trace`` (no formatting here)."""
+    with collector.paused():  # rows by the hundred thousand, in no cycle: see collector
+        return _compute(trace)
+
+
+def _compute(trace: Trace) -> Report:
     modules = trace.modules
 
     # the same names and source lines come back step after step: each made inert once
@@ -321,9 +326,12 @@ def short_path(file: str) -> str:
     return norm
 
 
+_NO_STATS = StatsCell()  # one, shared by every row without stats (a 100,000-step trace's)
+
+
 def _stats_cell(r: TensorRecord | None) -> StatsCell:
     if r is None or r.stats is None:
-        return StatsCell()
+        return _NO_STATS
     s = r.stats
     return StatsCell(_finite(s.min), _finite(s.max), _finite(s.mean), _finite(s.std), s.nan, s.inf)
 
@@ -673,8 +681,8 @@ def _cell_json(c: TensorCell) -> dict[str, Any]:
     return {
         "id": c.id,
         "name": c.name,
-        "shape": list(c.shape),
-        "dims": None if c.dims is None else list(c.dims),
+        "shape": c.shape,  # a tuple: ``json`` writes it as the list it is
+        "dims": c.dims,
         "dtype": c.dtype,
         "role": c.role,
         "text": c.text,
@@ -685,7 +693,7 @@ def _row_json(r: StepRow | ModuleRow) -> dict[str, Any]:
     d = dict(r.__dict__)  # the fields in order (``asdict`` deep-copies: 8x slower)
     d["inputs"] = [_cell_json(c) for c in r.inputs]
     d["outputs"] = [_cell_json(c) for c in r.outputs]
-    d["stats"] = dict(r.stats.__dict__)
+    d["stats"] = r.stats.__dict__  # only read (by the encoder)
     if d.get("mult_adds", 0) is None:
         del d["mult_adds"]  # only a trace that kept torchinfo's figures has them
     return d
@@ -710,7 +718,8 @@ def _json_chunks(report: Report) -> Iterator[str]:
     }
     text = json.dumps(head, indent=1, ensure_ascii=False, allow_nan=False)
     yield text[:-2]  # without the closing "\n}"
-    dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
+    # rows made here hold no cycles: the encoder need not track every container it meets
+    dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, check_circular=False).encode
     for key, rows in (("modules", report.modules), ("steps", report.steps)):
         yield f',\n "{key}": ['
         batch: list[str] = []
