@@ -14,6 +14,9 @@ the sizes of the issue, in whole processes.
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
+import sys
 import tracemalloc
 from pathlib import Path
 
@@ -99,3 +102,25 @@ def test_loading_takes_memory_linear_in_the_steps(tmp_path: Path, monkeypatch):
         # quadratic or worse, would make them dearer), and each stays within its bound
         assert 0.75 < further / average < 1.33, (name, one, two)
         assert further < bound, f"{name}: {further:.0f} bytes per step, more than {bound}"
+
+
+def test_a_report_of_a_shapes_trace_imports_no_torch(tmp_path: Path):
+    """Importing torch is most of what a report's process costs beyond its trace (over
+    200 MB and 2 s): a trace file's manifest and records are read, and reported in every
+    format, without it (the command line's report included)."""
+    path = tmp_path / "t.sft"
+    long_trace(3).save(path)
+    out = str(tmp_path / "r.")
+    code = (
+        "import sys\n"
+        "from app.cli import main\n"
+        "for fmt in ('md', 'csv', 'json', 'html'):\n"
+        f"    main(['report', {str(path)!r}, '--format', fmt, '-o', {out!r} + fmt])\n"
+        "print('torch' in sys.modules, 'networkx' in sys.modules)\n"
+    )
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )  # fmt: skip
+    assert done.stdout.split() == ["False", "False"], done.stdout + done.stderr
