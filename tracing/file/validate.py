@@ -213,8 +213,8 @@ def _build(cls: type, columns: list) -> list[Any]:
 
     By the constructor: an object whose fields its ``__init__`` set keeps them in the
     compact per-class layout (Python 3.11+), a step in 230 bytes where a ``__dict__``
-    assigned whole (``record.built``'s way, a third faster to build) takes 550: on a
-    100,000-step trace, 105 MB held after loading instead of 59, with the same load time
+    assigned whole (``record.built``'s way, a third faster to build) takes 550: a
+    100,000-step trace holds 45 MB less once loaded, and loads in the same time
     (``tests/tracing/file/test_load_memory.py``).
     """
     return list(map(cls, *columns))
@@ -226,8 +226,8 @@ def _decode_column(convert, column: tuple, shared: dict | None = None) -> Any:
     A column of plain scalars, or of lists of plain ints or strings, is checked by a few
     passes in C (types as a set, one min/max) instead of a Python call per value; anything
     else, or anything that fails the fast check, goes through ``convert`` value by value
-    (which names the first bad one). Text, and tuples of text or of sizes, come back as
-    one object per distinct value (:func:`_one_each`, into ``shared``).
+    (which names the first bad one). Text, and tuples of text, come back as one object
+    per distinct value (:func:`_one_each`, into ``shared``).
     """
     shared = {} if shared is None else shared
     kinds = set(map(type, column))
@@ -257,15 +257,18 @@ def _decode_column(convert, column: tuple, shared: dict | None = None) -> Any:
     return list(map(convert, column))
 
 
-# tuples a trace repeats (input and output names, axis names, shapes); tensor ids do not
-_SHARED_TUPLES = {_as_size_tuple, _as_str_tuple}
+# tuples of text a trace repeats (input and output names; axis names are optional ones).
+# Not shapes: a tuple of ints hashes the same in every process, so a stranger's file could
+# hold a hundred thousand shapes of one hash and make sharing them quadratic; text hashes
+# differ from one process to the next.
+_SHARED_TUPLES = {_as_str_tuple}
 
 
 def _one_each(column: Any, shared: dict) -> list:
     """``column`` with equal values as one object: ``json`` makes a new string for every
-    occurrence, and a 100,000-step trace names a few hundred modules, ops, dtypes, input
-    names and shapes, each a hundred thousand times (the records then hold one copy of
-    each: a third of the memory a loaded trace took)."""
+    occurrence, and a 100,000-step trace names a few hundred modules, ops, dtypes and
+    inputs, each a hundred thousand times (the records then hold one copy of each: a
+    third of the memory a loaded trace took)."""
     return list(map(shared.setdefault, column, column))
 
 

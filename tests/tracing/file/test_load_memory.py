@@ -3,9 +3,9 @@
 Measured with ``tracemalloc`` in this process (no timing: machines are noisy): traces of
 N and 2N steps are saved and loaded, and the further N steps must cost what the first N
 did, at the peak of loading and in what the loaded trace holds, each within a bound per
-step. The bounds are about 1.45 times what loading takes now (Python 3.11: a step with
+step. The bounds are about 1.4 times what loading takes now (Python 3.11: a step with
 its tensor record peaks at about 1,650 bytes while the manifest is decoded and holds
-about 830 after) and below what it took before (2,950 and 1,790: every record with its
+about 880 after) and below what it took before (2,950 and 1,790: every record with its
 own ``__dict__`` and its own copy of each repeated string, beside the whole JSON), so
 that coming back fails here. ``benchmarks/bench_report_memory.py`` measures the same at
 the sizes of the issue, in whole processes.
