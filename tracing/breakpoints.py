@@ -575,13 +575,13 @@ _nonfinite_counts = nonfinite_counts
 
 
 def _count_nonfinite(o: Output) -> tuple[int, int]:
-    import torch
-
     if o.stats is not None:
         return o.stats.nan, o.stats.inf
     value = o.value
     if value is None:
         return 0, 0
+    import torch  # a kept value is a tensor: torch is imported already
+
     v = _as_float(value)
     if v is None or v.numel() == 0:
         return 0, 0

@@ -23,8 +23,8 @@ def format_shape(shape: Sequence[int] | None, dims: Sequence[str] | None = None)
     if shape is None:
         return MISSING
     if dims and len(dims) == len(shape):
-        return "(" + ", ".join(f"{d}={s}" for d, s in zip(dims, shape)) + ")"
-    return "(" + ", ".join(str(s) for s in shape) + ")"
+        return "(" + ", ".join(map("{}={}".format, dims, shape)) + ")"
+    return "(" + ", ".join(map(str, shape)) + ")"  # (a report formats one per tensor seen)
 
 
 def dims_label(shape: Sequence[int], dims: Sequence[str] | None) -> str:

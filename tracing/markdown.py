@@ -8,7 +8,7 @@ piece of recorded text (module names, source lines, error messages) goes through
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 
 def escape(text: str) -> str:
@@ -26,9 +26,14 @@ def code(text: str) -> str:
     return "`" + text.replace("|", "\\|").replace("\n", " ") + "`"
 
 
-def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
     """The lines of a table: the header, the ``---`` rule, a line per row (cells as given:
     escape them first)."""
     out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    out += ["| " + " | ".join(row) + " |" for row in rows]
+    out += map(row, rows)
     return out
+
+
+def row(cells: Sequence[str]) -> str:
+    """One row of a table (the lines after :func:`table`'s header, one at a time)."""
+    return "| " + " | ".join(cells) + " |"

@@ -91,3 +91,21 @@ def submodules(package: str):
             raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
 
     return __getattr__
+
+
+def lazy_names(package: str, names: dict[str, str]):
+    """A stage folder's ``__getattr__`` for the names its ``__init__`` offers: each name in
+    ``names`` (name -> the module that defines it) imported on first use, then kept; any
+    other name is one of its modules (:func:`submodules`). So importing one module of the
+    folder (``tracing.file.loading``) does not import the others (the writers, and torch
+    with them)."""
+    module_attribute = submodules(package)
+
+    def __getattr__(name: str):
+        if name not in names:
+            return module_attribute(name)
+        value = getattr(importlib.import_module(names[name]), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    return __getattr__

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tracing import markdown
+from tracing import collector, markdown
 from tracing.analysis.compute import NOTE, compute_of
 from tracing.dim_legend import NO_LETTERS, LegendRow, letter_legend
 from tracing.formatting import format_number, format_shape
@@ -148,6 +148,11 @@ class Report:
 
 def compute(trace: Trace) -> Report:
     """Gather the report rows of ``trace`` (no formatting here)."""
+    with collector.paused():  # rows by the hundred thousand, in no cycle: see collector
+        return _compute(trace)
+
+
+def _compute(trace: Trace) -> Report:
     modules = trace.modules
 
     # the same names and source lines come back step after step: each made inert once
@@ -321,9 +326,12 @@ def short_path(file: str) -> str:
     return norm
 
 
+_NO_STATS = StatsCell()  # one, shared by every row without stats (a 100,000-step trace's)
+
+
 def _stats_cell(r: TensorRecord | None) -> StatsCell:
     if r is None or r.stats is None:
-        return StatsCell()
+        return _NO_STATS
     s = r.stats
     return StatsCell(_finite(s.min), _finite(s.max), _finite(s.mean), _finite(s.std), s.nan, s.inf)
 
@@ -341,8 +349,8 @@ def render(trace: Trace | Report, fmt: str) -> str:
 
 
 def render_chunks(trace: Trace | Report, fmt: str) -> Iterator[str]:
-    """:func:`render` in pieces, to write as they come: a JSON report is made row by row,
-    so its text is never whole in memory."""
+    """:func:`render` in pieces, to write as they come: a report is made a thousand rows
+    at a time, so its text is never whole in memory (GraphML excepted)."""
     fmt = fmt.lower().lstrip(".")
     fmt = SUFFIXES.get("." + fmt, fmt)
     if fmt not in FORMATS:
@@ -355,8 +363,22 @@ def render_chunks(trace: Trace | Report, fmt: str) -> Iterator[str]:
     # text from the file is cut and escaped in compute; what is left (meta) escaped here
     if fmt == "json":
         return (inert_document(_encodable(c), json=True) for c in _json_chunks(report))
-    render_format = {"md": _render_md, "csv": _render_csv}.get(fmt, _render_html)
-    return iter((inert_document(_encodable(render_format(report))),))
+    chunks = {"md": _md_chunks, "csv": _csv_chunks}.get(fmt, _html_chunks)
+    return (inert_document(_encodable(c)) for c in chunks(report))
+
+
+ROWS_PER_CHUNK = 1000
+"""Rows rendered into one piece of :func:`render_chunks`."""
+
+
+def _lines(lines: Iterable[str]) -> str:
+    """Lines as text, each ended by a newline (a whole document: ``"\n".join`` + ``"\n"``)."""
+    return "".join(line + "\n" for line in lines)
+
+
+def _batches(rows: Sequence[Any]) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(rows), ROWS_PER_CHUNK):
+        yield rows[start : start + ROWS_PER_CHUNK]
 
 
 def _encodable(text: str) -> str:
@@ -477,7 +499,7 @@ def _summary_lines(report: Report) -> list[tuple[str, str]]:
 # ---- Markdown
 
 
-def _render_md(report: Report) -> str:
+def _md_chunks(report: Report) -> Iterator[str]:
     lines = [f"# {markdown.escape(report.title)}", ""]
     lines += [f"- **{k}**: {markdown.escape(v)}" for k, v in _summary_lines(report)]
     if report.letters:
@@ -510,49 +532,37 @@ def _render_md(report: Report) -> str:
     head = ("module", "type", "calls", "input shapes", "output shapes", "params")
     lines += markdown.table((*head, *(["mult-adds"] if macs else []), "source"), rows)
     lines += ["", "## Steps", ""]
-    rows = []
-    for s in report.steps:
-        op = f"**{markdown.escape(s.op)}**" if s.kind == "module" else markdown.escape(s.op)
-        if s.error:
-            op += " ⚠"
-        rows.append(
-            [
-                str(s.index),
-                markdown.code(s.module or "<root>"),
-                op,
-                markdown.escape(_cells_text(s.inputs)),
-                markdown.escape(_cells_text(s.outputs)),
-                markdown.escape(s.dtype),
-                _num(s.stats.min),
-                _num(s.stats.max),
-                _num(s.stats.mean),
-                _num(s.stats.std),
-                _nonfinite_text(s.stats),
-                markdown.escape(s.source),
-                markdown.code(s.code),
-            ]
-        )
-    lines += markdown.table(
-        (
-            "#",
-            "module",
-            "op",
-            "inputs",
-            "outputs",
-            "dtype",
-            "min",
-            "max",
-            "mean",
-            "std",
-            "nan/inf",
-            "source",
-            "code",
-        ),
-        rows,
-    )
+    head = (
+        "#", "module", "op", "inputs", "outputs", "dtype", "min", "max", "mean", "std",
+        "nan/inf", "source", "code",
+    )  # fmt: skip
+    lines += markdown.table(head, ())
+    yield _lines(lines)
+    for batch in _batches(report.steps):
+        yield _lines(markdown.row(_md_step(s)) for s in batch)
     if report.error:
-        lines += ["", f"**The forward pass raised:** {markdown.escape(report.error)}"]
-    return "\n".join(lines) + "\n"
+        yield _lines(["", f"**The forward pass raised:** {markdown.escape(report.error)}"])
+
+
+def _md_step(s: StepRow) -> list[str]:
+    op = f"**{markdown.escape(s.op)}**" if s.kind == "module" else markdown.escape(s.op)
+    if s.error:
+        op += " ⚠"
+    return [
+        str(s.index),
+        markdown.code(s.module or "<root>"),
+        op,
+        markdown.escape(_cells_text(s.inputs)),
+        markdown.escape(_cells_text(s.outputs)),
+        markdown.escape(s.dtype),
+        _num(s.stats.min),
+        _num(s.stats.max),
+        _num(s.stats.mean),
+        _num(s.stats.std),
+        _nonfinite_text(s.stats),
+        markdown.escape(s.source),
+        markdown.code(s.code),
+    ]
 
 
 def _nonfinite_text(stats: StatsCell) -> str:
@@ -590,10 +600,17 @@ CSV_COLUMNS = (
 """One table for both views: ``row`` is ``module`` (one per module) or ``step``."""
 
 
-def _render_csv(report: Report) -> str:
+def _csv_chunks(report: Report) -> Iterator[str]:
     buf = io.StringIO()
     w = _SafeCsvWriter(csv.writer(buf, lineterminator="\n"))
     w.writerow(CSV_COLUMNS)
+
+    def written() -> str:
+        """What was written since the last call (and the buffer emptied)."""
+        text = buf.getvalue()
+        buf.seek(0)
+        buf.truncate()
+        return text
 
     def stats(st: StatsCell) -> list[str]:
         return [
@@ -627,7 +644,8 @@ def _render_csv(report: Report) -> str:
                 "",
             ]
         )
-    for s in report.steps:
+    yield written()
+    for i, s in enumerate(report.steps, 1):
         w.writerow(
             [
                 "step",
@@ -649,7 +667,9 @@ def _render_csv(report: Report) -> str:
                 s.error or "",
             ]
         )
-    return buf.getvalue()
+        if i % ROWS_PER_CHUNK == 0:
+            yield written()
+    yield written()
 
 
 class _SafeCsvWriter:
@@ -673,8 +693,8 @@ def _cell_json(c: TensorCell) -> dict[str, Any]:
     return {
         "id": c.id,
         "name": c.name,
-        "shape": list(c.shape),
-        "dims": None if c.dims is None else list(c.dims),
+        "shape": c.shape,  # a tuple: ``json`` writes it as the list it is
+        "dims": c.dims,
         "dtype": c.dtype,
         "role": c.role,
         "text": c.text,
@@ -685,7 +705,7 @@ def _row_json(r: StepRow | ModuleRow) -> dict[str, Any]:
     d = dict(r.__dict__)  # the fields in order (``asdict`` deep-copies: 8x slower)
     d["inputs"] = [_cell_json(c) for c in r.inputs]
     d["outputs"] = [_cell_json(c) for c in r.outputs]
-    d["stats"] = dict(r.stats.__dict__)
+    d["stats"] = r.stats.__dict__  # only read (by the encoder)
     if d.get("mult_adds", 0) is None:
         del d["mult_adds"]  # only a trace that kept torchinfo's figures has them
     return d
@@ -710,7 +730,8 @@ def _json_chunks(report: Report) -> Iterator[str]:
     }
     text = json.dumps(head, indent=1, ensure_ascii=False, allow_nan=False)
     yield text[:-2]  # without the closing "\n}"
-    dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
+    # rows made here hold no cycles: the encoder need not track every container it meets
+    dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, check_circular=False).encode
     for key, rows in (("modules", report.modules), ("steps", report.steps)):
         yield f',\n "{key}": ['
         batch: list[str] = []
@@ -762,7 +783,7 @@ def _html_cells(cells: Sequence[TensorCell]) -> str:
     return "<br>".join(parts)
 
 
-def _render_html(report: Report) -> str:
+def _html_chunks(report: Report) -> Iterator[str]:
     out = [
         "<!DOCTYPE html>",
         '<html lang="en">',
@@ -829,27 +850,31 @@ def _render_html(report: Report) -> str:
         "<th>inf</th><th>source</th><th>code</th></tr></thead>",
         "<tbody>",
     ]
-    for s in report.steps:
-        classes = [s.kind] + (["error"] if s.error else [])
-        pad = f' style="padding-left:{0.5 + 1.2 * s.depth:.1f}em"'
-        nan = _num(s.stats.nan)
-        inf = _num(s.stats.inf)
-        nan_html = f'<span class="bad">{nan}</span>' if s.stats.nan else nan
-        inf_html = f'<span class="bad">{inf}</span>' if s.stats.inf else inf
-        title = f' title="{_h(s.error)}"' if s.error else ""
-        out.append(
-            f'<tr class="{" ".join(classes)}"{title}><td class=num>{s.index}</td>'
-            f"<td><code>{_h(s.module or '<root>')}</code></td>"
-            f"<td{pad}>{_h(s.op)}</td>"
-            f"<td>{_html_cells(s.inputs)}</td><td>{_html_cells(s.outputs)}</td>"
-            f"<td>{_h(s.dtype)}</td>"
-            f"<td class=num>{_num(s.stats.min)}</td><td class=num>{_num(s.stats.max)}</td>"
-            f"<td class=num>{_num(s.stats.mean)}</td><td class=num>{_num(s.stats.std)}</td>"
-            f"<td class=num>{nan_html}</td><td class=num>{inf_html}</td>"
-            f"<td><code>{_h(s.source)}</code></td><td><code>{_h(s.code)}</code></td></tr>"
-        )
-    out += ["</tbody>", "</table>", "</body>", "</html>"]
-    return "\n".join(out) + "\n"
+    yield _lines(out)
+    for batch in _batches(report.steps):
+        yield _lines(map(_html_step, batch))
+    yield _lines(["</tbody>", "</table>", "</body>", "</html>"])
+
+
+def _html_step(s: StepRow) -> str:
+    classes = [s.kind] + (["error"] if s.error else [])
+    pad = f' style="padding-left:{0.5 + 1.2 * s.depth:.1f}em"'
+    nan = _num(s.stats.nan)
+    inf = _num(s.stats.inf)
+    nan_html = f'<span class="bad">{nan}</span>' if s.stats.nan else nan
+    inf_html = f'<span class="bad">{inf}</span>' if s.stats.inf else inf
+    title = f' title="{_h(s.error)}"' if s.error else ""
+    return (
+        f'<tr class="{" ".join(classes)}"{title}><td class=num>{s.index}</td>'
+        f"<td><code>{_h(s.module or '<root>')}</code></td>"
+        f"<td{pad}>{_h(s.op)}</td>"
+        f"<td>{_html_cells(s.inputs)}</td><td>{_html_cells(s.outputs)}</td>"
+        f"<td>{_h(s.dtype)}</td>"
+        f"<td class=num>{_num(s.stats.min)}</td><td class=num>{_num(s.stats.max)}</td>"
+        f"<td class=num>{_num(s.stats.mean)}</td><td class=num>{_num(s.stats.std)}</td>"
+        f"<td class=num>{nan_html}</td><td class=num>{inf_html}</td>"
+        f"<td><code>{_h(s.source)}</code></td><td><code>{_h(s.code)}</code></td></tr>"
+    )
 
 
 # ---- GraphML

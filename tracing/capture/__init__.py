@@ -80,11 +80,20 @@ recorders):
 
 """
 
-from tracing.capture.options import DEFAULT_VALUE_CAP, CaptureOptions
-from tracing.capture.structure import config_dict, module_infos
-from tracing.capture.tracer import Tracer, trace
-from tracing.moved import submodules
+from tracing.moved import lazy_names
+
+# imported on first use: importing one module of this folder (``tracing.capture.tool_frames``,
+# which ``app`` does) then imports no torch, so ``scratchformer report`` never pays for it
+__getattr__ = lazy_names(
+    __name__,
+    {
+        "DEFAULT_VALUE_CAP": "tracing.capture.options",
+        "CaptureOptions": "tracing.capture.options",
+        "config_dict": "tracing.capture.structure",
+        "module_infos": "tracing.capture.structure",
+        "Tracer": "tracing.capture.tracer",
+        "trace": "tracing.capture.tracer",
+    },
+)
 
 __all__ = ["DEFAULT_VALUE_CAP", "CaptureOptions", "Tracer", "config_dict", "module_infos", "trace"]
-
-__getattr__ = submodules(__name__)

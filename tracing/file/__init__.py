@@ -14,14 +14,31 @@ stranger's file checked), :mod:`~tracing.file.lazy_values` (values read on first
 Imports only the record (``tracing.record``, ``tracing.errors``) below it.
 """
 
-from tracing.file.layout import FORMAT_NAME, GRAPH_TENSOR, MANIFEST_TENSOR, RESERVED_PREFIX
-from tracing.file.lazy_values import LazyValues
-from tracing.file.loading import load, read_graph_data
-from tracing.file.manifest import check_trace, encode_manifest
-from tracing.file.rank_paths import rank_path
-from tracing.file.saving import save, tensors_to_store, write_safetensors
-from tracing.file.writer import HEADER_RESERVE, TraceWriter, can_store
-from tracing.moved import submodules
+from tracing.moved import lazy_names
+
+# imported on first use: ``tracing.load`` (``tracing.file.loading``) then imports neither
+# the writers nor torch, which a report of a shapes trace never needs
+__getattr__ = lazy_names(
+    __name__,
+    {
+        "FORMAT_NAME": "tracing.file.layout",
+        "GRAPH_TENSOR": "tracing.file.layout",
+        "MANIFEST_TENSOR": "tracing.file.layout",
+        "RESERVED_PREFIX": "tracing.file.layout",
+        "HEADER_RESERVE": "tracing.file.writer",
+        "LazyValues": "tracing.file.lazy_values",
+        "TraceWriter": "tracing.file.writer",
+        "can_store": "tracing.file.writer",
+        "check_trace": "tracing.file.manifest",
+        "encode_manifest": "tracing.file.manifest",
+        "load": "tracing.file.loading",
+        "rank_path": "tracing.file.rank_paths",
+        "read_graph_data": "tracing.file.loading",
+        "save": "tracing.file.saving",
+        "tensors_to_store": "tracing.file.saving",
+        "write_safetensors": "tracing.file.saving",
+    },
+)
 
 __all__ = [
     "FORMAT_NAME",
@@ -41,5 +58,3 @@ __all__ = [
     "tensors_to_store",
     "write_safetensors",
 ]
-
-__getattr__ = submodules(__name__)

@@ -33,6 +33,7 @@ CRC-32 combined. Both calls release the GIL. What checking still costs, and why:
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import queue
@@ -41,11 +42,12 @@ import struct
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
-
-import torch
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tracing.file import crc32
+
+if TYPE_CHECKING:  # pragma: no cover - torch is imported by the reads that make tensors
+    import torch
 
 MAX_HEADER_BYTES = 100_000_000
 """Largest header accepted (safetensors' own limit)."""
@@ -245,8 +247,40 @@ class Container:
         first time it is read from this file) and against the file having changed since
         it was opened. Read into fresh memory, or into ``out`` (a contiguous uint8 CPU
         tensor of exactly the entry's size, which nobody else uses meanwhile)."""
+        import torch
+
         entry = self.entries[name]
         n = entry.end - entry.start
+        verify = self._start_read(name)
+        if out is None:
+            out = torch.empty(n, dtype=torch.uint8)
+        elif out.dtype != torch.uint8 or out.numel() != n or not out.is_contiguous():
+            raise ValueError(f"out must be a contiguous uint8 tensor of {n} elements")
+        if not n:
+            return out
+        view = memoryview(out.numpy())  # keeps ``out`` alive while any thread fills it
+        # two threads at once when torch may use more than one (see :class:`_SharedRead`)
+        shared = n >= SPLIT_MIN and torch.get_num_threads() >= 2
+        self._fill_checked(name, view, out.data_ptr(), verify, shared)
+        return out
+
+    def read_buffer(self, name: str) -> bytearray:
+        """Entry ``name``'s bytes as a ``bytearray``, checked as :meth:`read_bytes` checks
+        them, without torch: a manifest kept as an entry is text, read before any value
+        (so opening a trace never imports torch for it)."""
+        entry = self.entries[name]
+        n = entry.end - entry.start
+        verify = self._start_read(name)
+        out = bytearray(n)
+        if n:
+            address = ctypes.addressof(ctypes.c_char.from_buffer(out))
+            self._fill_checked(name, memoryview(out), address, verify, shared=False)
+        return out
+
+    def _start_read(self, name: str) -> bool:
+        """Check that the file is open and unchanged; whether ``name``'s checksum is to
+        be verified (it has one, and no read from this file verified it yet)."""
+        entry = self.entries[name]
         with self._lock:
             if self._fd is None:
                 raise ContainerError("the file was closed")
@@ -259,14 +293,20 @@ class Container:
                     "the file changed on disk after it was opened (it was overwritten or "
                     "truncated); open it again"
                 )
-            verify = entry.checksum is not None and name not in self._verified
-        if out is None:
-            out = torch.empty(n, dtype=torch.uint8)
-        elif out.dtype != torch.uint8 or out.numel() != n or not out.is_contiguous():
-            raise ValueError(f"out must be a contiguous uint8 tensor of {n} elements")
-        if not n:
-            return out
-        crc = self._fill(out, entry.start, verify)
+            return entry.checksum is not None and name not in self._verified
+
+    def _fill_checked(
+        self, name: str, view: memoryview, address: int, verify: bool, shared: bool
+    ) -> None:
+        """Fill ``view`` (at ``address``) with entry ``name``'s bytes; with ``verify``,
+        check their checksum (and remember that it held)."""
+        entry = self.entries[name]
+        if shared:
+            read = _SharedRead(self._fill_part, view, address, entry.start, verify)
+            _helper().submit(read.help)
+            crc = read.read()
+        else:
+            crc = self._fill_part(view, address, entry.start, 0, len(view), verify)
         if verify:
             if crc != entry.checksum:
                 raise ContainerError(
@@ -274,21 +314,6 @@ class Container:
                 )
             with self._lock:
                 self._verified.add(name)
-        return out
-
-    def _fill(self, out: torch.Tensor, offset: int, checksum: bool) -> int:
-        """Read ``out``'s bytes from ``offset``; returns their CRC-32 if ``checksum``.
-
-        An entry of ``SPLIT_MIN`` bytes or more is read by two threads at once when torch
-        may use more than one (see :class:`_SharedRead`)."""
-        n = out.numel()
-        view = memoryview(out.numpy())  # keeps ``out`` alive while any thread fills it
-        address = out.data_ptr()
-        if n < SPLIT_MIN or torch.get_num_threads() < 2:
-            return self._fill_part(view, address, offset, 0, n, checksum)
-        shared = _SharedRead(self._fill_part, view, address, offset, checksum)
-        _helper().submit(shared.help)
-        return shared.read()
 
     def _fill_part(
         self,
@@ -331,6 +356,8 @@ class Container:
     def get_tensor(self, name: str, out: torch.Tensor | None = None) -> torch.Tensor:
         """Entry ``name`` as a tensor of its dtype and shape (a fresh, writable copy; or
         read into ``out``, see :meth:`read_bytes`)."""
+        import torch
+
         entry = self.entries[name]
         raw = self.read_bytes(name, out)
         return raw.view(getattr(torch, entry.dtype)).reshape(entry.shape)

@@ -8,15 +8,16 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from tracing.errors import TraceFileError
 from tracing.file.container import (
     ContainerError,
 )
 from tracing.file.layout import VALUE_CACHE_BYTES, VALUE_CACHE_SIZE
+
+if TYPE_CHECKING:  # pragma: no cover - torch is imported with the first value read
+    import torch
 
 # --------------------------------------------------------------------------- lazy values
 
@@ -104,7 +105,13 @@ SPARE_BYTES = 64 * 2**20
 """Most bytes of memory a loaded trace keeps, from values its cache let go, to read
 other values into."""
 
-_storage_use_count = getattr(torch._C, "_storage_Use_Count", None)
+
+def _storage_use_count() -> Any:
+    """torch's use count of a storage (``None`` where this torch has none); imported on
+    first use, so opening a trace does not import torch."""
+    import torch
+
+    return getattr(torch._C, "_storage_Use_Count", None)
 
 
 class _SpareMemory:
@@ -133,8 +140,10 @@ class _SpareMemory:
     def keep(self, box: list[torch.Tensor]) -> None:
         """Keep the memory of the one tensor in ``box`` (the caller's other reference to
         it already dropped) for reuse if nothing else refers to it; else let it go."""
-        if _storage_use_count is None or box[0].device.type != "cpu":
+        if _storage_use_count() is None or box[0].device.type != "cpu":
             return
+        import torch
+
         if _SpareMemory._alone is None:
             _SpareMemory._alone = _counts([torch.empty(8, dtype=torch.uint8)])[1:]
         storage, *counts = _counts(box)
@@ -154,6 +163,8 @@ class _SpareMemory:
             if storage.nbytes() == n:
                 del self._kept[i]
                 self._bytes -= n
+                import torch
+
                 return torch.empty(0, dtype=torch.uint8).set_(storage)
         return None
 
@@ -162,7 +173,7 @@ def _counts(box: list[torch.Tensor]) -> tuple[torch.UntypedStorage, int, int]:
     """The storage of the tensor taken out of ``box`` (so the tensor itself is gone
     unless someone else holds it), with its use count and Python reference count."""
     storage = box.pop().untyped_storage()
-    return storage, _storage_use_count(storage._cdata), sys.getrefcount(storage)
+    return storage, _storage_use_count()(storage._cdata), sys.getrefcount(storage)
 
 
 def _nbytes(t: torch.Tensor) -> int:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 from pathlib import Path
 from typing import Any
 
+from tracing import collector
 from tracing.errors import TraceFileError
 from tracing.file.container import (
     Container,
@@ -46,40 +46,33 @@ def load(path: str | os.PathLike) -> Trace:
     path = Path(path)
     # Decoding builds many small lists and records at once; the cyclic garbage collector
     # would otherwise walk the growing heap again and again (several times the parse).
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        container = _open(path)
-    except ContainerError as e:
-        raise TraceFileError(f"{path}: {e}{_leftover_hint(path)}") from None
-    except (OSError, ValueError, MemoryError) as e:  # a path the OS cannot take, no memory
-        raise TraceFileError(f"{path}: cannot read: {_reason(e)}") from None
-    finally:
-        if gc_was_enabled:
-            gc.enable()
+    with collector.paused():
+        try:
+            container = _open(path)
+        except ContainerError as e:
+            raise TraceFileError(f"{path}: {e}{_leftover_hint(path)}") from None
+        except (OSError, ValueError, MemoryError) as e:  # a path the OS cannot take, no memory
+            raise TraceFileError(f"{path}: cannot read: {_reason(e)}") from None
 
-    gc.disable()
-    try:
-        container.attach_checksums()
-        manifest = _read_manifest(container)
-        stored = {k: (e.shape, e.dtype) for k, e in container.entries.items()}
-        trace = validate(manifest, stored)
-        check_meta(trace.meta, steps=len(trace.steps), tensors=len(trace.tensors))
-    except (Invalid, ContainerError, MetaProblem) as e:
-        container.close()
-        raise TraceFileError(f"{path}: {e}") from None
-    except RecursionError:
-        container.close()
-        raise TraceFileError(f"{path}: the manifest is nested too deeply") from None
-    except MemoryError:
-        container.close()
-        raise TraceFileError(f"{path}: the manifest is too big to open in memory") from None
-    except (TypeError, ValueError, KeyError, OverflowError) as e:  # a case no rule names
-        container.close()
-        raise TraceFileError(f"{path}: the manifest is malformed ({_reason(e)})") from None
-    finally:
-        if gc_was_enabled:
-            gc.enable()
+    with collector.paused():
+        try:
+            container.attach_checksums()
+            manifest = _read_manifest(container)
+            stored = {k: (e.shape, e.dtype) for k, e in container.entries.items()}
+            trace = validate(manifest, stored)
+            check_meta(trace.meta, steps=len(trace.steps), tensors=len(trace.tensors))
+        except (Invalid, ContainerError, MetaProblem) as e:
+            container.close()
+            raise TraceFileError(f"{path}: {e}") from None
+        except RecursionError:
+            container.close()
+            raise TraceFileError(f"{path}: the manifest is nested too deeply") from None
+        except MemoryError:
+            container.close()
+            raise TraceFileError(f"{path}: the manifest is too big to open in memory") from None
+        except (TypeError, ValueError, KeyError, OverflowError) as e:  # a case no rule names
+            container.close()
+            raise TraceFileError(f"{path}: the manifest is malformed ({_reason(e)})") from None
 
     value_keys = [k for k in container.entries if not k.startswith(RESERVED_PREFIX)]
     trace.values = LazyValues(path, container, value_keys)
@@ -156,7 +149,7 @@ def _stored_text(container: Container, name: str) -> str:
             f"{MAX_MANIFEST_BYTES:,} this reads"
         )
     try:
-        return bytes(container.read_bytes(name).numpy()).decode("utf-8")
+        return container.read_buffer(name).decode("utf-8")  # the bytes freed at once
     except UnicodeDecodeError:
         raise Invalid(f"entry {name!r} is not UTF-8 text") from None
 

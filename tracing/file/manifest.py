@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import fields
 from itertools import chain
@@ -9,7 +10,6 @@ from operator import attrgetter
 from typing import Any
 
 import numpy as np
-import torch
 
 from tracing.file.layout import (
     FORMAT_NAME,
@@ -260,7 +260,8 @@ def _encode_value(v: Any) -> Any:
         if all(isinstance(k, str) for k in v) and not ({"__tuple__", "__items__"} & set(v)):
             return {k: _encode_value(x) for k, x in v.items()}
         return {"__items__": [[_encode_value(k), _encode_value(x)] for k, x in v.items()]}
-    if isinstance(v, torch.Tensor) and v.numel() == 1:
+    torch = sys.modules.get("torch")  # a tensor comes from an imported torch: none, no tensor
+    if torch is not None and isinstance(v, torch.Tensor) and v.numel() == 1:
         return v.item()
     if hasattr(v, "item") and callable(v.item):  # numpy scalars
         try:

@@ -6,17 +6,12 @@ import glob
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-import torch
-
-if TYPE_CHECKING:  # pragma: no cover
-    pass
 
 
 def group_ready() -> bool:
     """True inside an initialized default process group."""
-    dist = torch.distributed
+    import torch.distributed as dist  # here: naming a rank's file needs no torch
+
     return dist.is_available() and dist.is_initialized()
 
 
@@ -37,8 +32,11 @@ def rank_path(path: str | os.PathLike, rank: int) -> Path:
 def output_path(path: str | os.PathLike) -> Path:
     """Where this process saves a trace asked for at ``path``: its rank's file inside a
     process group of more than one rank, ``path`` itself otherwise."""
-    if group_ready() and torch.distributed.get_world_size() > 1:
-        return rank_path(path, torch.distributed.get_rank())
+    if group_ready():
+        import torch.distributed as dist
+
+        if dist.get_world_size() > 1:
+            return rank_path(path, dist.get_rank())
     return Path(path)
 
 
