@@ -55,12 +55,14 @@ _SET = {
 }  # fmt: skip
 
 
-def shrink(config, depth: int = 0):
-    """``config`` (and its sub-configs: ``text_config``...) at the survey's sizes."""
-    for name, value in _SET.items():
-        if name in vars(config) or (hasattr(type(config), name) and name in config.to_dict()):
-            with contextlib.suppress(AttributeError, TypeError, ValueError):
-                setattr(config, name, value)
+def shrink(config, depth: int = 0, layout: bool = True):
+    """``config`` (and its sub-configs: ``text_config``...) at the survey's sizes: those of
+    :func:`survey_kwargs` for each (so what the constructor was given is not undone after,
+    as ``_SET``'s ``head_dim=16`` once undid latent attention's ``head_dim=8``). ``layout``:
+    also a hybrid's layer pattern (not for a config built with it: its pattern is set)."""
+    for name, value in survey_kwargs(config, layout).items():
+        with contextlib.suppress(AttributeError, TypeError, ValueError):
+            setattr(config, name, value)
     for value in list(vars(config).values()):
         if depth < 2 and hasattr(value, "to_dict") and hasattr(value, "model_type"):
             shrink(value, depth + 1)
@@ -95,21 +97,93 @@ _MOE = {
 }  # fmt: skip
 
 
-def survey_kwargs(defaults) -> dict:
+_SSM = {  # state-space mixers (Mamba, Mamba-2 and the hybrids around them)
+    "state_size": 14, "ssm_state_size": 14, "mamba_d_state": 14, "d_state": 14,
+    "conv_kernel": 7, "mamba_d_conv": 7, "d_conv": 7, "conv1d_width": 7, "conv_L_cache": 7,
+    "linear_conv_kernel_dim": 7, "short_conv_kernel_size": 7, "conv_kernel_size": 7,
+    "time_step_rank": 13, "mamba_dt_rank": 13, "dt_rank": 13,
+    "expand": 2, "mamba_expand": 2, "mamba_d_ssm": 192,  # the inner width: 2 × C = 192
+    "mamba_n_heads": 4, "mamba_num_heads": 4, "n_mamba_heads": 4,
+    "mamba_d_head": 48, "mamba_head_dim": 48, "mamba_headdim": 48,  # 4 × 48 = 192
+    "n_groups": 1, "mamba_n_groups": 1, "mamba_ngroups": 1,
+    "chunk_size": 36, "mamba_chunk_size": 36,
+    "lru_width": 120,  # RecurrentGemma's recurrent block
+}  # fmt: skip
+_LINEAR = {  # linear attention (gated delta rule, KDA): its own heads and head widths
+    "linear_num_key_heads": 9, "linear_num_heads": 9, "linear_num_value_heads": 18,
+    "linear_key_head_dim": 20, "linear_head_dim": 20, "linear_value_head_dim": 26,
+}  # fmt: skip
+
+
+def survey_kwargs(defaults, layout: bool = True) -> dict:
     """The survey's sizes for the attributes this config has (its own spelling)."""
     have = set(defaults.to_dict()) | set(getattr(defaults, "attribute_map", {}))
     out = {k: v for k, v in _SET.items() if k in have}
     for k, v in _MOE.items():
         if isinstance(getattr(defaults, k, None), int):
             out[k] = v
+    for k, v in {**_SSM, **_LINEAR}.items():
+        if k in have and isinstance(_attr(defaults, k), int | type(None)):
+            out[k] = v
     if "qk_rope_head_dim" in have:  # latent attention: its rotary width is its head_dim
         out.update({k: v for k, v in _MLA.items() if k in have}, head_dim=8)
         if getattr(defaults, "q_lora_rank", None):
             out["q_lora_rank"] = 24
+        if "num_key_value_heads" in have:  # keys and values come per query head
+            out["num_key_value_heads"] = _SET["num_attention_heads"]
+    if _mamba2_heads(defaults, have):  # Mamba-2's own num_heads × head_dim is its inner width
+        out.update(num_heads=4, head_dim=48)
     if isinstance(getattr(defaults, "rotary_dim", None), int):
         out["rotary_dim"] = 8
+    if layout:
+        out.update(_hybrid_layers(defaults, have))
     if "use_cache" in have:
         out["use_cache"] = False  # a plain forward, no cache object to hand back
+    return out
+
+
+def _attr(config, name: str):
+    try:
+        return getattr(config, name, None)
+    except Exception:  # a config that refuses a global value
+        return None
+
+
+def _mamba2_heads(config, have) -> bool:
+    return {"num_heads", "head_dim", "n_groups", "expand"} <= have
+
+
+def _hybrid_layers(config, have) -> dict:
+    """A hybrid's two layers are one of each kind (a mixer layer, then an attention one):
+    two layers of its default pattern are often both mixers, and a model with no attention
+    layer fails to build its mask (``get_seq_length`` on a cache of mixers only)."""
+    if "block_types" in have:  # RecurrentGemma: its pattern is its block types
+        return {"block_types": ["recurrent", "attention"]}
+    if "layer_types" not in have and "layers_block_type" not in have:
+        return {}
+    kinds = list(dict.fromkeys(_attr(config, "layer_types") or ()))
+    if not kinds and "conv_L_cache" in have:  # LFM2-MoE leaves its pattern unset
+        kinds = ["conv", "full_attention"]
+    mixers = [k for k in kinds if k in ("linear_attention", "conv", "mamba")]
+    others = [k for k in kinds if k not in mixers]
+    if not mixers:
+        return {}
+    attention = [k for k in others if "attention" in k or k == "hybrid"] or ["full_attention"]
+    if attention[0] == "indexed_attention" and _attr(config, "indexer_n_heads") is None:
+        return {}  # Qwen4-Exp's indexed attention needs an indexer the defaults leave unset
+    layers = [mixers[0], attention[0]]
+    if attention[0] == "hybrid":  # Zamba's shared block is tied across two hybrid layers
+        layers *= 2
+    out: dict = {"layer_types": layers}
+    if len(layers) > 2:
+        out.update({k: len(layers) for k in ("num_hidden_layers", "n_layer") if k in have})
+    if "hybrid_layer_ids" in have:  # Zamba-2 derives it from its pattern once, at init
+        out["hybrid_layer_ids"] = [i for i, k in enumerate(layers) if k == "hybrid"]
+    if "attn_layer_indices" in have:  # Bamba's pattern is its attention layers' indices
+        out = {"attn_layer_indices": [1]}
+    for key in ("attn_layer_period", "attn_layer_offset"):  # Jamba, Zamba
+        if key in have:
+            out[key] = {"attn_layer_period": 2, "attn_layer_offset": 1}[key]
     return out
 
 
@@ -119,7 +193,8 @@ def build(model_type: str):
 
     defaults = AutoConfig.for_model(model_type)
     try:  # sizes given to the constructor: what it derives from them follows
-        config = shrink(AutoConfig.for_model(model_type, **survey_kwargs(defaults)))
+        config = AutoConfig.for_model(model_type, **survey_kwargs(defaults))
+        config = shrink(config, layout=False)
     except Exception:  # a config that refuses them: set them after
         config = shrink(defaults)
     torch.manual_seed(0)
