@@ -113,6 +113,88 @@ LETTERS: dict[str, Letter] = {
         ("top_k", "num_experts_per_tok"),
         "experts",
     ),
+    "I": Letter(
+        "inner width of a state-space mixer (Mamba's expand × C)",
+        ("mamba_d_ssm", "d_inner", "mamba_intermediate_size"),
+        ("d_inner", "mamba_d_ssm"),
+        "ssm",
+    ),
+    "S": Letter(
+        "state size of a state-space mixer (SSM state)",
+        ("state_size", "ssm_state_size", "mamba_d_state", "d_state"),
+        ("ssm_state_size", "d_state", "state_size"),
+        "ssm",
+    ),
+    "Dt": Letter(
+        "rank of a state-space mixer's time step (dt) projection",
+        ("time_step_rank", "mamba_dt_rank", "dt_rank"),
+        ("time_step_rank", "dt_rank"),
+        "ssm",
+    ),
+    "Hs": Letter(
+        "heads of a state-space mixer (Mamba-2 in a hybrid)",
+        ("mamba_n_heads", "mamba_num_heads", "n_mamba_heads"),
+        (),
+        "ssm",
+    ),
+    "Ds": Letter(
+        "head width of a state-space mixer",
+        ("mamba_d_head", "mamba_head_dim", "mamba_headdim"),
+        (),
+        "ssm",
+    ),
+    "G": Letter(
+        "groups that share a state-space mixer's B and C projections",
+        ("n_groups", "mamba_n_groups", "mamba_ngroups"),
+        ("n_groups",),
+        "ssm",
+    ),
+    "Q": Letter(
+        "chunk length of a chunked scan",
+        ("chunk_size", "mamba_chunk_size"),
+        ("chunk_size",),
+        "ssm",
+    ),
+    "W": Letter(
+        "kernel width of a short causal convolution",
+        (
+            "conv_kernel",
+            "mamba_d_conv",
+            "d_conv",
+            "linear_conv_kernel_dim",
+            "conv1d_width",
+            "conv_L_cache",
+            "short_conv_kernel_size",
+            "conv_kernel_size",
+        ),
+        ("conv_kernel_size", "d_conv", "conv1d_width", "L_cache"),
+        "ssm",
+    ),
+    "Hk": Letter(
+        "key heads of linear attention (gated delta rule, KDA)",
+        ("linear_num_key_heads", "linear_num_heads"),
+        (),
+        "linear",
+    ),
+    "Hv": Letter(
+        "value heads of linear attention (shown only when not Hk)",
+        ("linear_num_value_heads",),
+        (),
+        "linear",
+    ),
+    "Dk": Letter(
+        "key head width of linear attention",
+        ("linear_key_head_dim", "linear_head_dim"),
+        (),
+        "linear",
+    ),
+    "Dvl": Letter(
+        "value head width of linear attention (shown only when not Dk)",
+        ("linear_value_head_dim",),
+        (),
+        "linear",
+    ),
+    "U": Letter("width of a recurrent (RG-LRU) block", ("lru_width",), ("lru_width",), "ssm"),
     "V": Letter("vocabulary", ("vocab_size", "n_vocab"), ("vocab_size",), "vocab"),
     "N": Letter(
         "context length: rows of a position table",
@@ -211,6 +293,20 @@ def _factor(tokens, sizes):
     return value, tokens
 
 
+STATE_SPACE_EXPRESSIONS = [
+    # Mamba: in_proj makes x and z (2I), x_proj the time step and B, C (Dt+2S)
+    "2I", "Dt+2S", "Dt+2G·S",
+    # Mamba-2: in_proj makes z, x, B, C and dt; the convolution runs over x, B, C
+    "2I+2G·S+Hs", "2I+2G·S+H", "I+2G·S", "2G·S", "G·S", "Hs·Ds", "Hs/G", "H/G",
+    # linear attention: q, k (Hk·Dk each), v, z (Hv·Dvl each), b and a (Hv each)
+    "Hk·Dk", "Hv·Dvl", "Hk·Dvl", "Hv·Dk", "2Hk·Dk+2Hv·Dvl", "2Hk·Dk+Hv·Dvl", "2Hv", "Hv/Hk",
+    "2Dk+2(Hv/Hk)·Dvl", "2(Hv/Hk)", "(Hv/Hk)·Dvl", "3Hk·Dk", "2Hk·Dk",
+    # a causal convolution's output before it is cut back to T
+    "T+W-1",
+]  # fmt: skip
+"""Expressions of the state-space and linear-attention letters (fused projections)."""
+
+
 def letters_in(name: str) -> list[str]:
     """The letters an axis name uses: ``letters_in("B·T") == ["B", "T"]``."""
     return [t for t in (_tokens(name) or ()) if t[0].isalpha()]
@@ -234,6 +330,7 @@ def expressions(sizes: Mapping[str, int]) -> list[str]:
     out += ["3C", "3D", "2F", "2FE", "(H+2KV)·D", "2KV·D", "D/2", "R/2", "D-R", "Dn+R", "Dn+Dv"]
     out += ["H·(Dn+R)", "H·(Dn+Dv)", "KV·(Dn+Dv)", "Lkv+R", "E+1"]
     out += ["Dn+D", "H·(Dn+D)", "Lkv+D"]  # latent attention whose rotary width is D
+    out += STATE_SPACE_EXPRESSIONS
     out += ["B·T", "2T", "T+1", "T-1", "T+P"]
     out += [f"B·{c}" for c in counts] + [f"B·T·{c}" for c in counts]
     return [e for e in dict.fromkeys(out) if size_of(e, sizes) is not None]
@@ -316,6 +413,10 @@ def letter_sizes(
         width = _ffn_width(model, found["C"].size)
         if width is not None:
             found["F"] = width
+    if "I" not in found and "C" in found:
+        inner = _inner_from_config(config, found["C"].size)
+        if inner is not None:
+            found["I"] = inner
     head = found["D"].size if "D" in found else None
     if "R" not in found:
         rotary = _rotary_from_config(config, head)
@@ -327,7 +428,21 @@ def letter_sizes(
         del found["R"]
     if "Dv" in found and head == found["Dv"].size:
         del found["Dv"]
+    for letter, same in (("Hv", "Hk"), ("Dvl", "Dk"), ("F", "I")):  # one axis, one letter
+        if letter in found and same in found and found[letter].size == found[same].size:
+            del found[letter]  # (Mamba's intermediate_size is its inner width, expand × C)
     return found
+
+
+def _inner_from_config(config: Any, c: int) -> Sized | None:
+    """``I``, a state-space mixer's inner width, from ``expand`` (``mamba_expand``) × ``C``."""
+    for name in ("expand", "mamba_expand"):
+        value = _get(config, name) if config is not None else None
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+            inner = int(value * c)
+            if inner == value * c:
+                return Sized(inner, f"config.{name} × C")
+    return None
 
 
 def _text_config(config: Any) -> Any:

@@ -208,6 +208,9 @@ class _Namer:
             return "1"  # a size-one axis nothing carried a letter to (KV == 1 included)
         if pair[1] is None and any(_moves(c) for c in cands):
             return "?"  # no second pass for this tensor: names that move need the ops
+        if not leaf and cands and all(_family(c) == "position" for c in cands):
+            return "?"  # a position table's rows (N) on a computed tensor only when carried:
+            # a size of N alone is a coincidence (Qwen3-Next's chunk of 64 when N is 64)
         if len(cands) == 1:
             return cands[0]
         if not cands:
