@@ -422,16 +422,16 @@ def letter_sizes(
         rotary = _rotary_from_config(config, head)
         if rotary is not None:
             found["R"] = rotary
-    if "KV" in found and "H" in found and found["KV"].size == found["H"].size:
-        del found["KV"]
-    if "R" in found and head == found["R"].size:
-        del found["R"]
-    if "Dv" in found and head == found["Dv"].size:
-        del found["Dv"]
-    for letter, same in (("Hv", "Hk"), ("Dvl", "Dk"), ("F", "I")):  # one axis, one letter
+    for letter, same in SAME_AXIS.items():  # one axis, one letter
         if letter in found and same in found and found[letter].size == found[same].size:
-            del found[letter]  # (Mamba's intermediate_size is its inner width, expand × C)
+            del found[letter]
     return found
+
+
+SAME_AXIS = {"KV": "H", "R": "D", "Dv": "D", "Hv": "Hk", "Dvl": "Dk", "F": "I"}
+"""A letter that is given only when its size differs from its partner's: equal, they are
+one axis (all heads are key/value heads; the whole head is rotated; Mamba's
+``intermediate_size`` is its inner width, expand × C)."""
 
 
 def _inner_from_config(config: Any, c: int) -> Sized | None:

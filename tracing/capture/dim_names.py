@@ -24,6 +24,7 @@ given where the ops carry them from the first input (its axes are B and T by def
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 import time
 import weakref
@@ -38,6 +39,7 @@ from tracing.capture.dim_flow import _permutation, _transpose_axes, shape_commen
 from tracing.capture.dim_letters import (
     INPUT_LETTERS,
     LETTERS,
+    SAME_AXIS,
     Sized,
     attribute_letters,
     expressions,
@@ -244,6 +246,8 @@ class _Namer:
                     return shaped
             if primary is not None and op in _SLICES:
                 sliced = self._sliced(primary, rid)
+                if sliced is None and op in ("getitem", "select", "unbind"):
+                    sliced = self._indexed(primary, rid)
                 if sliced is not None:
                     return sliced
         except (IndexError, KeyError, ValueError):
@@ -295,6 +299,23 @@ class _Namer:
             else:
                 out.append(None)
         return out
+
+    def _indexed(self, src: int, rid: int) -> list[str | None] | None:
+        """An integer index drops axes and keeps the rest in order: ``x[:, :, i, :]`` of
+        ``(B, I, T, S)`` is ``(B, I, S)``, when only one choice of kept axes fits the sizes
+        (a scan's step inside a loop, whose B the second pass did not pair)."""
+        ins, outs = self.pairs[src], self.pairs[rid]
+        if not 0 < len(outs) < len(ins) or len(ins) > 8:
+            return None
+        fits = [
+            kept
+            for kept in itertools.combinations(range(len(ins)), len(outs))
+            if all(_same(ins[i], out) for i, out in zip(kept, outs))
+        ]
+        if len(fits) != 1:
+            return None
+        names = self._get(src)
+        return [names[i] for i in fits[0]]
 
     def _get(self, rid: int) -> list[str | None]:
         names = self.names[rid]
@@ -406,7 +427,7 @@ class _Namer:
         for i in inputs:
             names, pairs = self.names[i], self.pairs[i]
             for back in range(1, min(n, len(pairs)) + 1):
-                if out[n - back] is None and pairs[-back] == out_pairs[n - back]:
+                if out[n - back] is None and _same(pairs[-back], out_pairs[n - back]):
                     name = names[-back]
                     out[n - back] = None if name == "?" else name
         if inputs and None in out and step.op in _MOVES_AXES:
@@ -418,6 +439,12 @@ class _Namer:
                     if len(same) == 1 and names[same[0]] != "?":
                         out[j] = names[same[0]]
         return out
+
+
+def _same(a: Pair, b: Pair) -> bool:
+    """One axis by its sizes: equal in the real trace and, where both were paired, in the
+    second pass (an axis the second pass did not pair, inside a loop, has ``None``)."""
+    return a[0] == b[0] and (a[1] == b[1] or a[1] is None or b[1] is None)
 
 
 def _factors(name: str) -> list[str]:
@@ -492,6 +519,7 @@ def name_axes(
             meta.setdefault("notes", []).extend(notes)
         return [r if n == r.dims else _with_dims(r, n) for n, r in zip(names, tensors)]
     letters = letter_sizes(sizes, subject.config, subject.model, subject.given)
+    letters.update(sizes_from_source(steps, tensors, letters))
     sizes1 = {k: v.size for k, v in letters.items()}
     other, note = _second_pass(subject, sizes1, steps)
     sizes2 = None
@@ -575,6 +603,75 @@ def _second_pass(subject: Subject, sizes1: Mapping[str, int], steps) -> tuple[An
         subject.model, subject.call, sizes1["B"], sizes1["T"], constants,
         sizes1.get("N"), subject.train, subject.ops,
     )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- source names
+
+_SHAPED_BY_ARGS = frozenset({"view", "reshape", "ones", "zeros", "empty", "eye", "rand", "randn"})
+_SPELLINGS = {name: letter for letter, spec in LETTERS.items() for name in spec.config}
+
+
+def sizes_from_source(
+    steps: Sequence[Step], tensors: Sequence[TensorRecord], known: Mapping[str, Sized]
+) -> dict[str, Sized]:
+    """Sizes of letters no config gave, from the names the source passes as a shape:
+    ``x.reshape(b, h, -1, chunk_size, d)`` makes axis 3 ``chunk_size`` (``Q``), as
+    ``torch.ones(chunk_size, chunk_size)`` makes both (Qwen3-Next fixes its chunk length
+    in a default argument, no config attribute). Each positional argument that is a
+    letter's config spelling (bare or ``self.``) names the output axis at its place; a
+    letter seen at two sizes is not learned."""
+    seen: dict[str, set[int]] = {}
+    where: dict[str, str] = {}
+    for step in steps:
+        if step.kind != "op" or step.op not in _SHAPED_BY_ARGS or not step.outputs:
+            continue
+        text = step.source.text if step.source is not None else ""
+        if "(" not in text:
+            continue
+        shape = tensors[step.outputs[0]].shape
+        for args in _call_args(text, step.op):
+            if len(args) != len(shape):
+                continue
+            for arg, size in zip(args, shape):
+                letter = _SPELLINGS.get(arg.removeprefix("self."))
+                if letter is None or letter in known or letter in INPUT_LETTERS:
+                    continue
+                same = known.get(SAME_AXIS.get(letter, ""))
+                if same is not None and same.size == size:
+                    continue  # one axis (R when the whole head is rotated): not a new letter
+                seen.setdefault(letter, set()).add(size)
+                if step.source is not None:
+                    file = step.source.file.rsplit("/", 1)[-1]
+                    where.setdefault(letter, f"source: `{arg}` at {file}:{step.source.line}")
+    return {
+        letter: Sized(sizes.pop(), where[letter])
+        for letter, sizes in seen.items()
+        if len(sizes) == 1 and letter in where
+    }
+
+
+def _call_args(text: str, op: str) -> list[list[str]]:
+    """The positional arguments of each ``op(...)`` call on a line, stripped, top level only
+    (``x.reshape(x.shape[0], -1, chunk_size)`` -> ``["x.shape[0]", "-1", "chunk_size"]``)."""
+    out = []
+    for m in re.finditer(rf"\b{op}\(", text):
+        depth, start, args = 0, m.end(), []
+        for i in range(m.end(), len(text)):
+            ch = text[i]
+            if ch in "([{":
+                depth += 1
+            elif ch in ")]}":
+                if depth == 0:
+                    args.append(text[start:i].strip())
+                    break
+                depth -= 1
+            elif ch == "," and depth == 0:
+                args.append(text[start:i].strip())
+                start = i + 1
+        else:
+            continue  # the call goes on past this line
+        out.append([a for a in args if a and "=" not in a])
+    return out
 
 
 def _used_letters(names: Sequence[Dims | None], letters: Mapping[str, Sized]) -> dict:
