@@ -101,6 +101,16 @@ LETTERS: dict[str, Letter] = {
         "ffn",
     ),
     "FE": Letter("one expert's feed-forward width", ("moe_intermediate_size",), (), "experts"),
+    "FS": Letter(
+        "the shared expert's feed-forward width",
+        (
+            "shared_expert_intermediate_size",
+            "shared_intermediate_size",
+            "moe_shared_expert_intermediate_size",
+        ),
+        (),
+        "experts",
+    ),
     "E": Letter(
         "experts of a mixture of experts",
         ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"),
@@ -499,14 +509,25 @@ def _module_attributes(model: Any) -> dict[str, Sized]:
         return out
     for path, module in modules():
         attrs = vars(module)
+        mixer = _is_mixer(module)
         for letter, spec in LETTERS.items():
-            if letter in out or not spec.attrs:
+            if letter in out or not spec.attrs or (mixer and spec.family == "attention"):
                 continue
             hit = _read(attrs, spec.attrs)
             if hit is not None:
                 where = f"{path}.{hit[0]}" if path else hit[0]
                 out[letter] = Sized(hit[1], f"module attribute {where}")
     return out
+
+
+_MIXERS = ("mamba", "mixer", "ssm", "gateddelta", "linearattention", "recurrent", "rglru")
+
+
+def _is_mixer(module: Any) -> bool:
+    """A state-space or linear-attention mixer, whose ``num_heads``/``head_dim`` are its own
+    heads (Falcon-H1's Mamba-2 beside its attention), not the attention's ``H``/``D``."""
+    name = type(module).__name__.lower()
+    return any(word in name for word in _MIXERS)
 
 
 def attribute_letters(model: Any) -> dict[str, dict[str, int]]:
