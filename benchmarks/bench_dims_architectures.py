@@ -110,6 +110,10 @@ _SSM = {  # state-space mixers (Mamba, Mamba-2 and the hybrids around them)
     "chunk_size": 36, "mamba_chunk_size": 36,
     "lru_width": 120,  # RecurrentGemma's recurrent block
 }  # fmt: skip
+_SLIDING = {  # Inkling: sliding-window layers with their own heads, relative logits
+    "swa_num_attention_heads": 30, "swa_num_key_value_heads": 15, "swa_head_dim": 22,
+    "d_rel": 17, "rel_extent": 50, "sliding_window_size": 45, "sconv_kernel_size": 7,
+}  # fmt: skip
 _LINEAR = {  # linear attention (gated delta rule, KDA): its own heads and head widths
     "linear_num_key_heads": 9, "linear_num_heads": 9, "linear_num_value_heads": 18,
     "linear_key_head_dim": 20, "linear_head_dim": 20, "linear_value_head_dim": 26,
@@ -123,7 +127,7 @@ def survey_kwargs(defaults, layout: bool = True) -> dict:
     for k, v in _MOE.items():
         if isinstance(getattr(defaults, k, None), int):
             out[k] = v
-    for k, v in {**_SSM, **_LINEAR}.items():
+    for k, v in {**_SSM, **_LINEAR, **_SLIDING}.items():
         if k in have and isinstance(_attr(defaults, k), int | type(None)):
             out[k] = v
     if "qk_rope_head_dim" in have:  # latent attention: its rotary width is its head_dim

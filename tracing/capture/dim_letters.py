@@ -70,6 +70,34 @@ LETTERS: dict[str, Letter] = {
         ("d_head", "head_dim", "d_k", "head_size"),
         "attention",
     ),
+    "Hw": Letter(
+        "query heads of the sliding-window layers (only when not H)",
+        ("swa_num_attention_heads",),
+        (),
+        "attention",
+    ),
+    "KVw": Letter(
+        "key/value heads of the sliding-window layers (only when not KV)",
+        ("swa_num_key_value_heads",),
+        (),
+        "attention",
+    ),
+    "Dw": Letter(
+        "head width of the sliding-window layers (only when not D)",
+        ("swa_head_dim",),
+        (),
+        "attention",
+    ),
+    "Dr": Letter(
+        "relative-position features per head (Inkling's learned relative logits)",
+        ("d_rel",),
+        (),
+        "attention",
+    ),
+    "Nr": Letter(
+        "relative distances a full-attention head scores", ("rel_extent",), (), "position"
+    ),
+    "Nw": Letter("sliding-window length", ("sliding_window_size",), (), "position"),
     "R": Letter(
         "rotary width: the part of a head that is rotated (only when not D)",
         ("rotary_dim", "rotary_ndims", "qk_rope_head_dim", "rotary_emb_dim"),
@@ -176,6 +204,7 @@ LETTERS: dict[str, Letter] = {
             "conv_L_cache",
             "short_conv_kernel_size",
             "conv_kernel_size",
+            "sconv_kernel_size",
         ),
         ("conv_kernel_size", "d_conv", "conv1d_width", "L_cache"),
         "ssm",
@@ -332,10 +361,13 @@ def expressions(sizes: Mapping[str, int]) -> list[str]:
     ``2T``, ``T+1`` and ``T-1``, ``E+1`` (a one-hot with a spare class), ``Lkv+R``.
     """
     heads = [c for c in ("H", "KV") if c in sizes]
-    widths = [w for w in ("D", "R", "Dn", "Dv") if size_of(w, sizes)]
+    widths = [w for w in ("D", "R", "Dn", "Dv", "Dr") if size_of(w, sizes)]
     out = [f"{c}·{w}" for c in heads for w in widths]
     if sizes.get("KV", 1) > 1:
         out += ["H/KV", "H/KV+2"]  # query heads per key/value head (+ its k and v)
+    sliding = [c for c in ("Hw", "KVw") if c in sizes]  # sliding-window layers' own heads
+    out += [f"{c}·{w}" for c in sliding for w in ("Dw", "D", "Dr") if w in sizes]
+    out += ["Hw/KVw", "Hw/KV", "H/KVw"]
     counts = [c for c in ("H", "KV", "E", "K") if c in sizes]
     out += ["3C", "3D", "2F", "2FE", "(H+2KV)·D", "2KV·D", "D/2", "R/2", "D-R", "Dn+R", "Dn+Dv"]
     out += ["H·(Dn+R)", "H·(Dn+Dv)", "KV·(Dn+Dv)", "Lkv+R", "E+1"]
@@ -438,7 +470,10 @@ def letter_sizes(
     return found
 
 
-SAME_AXIS = {"KV": "H", "R": "D", "Dv": "D", "Hv": "Hk", "Dvl": "Dk", "F": "I"}
+SAME_AXIS = {
+    "KV": "H", "R": "D", "Dv": "D", "Hv": "Hk", "Dvl": "Dk", "F": "I",
+    "Hw": "H", "KVw": "KV", "Dw": "D",
+}  # fmt: skip
 """A letter that is given only when its size differs from its partner's: equal, they are
 one axis (all heads are key/value heads; the whole head is rotated; Mamba's
 ``intermediate_size`` is its inner width, expand × C)."""
