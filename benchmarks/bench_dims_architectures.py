@@ -55,17 +55,17 @@ _SET = {
 }  # fmt: skip
 
 
-def shrink(config, depth: int = 0, layout: bool = True):
+def shrink(config, depth: int = 0, layout: bool = True, full: bool = True):
     """``config`` (and its sub-configs: ``text_config``...) at the survey's sizes: those of
     :func:`survey_kwargs` for each (so what the constructor was given is not undone after,
     as ``_SET``'s ``head_dim=16`` once undid latent attention's ``head_dim=8``). ``layout``:
     also a hybrid's layer pattern (not for a config built with it: its pattern is set)."""
-    for name, value in survey_kwargs(config, layout).items():
+    for name, value in survey_kwargs(config, layout, full).items():
         with contextlib.suppress(AttributeError, TypeError, ValueError):
             setattr(config, name, value)
     for value in list(vars(config).values()):
         if depth < 2 and hasattr(value, "to_dict") and hasattr(value, "model_type"):
-            shrink(value, depth + 1)
+            shrink(value, depth + 1, full=full)
     with contextlib.suppress(AttributeError, TypeError, ValueError):
         config._attn_implementation = "eager"
     return config
@@ -120,10 +120,18 @@ _LINEAR = {  # linear attention (gated delta rule, KDA): its own heads and head 
 }  # fmt: skip
 
 
-def survey_kwargs(defaults, layout: bool = True) -> dict:
-    """The survey's sizes for the attributes this config has (its own spelling)."""
-    have = set(defaults.to_dict()) | set(getattr(defaults, "attribute_map", {}))
-    out = {k: v for k, v in _SET.items() if k in have}
+def survey_kwargs(defaults, layout: bool = True, full: bool = True) -> dict:
+    """The survey's sizes for the attributes this config has (its own spelling); only the
+    basic ones (``_SET``) unless ``full``."""
+    aliases = getattr(defaults, "attribute_map", {})
+    have = set(defaults.to_dict()) | set(aliases)
+    out, targets = {}, set()
+    for k, v in _SET.items():  # an alias of an attribute already set is not set again
+        if k in have and aliases.get(k, k) not in targets:  # (Whisper's KV heads are its H)
+            out[k] = v
+            targets.add(aliases.get(k, k))
+    if not full:
+        return out
     for k, v in _MOE.items():
         if isinstance(getattr(defaults, k, None), int):
             out[k] = v
@@ -200,8 +208,8 @@ def build(model_type: str):
     try:  # sizes given to the constructor: what it derives from them follows
         config = AutoConfig.for_model(model_type, **survey_kwargs(defaults))
         config = shrink(config, layout=False)
-    except Exception:  # a config that refuses them: set them after
-        config = shrink(defaults)
+    except Exception:  # a config that refuses them: the basic ones set after (ZAYA allows
+        config = shrink(defaults, full=False)  # top-1 routing only: no MoE sizes forced)
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

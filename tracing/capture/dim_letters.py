@@ -369,7 +369,20 @@ def expressions(sizes: Mapping[str, int]) -> list[str]:
     out += [f"{c}·{w}" for c in sliding for w in ("Dw", "D", "Dr") if w in sizes]
     out += ["Hw/KVw", "Hw/KV", "H/KVw"]
     counts = [c for c in ("H", "KV", "E", "K") if c in sizes]
-    out += ["3C", "3D", "2F", "2FE", "(H+2KV)·D", "2KV·D", "D/2", "R/2", "D-R", "Dn+R", "Dn+Dv"]
+    out += [
+        "3C",
+        "3D",
+        "2F",
+        "2FE",
+        "2FS",
+        "(H+2KV)·D",
+        "2KV·D",
+        "D/2",
+        "R/2",
+        "D-R",
+        "Dn+R",
+        "Dn+Dv",
+    ]
     out += ["H·(Dn+R)", "H·(Dn+Dv)", "KV·(Dn+Dv)", "Lkv+R", "E+1"]
     out += ["Dn+D", "H·(Dn+D)", "Lkv+D"]  # latent attention whose rotary width is D
     out += STATE_SPACE_EXPRESSIONS

@@ -210,9 +210,6 @@ class _Namer:
             return "1"  # a size-one axis nothing carried a letter to (KV == 1 included)
         if pair[1] is None and any(_moves(c) for c in cands):
             return "?"  # no second pass for this tensor: names that move need the ops
-        if not leaf and cands and all(_family(c) == "position" for c in cands):
-            return "?"  # a position table's rows (N) on a computed tensor only when carried:
-            # a size of N alone is a coincidence (Qwen3-Next's chunk of 64 when N is 64)
         if len(cands) == 1:
             return cands[0]
         if not cands:
@@ -270,7 +267,7 @@ class _Namer:
             if half and len(names) == 2 and names[1] == names[0]:
                 out[axis] = half
             else:
-                out[axis] = "+".join(names)
+                out[axis] = _summed(names)
         return out
 
     def _sliced(self, src: int, rid: int) -> list[str | None] | None:
@@ -400,6 +397,19 @@ class _Namer:
             self.table.fits(f, p) for f, p in zip(factors, parts)
         ):
             return factors
+        if len(parts) == 2:  # one part a letter, the other what is left: 2Hv -> Hk, 2Hv/Hk
+            for at in (0, 1):
+                letters = [c for c in self.table.candidates(parts[at]) if c in LETTERS]
+                if len(letters) != 1:
+                    continue
+                whole = f"({name})" if any(ch in name for ch in "+-/") else name
+                rest = f"{whole}/{letters[0]}"
+                if self.table.fits(rest, parts[1 - at]):
+                    known = [  # the table's expression for it: 2Dk+2(Hv/Hk)·Dvl, 3D
+                        c for c in self.table.candidates(parts[1 - at]) if c not in LETTERS
+                    ]  # (not a letter of that size: 2Hv/Hk is not the rotary width R)
+                    rest = known[0] if len(known) == 1 else rest
+                    return [letters[0], rest] if at == 0 else [rest, letters[0]]
         return [None] * len(parts)
 
     def _merge(self, parts: list[str], pair: Pair) -> str | None:
@@ -439,6 +449,23 @@ class _Namer:
                     if len(same) == 1 and names[same[0]] != "?":
                         out[j] = names[same[0]]
         return out
+
+
+def _summed(names: list[str]) -> str:
+    """The parts of a ``cat`` added up, like terms counted: ``Hk·Dk``, ``Hk·Dk``, ``Hv·Dvl``
+    -> ``2Hk·Dk+Hv·Dvl``."""
+    if any(name.isdigit() for name in names):
+        return "+".join(names)  # 1+1: two size-one parts (not 21)
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    terms = []
+    for name, n in counts.items():
+        if n == 1:
+            terms.append(name)
+        else:
+            terms.append(f"{n}({name})" if any(ch in name for ch in "+-/") else f"{n}{name}")
+    return "+".join(terms)
 
 
 def _same(a: Pair, b: Pair) -> bool:
