@@ -244,7 +244,7 @@ class _Namer:
             if primary is not None and op in _SLICES:
                 sliced = self._sliced(primary, rid)
                 if sliced is None and op in ("getitem", "select", "unbind"):
-                    sliced = self._indexed(primary, rid)
+                    sliced = self._indexed(primary, rid, step)
                 if sliced is not None:
                     return sliced
         except (IndexError, KeyError, ValueError):
@@ -297,10 +297,11 @@ class _Namer:
                 out.append(None)
         return out
 
-    def _indexed(self, src: int, rid: int) -> list[str | None] | None:
+    def _indexed(self, src: int, rid: int, step: Step) -> list[str | None] | None:
         """An integer index drops axes and keeps the rest in order: ``x[:, :, i, :]`` of
-        ``(B, I, T, S)`` is ``(B, I, S)``, when only one choice of kept axes fits the sizes
-        (a scan's step inside a loop, whose B the second pass did not pair)."""
+        ``(B, I, T, S)`` is ``(B, I, S)``: each output axis takes the name every choice of
+        kept axes that fits the sizes gives it (a scan's step inside a loop, whose B the
+        second pass did not pair; with T == S the last axis is left to the other rules)."""
         ins, outs = self.pairs[src], self.pairs[rid]
         if not 0 < len(outs) < len(ins) or len(ins) > 8:
             return None
@@ -309,10 +310,14 @@ class _Namer:
             for kept in itertools.combinations(range(len(ins)), len(outs))
             if all(_same(ins[i], out) for i, out in zip(kept, outs))
         ]
-        if len(fits) != 1:
+        if not fits:
             return None
+        written = {kept for kept in _subscripts(step, len(ins)) if kept in fits}
+        if len(written) == 1:  # the source says which: x[:, :, i, :] keeps axes 0, 1, 3
+            fits = list(written)
         names = self._get(src)
-        return [names[i] for i in fits[0]]
+        picks = [{names[kept[j]] for kept in fits} for j in range(len(outs))]
+        return [pick.pop() if len(pick) == 1 else None for pick in picks]  # what all agree on
 
     def _get(self, rid: int) -> list[str | None]:
         names = self.names[rid]
@@ -449,6 +454,28 @@ class _Namer:
                     if len(same) == 1 and names[same[0]] != "?":
                         out[j] = names[same[0]]
         return out
+
+
+_SUBSCRIPT = re.compile(r"\[([^\[\]]*)\]")
+
+
+def _subscripts(step: Step, ndim: int) -> list[tuple[int, ...]]:
+    """The axes each subscript on the step's line keeps, for those of slices and single
+    indices only: ``[:, :, i]`` of a 4-D tensor -> ``(0, 1, 3)`` (the axes it does not
+    name are kept whole), ``[..., i, :]`` -> ``(0, 1, 3)``."""
+    text = step.source.text if step.source is not None else ""
+    out = []
+    for inside in _SUBSCRIPT.findall(text):
+        entries = [e.strip() for e in inside.split(",")]
+        if any(e == "None" or not e for e in entries) or entries.count("...") > 1:
+            continue
+        if "..." in entries:
+            at = entries.index("...")
+            entries[at : at + 1] = [":"] * (ndim - len(entries) + 1)
+        entries += [":"] * (ndim - len(entries))
+        if len(entries) == ndim:
+            out.append(tuple(k for k, e in enumerate(entries) if ":" in e))
+    return out
 
 
 def _summed(names: list[str]) -> str:
