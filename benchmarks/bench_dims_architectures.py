@@ -5,8 +5,22 @@
     .venv/bin/python benchmarks/bench_dims_architectures.py --failing    # the last run's misses
 
 Each architecture of ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` is built from its own config,
-shrunk (2 layers, C=96, H=6, 2 key/value heads, D=16, F=200, V=101) with random weights,
-and fed token ids of B=3, T=11: sizes chosen so that no two coincide. What cannot be
+shrunk with random weights and fed token ids of B=3, T=11. Every size the config has is set
+to a small value that matches no other, so that a name can only be right by evidence:
+
+- attention: 2 layers, C=96, H=6, 2 key/value heads, D=16, F=200, V=101, N=64 positions;
+  latent attention R=8 (its ``head_dim``), Dn=12, Dv=10, Lkv=28, Lq=24, its keys and
+  values per query head (KV = H); experts E=5, top-K=2, FE=40, the shared expert FS=56;
+- state-space mixers: state S=14, conv kernel W=7, dt rank Dt=13, inner width
+  I = expand × C = 192, Mamba-2 heads 4 × head width 48 (= I), groups 1, chunk Q=36
+  (longer than T: one chunk, as at real lengths' first chunk); RecurrentGemma's U=120;
+- linear attention: key heads Hk=9, value heads Hv=18, key and value head widths
+  Dk=20 and Dvl=26; Inkling's sliding-window layers 30 heads, 15 key/value heads, width
+  22, relative features 17 over 50 (45 in the window);
+- a hybrid's two layers are one of each kind (a mixer, then attention): two layers of its
+  default pattern are often both mixers, and some then fail to build their mask.
+
+A config that refuses these at construction gets the basic sizes set after. What cannot be
 built, or whose plain forward fails here, is skipped and counted. Per model it prints:
 
 - **named**: the share of the axes of ≥2-D tensors that carry a name (not ``?``);
