@@ -16,7 +16,8 @@ to a small value that matches no other, so that a name can only be right by evid
   (longer than T: one chunk, as at real lengths' first chunk); RecurrentGemma's U=120;
 - linear attention: key heads Hk=9, value heads Hv=18, key and value head widths
   Dk=20 and Dvl=26; Inkling's sliding-window layers 30 heads, 15 key/value heads, width
-  22, relative features 17 over 50 (45 in the window);
+  22, relative features 17 over 50 (45 in the window); a sparse-attention indexer's
+  21 heads of width 34;
 - a hybrid's two layers are one of each kind (a mixer, then attention): two layers of its
   default pattern are often both mixers, and some then fail to build their mask.
 
@@ -128,10 +129,20 @@ _SLIDING = {  # Inkling: sliding-window layers with their own heads, relative lo
     "swa_num_attention_heads": 30, "swa_num_key_value_heads": 15, "swa_head_dim": 22,
     "d_rel": 17, "rel_extent": 50, "sliding_window_size": 45, "sconv_kernel_size": 7,
 }  # fmt: skip
+_INDEXER = {"index_n_heads": 21, "index_head_dim": 34}  # sparse attention's indexer
 _LINEAR = {  # linear attention (gated delta rule, KDA): its own heads and head widths
     "linear_num_key_heads": 9, "linear_num_heads": 9, "linear_num_value_heads": 18,
     "linear_key_head_dim": 20, "linear_head_dim": 20, "linear_value_head_dim": 26,
 }  # fmt: skip
+
+
+_MOE_UNSET = (
+    "n_routed_experts",
+    "num_local_experts",
+    "num_experts_per_tok",
+    "n_group",
+    "topk_group",
+)
 
 
 def survey_kwargs(defaults, layout: bool = True, full: bool = True) -> dict:
@@ -146,10 +157,15 @@ def survey_kwargs(defaults, layout: bool = True, full: bool = True) -> dict:
             targets.add(aliases.get(k, k))
     if not full:
         return out
-    for k, v in _MOE.items():
-        if isinstance(getattr(defaults, k, None), int):
+    for k, v in _MOE.items():  # None too, a size its model reads all the same (DeepSeek-V2's
+        value = _attr(defaults, k)  # top-k), but Gemma-4's num_experts=None: no experts
+        if k in have and (isinstance(value, int) or (value is None and k in _MOE_UNSET)):
             out[k] = v
-    for k, v in {**_SSM, **_LINEAR, **_SLIDING}.items():
+    if "n_shared_experts" in have and _attr(defaults, "n_shared_experts") is None:
+        out["n_shared_experts"] = 1  # dots1 leaves it unset and multiplies by it
+    if "v_head_dim" in have and isinstance(_attr(defaults, "v_head_dim"), int):
+        out["v_head_dim"] = _MLA["v_head_dim"]  # value heads of their own width (MiMo-V2)
+    for k, v in {**_SSM, **_LINEAR, **_SLIDING, **_INDEXER}.items():
         if k in have and isinstance(_attr(defaults, k), int | type(None)):
             out[k] = v
     if "qk_rope_head_dim" in have:  # latent attention: its rotary width is its head_dim

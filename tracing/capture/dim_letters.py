@@ -98,6 +98,18 @@ LETTERS: dict[str, Letter] = {
         "relative distances a full-attention head scores", ("rel_extent",), (), "position"
     ),
     "Nw": Letter("sliding-window length", ("sliding_window_size",), (), "position"),
+    "Hi": Letter(
+        "heads of a sparse-attention indexer (DeepSeek-V3.2's lightning indexer)",
+        ("index_n_heads", "indexer_n_heads"),
+        (),
+        "attention",
+    ),
+    "Di": Letter(
+        "head width of a sparse-attention indexer",
+        ("index_head_dim", "indexer_head_dim"),
+        (),
+        "attention",
+    ),
     "R": Letter(
         "rotary width: the part of a head that is rotated (only when not D)",
         ("rotary_dim", "rotary_ndims", "qk_rope_head_dim", "rotary_emb_dim"),

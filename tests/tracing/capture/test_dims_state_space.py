@@ -195,3 +195,18 @@ def test_mamba_names_do_not_change_when_tokens_match_the_state_size():
     for t in (14, 7):
         same = names(tracing.trace(model, torch.randint(0, 101, (3, t)), capture="shapes"))
         assert same == distinct
+
+
+def test_a_config_that_refuses_a_global_size_does_not_stop_the_trace():
+    """A config whose heads vary per layer raises on ``config.num_attention_heads``
+    (dots3_note's); the sizes come from elsewhere and the trace completes."""
+    from tracing.capture.dims import sizes_from_config
+
+    class PerLayer:
+        hidden_size = 96
+
+        @property
+        def num_attention_heads(self):
+            raise ValueError("a per-layer attribute: ask a layer's config")
+
+    assert sizes_from_config(PerLayer()) == {"C": 96, "F": 384}
