@@ -39,7 +39,8 @@ class Letter:
     meaning: str
     config: tuple[str, ...] = ()  # config attributes, first found wins
     attrs: tuple[str, ...] = ()  # module attributes (``self.num_heads = ...``)
-    family: str = ""  # input, attention, experts, rotary, ffn, vocab, model, position
+    family: str = ""  # input, attention, experts, rotary, ffn, vocab, model, position, ssm,
+    # linear (attention), chunk
 
 
 LETTERS: dict[str, Letter] = {
@@ -203,7 +204,7 @@ LETTERS: dict[str, Letter] = {
         "chunk length of a chunked scan",
         ("chunk_size", "mamba_chunk_size"),
         ("chunk_size",),
-        "ssm",
+        "chunk",
     ),
     "W": Letter(
         "kernel width of a short causal convolution",

@@ -91,6 +91,8 @@ class Table:
     def __init__(self, sizes1: Mapping[str, int], sizes2: Mapping[str, int] | None):
         self.sizes1, self.sizes2 = dict(sizes1), dict(sizes2) if sizes2 else None
         names = [n for n in LETTERS if n in sizes1] + expressions(sizes1) + ["1", "0"]
+        self.groups = [set(letters_in(n)) for n in names if len(letters_in(n)) > 1]
+        self.every: list[tuple[str, Pair]] = []  # also the expressions a letter's pair hides
         self.by_pair: dict[Pair, list[str]] = {}
         self.by_size: dict[int, list[str]] = {}
         base: set[Pair] = set()
@@ -98,6 +100,7 @@ class Table:
             pair = self.pair(name)
             if pair is None or pair[0] < 0 or (pair[0] == 0 and name != "0"):
                 continue
+            self.every.append((name, pair))
             is_letter = name in LETTERS or name in ("1", "0")
             if not is_letter and pair in base:
                 continue  # ``H·D`` when it is C: the letter names it
@@ -198,7 +201,8 @@ class _Namer:
             hints = (carried[i] if carried else None, comment[i] if comment else None)
             out.append(self.decide(pair, hints, context, text, leaf))
         self.names[rid] = tuple(out)
-        self.final[rid] = None if all(n == "?" for n in out) else self.names[rid]
+        shown = tuple("?" if n == CUT else n for n in out)
+        self.final[rid] = None if all(n == "?" for n in shown) else shown
 
     def decide(self, pair: Pair, hints, context: str, text: str, leaf: bool = False) -> str:
         table = self.table
@@ -208,6 +212,8 @@ class _Namer:
                 return hint
         if pair == (1, 1) or (pair[0] == 1 and "1" in cands):
             return "1"  # a size-one axis nothing carried a letter to (KV == 1 included)
+        if hints[0] == CUT:
+            return CUT  # a part of a named axis no letter is a part of, carried along
         if pair[1] is None and any(_moves(c) for c in cands):
             return "?"  # no second pass for this tensor: names that move need the ops
         if len(cands) == 1:
@@ -263,6 +269,9 @@ class _Namer:
             names = [self._get(i)[axis] for i in parts]
             if None in names or "?" in names:
                 continue
+            if CUT in names:
+                out[axis] = CUT
+                continue
             half = names[0][:-2] if names[0].endswith("/2") else None
             if half and len(names) == 2 and names[1] == names[0]:
                 out[axis] = half
@@ -274,7 +283,10 @@ class _Namer:
         """A slice or split keeps every axis it leaves whole and names a cut one when it is a
         half or undoes a coefficient: rotary halves of ``D`` are ``D/2`` (whatever else is
         that size), the thirds of a fused ``3C`` are ``C``; any other part (a rotary width
-        ``R`` of ``D``) is left to the letters that fit it."""
+        ``R`` of ``D``) is left to the letters that fit it, when one is a part of the cut
+        name (its letters among the name's, or the two in one expression of the table:
+        ``D-R``); a part no such letter fits is :data:`CUT` (a chunk of ``Q`` cut to the
+        loop's ``i`` tokens is not the heads ``Hk`` because ``i`` is 9 once)."""
         ins, outs = self.pairs[src], self.pairs[rid]
         if len(ins) != len(outs):
             return None
@@ -285,7 +297,7 @@ class _Namer:
                 out.append(name if (a1, a2) == (b1, b2) else None)
                 continue
             if not b1 or a1 % b1 or a2 is None or not b2 or a2 * b1 != b2 * a1:
-                out.append(None)  # not one whole factor, proven in both passes
+                out.append(self._part(name, (b1, b2)))  # not one whole factor (both passes)
                 continue
             factor = a1 // b1
             coefficient = re.match(r"^(\d+)([A-Za-z].*)$", name)
@@ -294,8 +306,36 @@ class _Namer:
             elif factor == 2 and re.fullmatch(r"[A-Za-z]+", name):
                 out.append(f"{name}/2")  # rotary halves; other parts keep their own letter
             else:
-                out.append(None)
+                out.append(self._part(name, (b1, b2)))
         return out
+
+    def _part(self, name: str, pair: Pair) -> str | None:
+        """What a cut of ``name`` to ``pair`` may be called: ``None`` (let the letters that
+        fit decide) when one of them is a part of ``name``, else :data:`CUT`."""
+        if name == CUT:
+            return CUT
+        if name == "?":
+            return None  # nothing known of the whole: the letters that fit the part decide
+        cands = self.table.candidates(pair)
+        if not cands or pair[0] == 1 or any(_moves(c) for c in cands) or _moves(name):
+            return None
+        mine = set(letters_in(name))
+        if mine & {"H", "D"}:
+            mine.add("C")  # C is H·D: a fused projection's query part
+        kin = _kin(name)
+
+        def part(c: str) -> bool:
+            theirs = set(letters_in(c))
+            return (
+                theirs <= mine
+                or _kin(c) == kin
+                or any(mine | theirs <= group for group in self.table.groups)
+            )
+
+        if any(part(c) for c in cands):
+            return None
+        hidden = [n for n, p in self.table.every if p == pair and part(n)]
+        return hidden[0] if len(hidden) == 1 else CUT  # R/2, where Hs too is 4
 
     def _indexed(self, src: int, rid: int, step: Step) -> list[str | None] | None:
         """An integer index drops axes and keeps the rest in order: ``x[:, :, i, :]`` of
@@ -310,8 +350,15 @@ class _Namer:
             for kept in itertools.combinations(range(len(ins)), len(outs))
             if all(_same(ins[i], out) for i, out in zip(kept, outs))
         ]
-        if not fits:
-            return None
+        if not fits:  # a kept axis was sliced too (attn[..., i, :i]): the source says which
+            written = {k for k in _subscripts(step, len(ins)) if len(k) == len(outs)}
+            if len(written) != 1:
+                return None
+            kept, names = written.pop(), self._get(src)
+            return [
+                names[i] if _same(ins[i], out) else names[i] and self._part(names[i], out)
+                for i, out in zip(kept, outs)
+            ]
         written = {kept for kept in _subscripts(step, len(ins)) if kept in fits}
         if len(written) == 1:  # the source says which: x[:, :, i, :] keeps axes 0, 1, 3
             fits = list(written)
@@ -478,6 +525,11 @@ def _subscripts(step: Step, ndim: int) -> list[tuple[int, ...]]:
     return out
 
 
+CUT = "~"
+"""While naming: an axis cut from a named one to a size no letter that is a part of it
+has (shown ``?``), carried through the ops so that no letter is given it by size."""
+
+
 def _summed(names: list[str]) -> str:
     """The parts of a ``cat`` added up, like terms counted: ``Hk·Dk``, ``Hk·Dk``, ``Hv·Dvl``
     -> ``2Hk·Dk+Hv·Dvl``."""
@@ -538,6 +590,12 @@ def _tie_break(cands: list[str], context: str, text: str, attrs, leaf: bool = Fa
     if not leaf and len(rest) == 1 and len(rest) < len(cands):
         return rest[0]
     return None
+
+
+def _kin(name: str) -> str:
+    """A name's family for what a cut of it may be: a head's rotary part is the head's."""
+    family = _family(name)
+    return "attention" if family == "rotary" else family
 
 
 def _family(name: str) -> str:
