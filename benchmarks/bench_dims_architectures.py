@@ -11,9 +11,10 @@ to a small value that matches no other, so that a name can only be right by evid
 - attention: 2 layers, C=96, H=6, 2 key/value heads, D=16, F=200, V=101, N=64 positions;
   latent attention R=8 (its ``head_dim``), Dn=12, Dv=10, Lkv=28, Lq=24, its keys and
   values per query head (KV = H); experts E=5, top-K=2, FE=40, the shared expert FS=56;
-- state-space mixers: state S=14, conv kernel W=7, dt rank Dt=13, inner width
-  I = expand × C = 192, Mamba-2 heads 4 × head width 48 (= I), groups 1, chunk Q=36
-  (longer than T: one chunk, as at real lengths' first chunk); RecurrentGemma's U=120;
+- state-space mixers: state S=14, conv kernel W=19 (not 7, the width of Inkling's routing
+  scores, 5 experts + 2 shared), dt rank Dt=13, inner width I = expand × C = 192, Mamba-2
+  heads 4 × head width 48 (= I), groups 1, chunk Q=36 (longer than T: one chunk, as at
+  real lengths' first chunk); RecurrentGemma's U=120;
 - linear attention: key heads Hk=9, value heads Hv=18, key and value head widths
   Dk=20 and Dvl=26; Inkling's sliding-window layers 30 heads, 15 key/value heads, width
   22, relative features 17 over 50 (45 in the window); a sparse-attention indexer's
@@ -115,8 +116,8 @@ _MOE = {
 
 _SSM = {  # state-space mixers (Mamba, Mamba-2 and the hybrids around them)
     "state_size": 14, "ssm_state_size": 14, "mamba_d_state": 14, "d_state": 14,
-    "conv_kernel": 7, "mamba_d_conv": 7, "d_conv": 7, "conv1d_width": 7, "conv_L_cache": 7,
-    "linear_conv_kernel_dim": 7, "short_conv_kernel_size": 7, "conv_kernel_size": 7,
+    "conv_kernel": 19, "mamba_d_conv": 19, "d_conv": 19, "conv1d_width": 19, "conv_L_cache": 19,
+    "linear_conv_kernel_dim": 19, "short_conv_kernel_size": 19, "conv_kernel_size": 19,
     "time_step_rank": 13, "mamba_dt_rank": 13, "dt_rank": 13,
     "expand": 2, "mamba_expand": 2, "mamba_d_ssm": 192,  # the inner width: 2 × C = 192
     "mamba_n_heads": 4, "mamba_num_heads": 4, "n_mamba_heads": 4,
@@ -127,7 +128,7 @@ _SSM = {  # state-space mixers (Mamba, Mamba-2 and the hybrids around them)
 }  # fmt: skip
 _SLIDING = {  # Inkling: sliding-window layers with their own heads, relative logits
     "swa_num_attention_heads": 30, "swa_num_key_value_heads": 15, "swa_head_dim": 22,
-    "d_rel": 17, "rel_extent": 50, "sliding_window_size": 45, "sconv_kernel_size": 7,
+    "d_rel": 17, "rel_extent": 50, "sliding_window_size": 45, "sconv_kernel_size": 19,
 }  # fmt: skip
 _INDEXER = {"index_n_heads": 21, "index_head_dim": 34}  # sparse attention's indexer
 _LINEAR = {  # linear attention (gated delta rule, KDA): its own heads and head widths
