@@ -5,8 +5,24 @@
     .venv/bin/python benchmarks/bench_dims_architectures.py --failing    # the last run's misses
 
 Each architecture of ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` is built from its own config,
-shrunk (2 layers, C=96, H=6, 2 key/value heads, D=16, F=200, V=101) with random weights,
-and fed token ids of B=3, T=11: sizes chosen so that no two coincide. What cannot be
+shrunk with random weights and fed token ids of B=3, T=11. Every size the config has is set
+to a small value that matches no other, so that a name can only be right by evidence:
+
+- attention: 2 layers, C=96, H=6, 2 key/value heads, D=16, F=200, V=101, N=64 positions;
+  latent attention R=8 (its ``head_dim``), Dn=12, Dv=10, Lkv=28, Lq=24, its keys and
+  values per query head (KV = H); experts E=5, top-K=2, FE=40, the shared expert FS=56;
+- state-space mixers: state S=14, conv kernel W=19 (not 7, the width of Inkling's routing
+  scores, 5 experts + 2 shared), dt rank Dt=13, inner width I = expand × C = 192, Mamba-2
+  heads 4 × head width 48 (= I), groups 1, chunk Q=36 (longer than T: one chunk, as at
+  real lengths' first chunk); RecurrentGemma's U=120;
+- linear attention: key heads Hk=9, value heads Hv=18, key and value head widths
+  Dk=20 and Dvl=26; Inkling's sliding-window layers 30 heads, 15 key/value heads, width
+  22, relative features 17 over 50 (45 in the window); a sparse-attention indexer's
+  21 heads of width 34;
+- a hybrid's two layers are one of each kind (a mixer, then attention): two layers of its
+  default pattern are often both mixers, and some then fail to build their mask.
+
+A config that refuses these at construction gets the basic sizes set after. What cannot be
 built, or whose plain forward fails here, is skipped and counted. Per model it prints:
 
 - **named**: the share of the axes of ≥2-D tensors that carry a name (not ``?``);
@@ -55,15 +71,17 @@ _SET = {
 }  # fmt: skip
 
 
-def shrink(config, depth: int = 0):
-    """``config`` (and its sub-configs: ``text_config``...) at the survey's sizes."""
-    for name, value in _SET.items():
-        if name in vars(config) or (hasattr(type(config), name) and name in config.to_dict()):
-            with contextlib.suppress(AttributeError, TypeError, ValueError):
-                setattr(config, name, value)
+def shrink(config, depth: int = 0, layout: bool = True, full: bool = True):
+    """``config`` (and its sub-configs: ``text_config``...) at the survey's sizes: those of
+    :func:`survey_kwargs` for each (so what the constructor was given is not undone after,
+    as ``_SET``'s ``head_dim=16`` once undid latent attention's ``head_dim=8``). ``layout``:
+    also a hybrid's layer pattern (not for a config built with it: its pattern is set)."""
+    for name, value in survey_kwargs(config, layout, full).items():
+        with contextlib.suppress(AttributeError, TypeError, ValueError):
+            setattr(config, name, value)
     for value in list(vars(config).values()):
         if depth < 2 and hasattr(value, "to_dict") and hasattr(value, "model_type"):
-            shrink(value, depth + 1)
+            shrink(value, depth + 1, full=full)
     with contextlib.suppress(AttributeError, TypeError, ValueError):
         config._attn_implementation = "eager"
     return config
@@ -91,25 +109,125 @@ _MLA = {"qk_rope_head_dim": 8, "qk_nope_head_dim": 12, "v_head_dim": 10, "kv_lor
 _MOE = {
     "num_local_experts": 5, "num_experts": 5, "n_routed_experts": 5, "moe_num_experts": 5,
     "num_experts_per_tok": 2, "moe_topk": 2, "moe_intermediate_size": 40,
-    "n_group": 1, "topk_group": 1,
+    "n_group": 1, "topk_group": 1, "shared_expert_intermediate_size": 56,
+    "shared_intermediate_size": 56, "moe_shared_expert_intermediate_size": 56,
 }  # fmt: skip
 
 
-def survey_kwargs(defaults) -> dict:
-    """The survey's sizes for the attributes this config has (its own spelling)."""
-    have = set(defaults.to_dict()) | set(getattr(defaults, "attribute_map", {}))
-    out = {k: v for k, v in _SET.items() if k in have}
-    for k, v in _MOE.items():
-        if isinstance(getattr(defaults, k, None), int):
+_SSM = {  # state-space mixers (Mamba, Mamba-2 and the hybrids around them)
+    "state_size": 14, "ssm_state_size": 14, "mamba_d_state": 14, "d_state": 14,
+    "conv_kernel": 19, "mamba_d_conv": 19, "d_conv": 19, "conv1d_width": 19, "conv_L_cache": 19,
+    "linear_conv_kernel_dim": 19, "short_conv_kernel_size": 19, "conv_kernel_size": 19,
+    "time_step_rank": 13, "mamba_dt_rank": 13, "dt_rank": 13,
+    "expand": 2, "mamba_expand": 2, "mamba_d_ssm": 192,  # the inner width: 2 × C = 192
+    "mamba_n_heads": 4, "mamba_num_heads": 4, "n_mamba_heads": 4,
+    "mamba_d_head": 48, "mamba_head_dim": 48, "mamba_headdim": 48,  # 4 × 48 = 192
+    "n_groups": 1, "mamba_n_groups": 1, "mamba_ngroups": 1,
+    "chunk_size": 36, "mamba_chunk_size": 36,
+    "lru_width": 120,  # RecurrentGemma's recurrent block
+}  # fmt: skip
+_SLIDING = {  # Inkling: sliding-window layers with their own heads, relative logits
+    "swa_num_attention_heads": 30, "swa_num_key_value_heads": 15, "swa_head_dim": 22,
+    "d_rel": 17, "rel_extent": 50, "sliding_window_size": 45, "sconv_kernel_size": 19,
+}  # fmt: skip
+_INDEXER = {"index_n_heads": 21, "index_head_dim": 34}  # sparse attention's indexer
+_LINEAR = {  # linear attention (gated delta rule, KDA): its own heads and head widths
+    "linear_num_key_heads": 9, "linear_num_heads": 9, "linear_num_value_heads": 18,
+    "linear_key_head_dim": 20, "linear_head_dim": 20, "linear_value_head_dim": 26,
+}  # fmt: skip
+
+
+_MOE_UNSET = (
+    "n_routed_experts",
+    "num_local_experts",
+    "num_experts_per_tok",
+    "n_group",
+    "topk_group",
+)
+
+
+def survey_kwargs(defaults, layout: bool = True, full: bool = True) -> dict:
+    """The survey's sizes for the attributes this config has (its own spelling); only the
+    basic ones (``_SET``) unless ``full``."""
+    aliases = getattr(defaults, "attribute_map", {})
+    have = set(defaults.to_dict()) | set(aliases)
+    out, targets = {}, set()
+    for k, v in _SET.items():  # an alias of an attribute already set is not set again
+        if k in have and aliases.get(k, k) not in targets:  # (Whisper's KV heads are its H)
+            out[k] = v
+            targets.add(aliases.get(k, k))
+    if not full:
+        return out
+    for k, v in _MOE.items():  # None too, a size its model reads all the same (DeepSeek-V2's
+        value = _attr(defaults, k)  # top-k), but Gemma-4's num_experts=None: no experts
+        if k in have and (isinstance(value, int) or (value is None and k in _MOE_UNSET)):
+            out[k] = v
+    if "n_shared_experts" in have and _attr(defaults, "n_shared_experts") is None:
+        out["n_shared_experts"] = 1  # dots1 leaves it unset and multiplies by it
+    if "v_head_dim" in have and isinstance(_attr(defaults, "v_head_dim"), int):
+        out["v_head_dim"] = _MLA["v_head_dim"]  # value heads of their own width (MiMo-V2)
+    for k, v in {**_SSM, **_LINEAR, **_SLIDING, **_INDEXER}.items():
+        if k in have and isinstance(_attr(defaults, k), int | type(None)):
             out[k] = v
     if "qk_rope_head_dim" in have:  # latent attention: its rotary width is its head_dim
         out.update({k: v for k, v in _MLA.items() if k in have}, head_dim=8)
         if getattr(defaults, "q_lora_rank", None):
             out["q_lora_rank"] = 24
+        if "num_key_value_heads" in have:  # keys and values come per query head
+            out["num_key_value_heads"] = _SET["num_attention_heads"]
+    if _mamba2_heads(defaults, have):  # Mamba-2's own num_heads × head_dim is its inner width
+        out.update(num_heads=4, head_dim=48)
     if isinstance(getattr(defaults, "rotary_dim", None), int):
         out["rotary_dim"] = 8
+    if layout:
+        out.update(_hybrid_layers(defaults, have))
     if "use_cache" in have:
         out["use_cache"] = False  # a plain forward, no cache object to hand back
+    return out
+
+
+def _attr(config, name: str):
+    try:
+        return getattr(config, name, None)
+    except Exception:  # a config that refuses a global value
+        return None
+
+
+def _mamba2_heads(config, have) -> bool:
+    return {"num_heads", "head_dim", "n_groups", "expand"} <= have
+
+
+def _hybrid_layers(config, have) -> dict:
+    """A hybrid's two layers are one of each kind (a mixer layer, then an attention one):
+    two layers of its default pattern are often both mixers, and a model with no attention
+    layer fails to build its mask (``get_seq_length`` on a cache of mixers only)."""
+    if "block_types" in have:  # RecurrentGemma: its pattern is its block types
+        return {"block_types": ["recurrent", "attention"]}
+    if "layer_types" not in have and "layers_block_type" not in have:
+        return {}
+    kinds = list(dict.fromkeys(_attr(config, "layer_types") or ()))
+    if not kinds and "conv_L_cache" in have:  # LFM2-MoE leaves its pattern unset
+        kinds = ["conv", "full_attention"]
+    mixers = [k for k in kinds if k in ("linear_attention", "conv", "mamba")]
+    others = [k for k in kinds if k not in mixers]
+    if not mixers:
+        return {}
+    attention = [k for k in others if "attention" in k or k == "hybrid"] or ["full_attention"]
+    if attention[0] == "indexed_attention" and _attr(config, "indexer_n_heads") is None:
+        return {}  # Qwen4-Exp's indexed attention needs an indexer the defaults leave unset
+    layers = [mixers[0], attention[0]]
+    if attention[0] == "hybrid":  # Zamba's shared block is tied across two hybrid layers
+        layers *= 2
+    out: dict = {"layer_types": layers}
+    if len(layers) > 2:
+        out.update({k: len(layers) for k in ("num_hidden_layers", "n_layer") if k in have})
+    if "hybrid_layer_ids" in have:  # Zamba-2 derives it from its pattern once, at init
+        out["hybrid_layer_ids"] = [i for i, k in enumerate(layers) if k == "hybrid"]
+    if "attn_layer_indices" in have:  # Bamba's pattern is its attention layers' indices
+        out = {"attn_layer_indices": [1]}
+    for key in ("attn_layer_period", "attn_layer_offset"):  # Jamba, Zamba
+        if key in have:
+            out[key] = {"attn_layer_period": 2, "attn_layer_offset": 1}[key]
     return out
 
 
@@ -119,9 +237,10 @@ def build(model_type: str):
 
     defaults = AutoConfig.for_model(model_type)
     try:  # sizes given to the constructor: what it derives from them follows
-        config = shrink(AutoConfig.for_model(model_type, **survey_kwargs(defaults)))
-    except Exception:  # a config that refuses them: set them after
-        config = shrink(defaults)
+        config = AutoConfig.for_model(model_type, **survey_kwargs(defaults))
+        config = shrink(config, layout=False)
+    except Exception:  # a config that refuses them: the basic ones set after (ZAYA allows
+        config = shrink(defaults, full=False)  # top-1 routing only: no MoE sizes forced)
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -39,7 +39,8 @@ class Letter:
     meaning: str
     config: tuple[str, ...] = ()  # config attributes, first found wins
     attrs: tuple[str, ...] = ()  # module attributes (``self.num_heads = ...``)
-    family: str = ""  # input, attention, experts, rotary, ffn, vocab, model, position
+    family: str = ""  # input, attention, experts, rotary, ffn, vocab, model, position, ssm,
+    # linear (attention), chunk
 
 
 LETTERS: dict[str, Letter] = {
@@ -68,6 +69,46 @@ LETTERS: dict[str, Letter] = {
         "head width (d_head)",
         ("head_dim", "d_head", "head_size", "d_k", "kv_channels"),
         ("d_head", "head_dim", "d_k", "head_size"),
+        "attention",
+    ),
+    "Hw": Letter(
+        "query heads of the sliding-window layers (only when not H)",
+        ("swa_num_attention_heads",),
+        (),
+        "attention",
+    ),
+    "KVw": Letter(
+        "key/value heads of the sliding-window layers (only when not KV)",
+        ("swa_num_key_value_heads",),
+        (),
+        "attention",
+    ),
+    "Dw": Letter(
+        "head width of the sliding-window layers (only when not D)",
+        ("swa_head_dim",),
+        (),
+        "attention",
+    ),
+    "Dr": Letter(
+        "relative-position features per head (Inkling's learned relative logits)",
+        ("d_rel",),
+        (),
+        "attention",
+    ),
+    "Nr": Letter(
+        "relative distances a full-attention head scores", ("rel_extent",), (), "position"
+    ),
+    "Nw": Letter("sliding-window length", ("sliding_window_size",), (), "position"),
+    "Hi": Letter(
+        "heads of a sparse-attention indexer (DeepSeek-V3.2's lightning indexer)",
+        ("index_n_heads", "indexer_n_heads"),
+        (),
+        "attention",
+    ),
+    "Di": Letter(
+        "head width of a sparse-attention indexer",
+        ("index_head_dim", "indexer_head_dim"),
+        (),
         "attention",
     ),
     "R": Letter(
@@ -101,6 +142,16 @@ LETTERS: dict[str, Letter] = {
         "ffn",
     ),
     "FE": Letter("one expert's feed-forward width", ("moe_intermediate_size",), (), "experts"),
+    "FS": Letter(
+        "the shared expert's feed-forward width",
+        (
+            "shared_expert_intermediate_size",
+            "shared_intermediate_size",
+            "moe_shared_expert_intermediate_size",
+        ),
+        (),
+        "experts",
+    ),
     "E": Letter(
         "experts of a mixture of experts",
         ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"),
@@ -113,6 +164,89 @@ LETTERS: dict[str, Letter] = {
         ("top_k", "num_experts_per_tok"),
         "experts",
     ),
+    "I": Letter(
+        "inner width of a state-space mixer (Mamba's expand × C)",
+        ("mamba_d_ssm", "d_inner", "mamba_intermediate_size"),
+        ("d_inner", "mamba_d_ssm"),
+        "ssm",
+    ),
+    "S": Letter(
+        "state size of a state-space mixer (SSM state)",
+        ("state_size", "ssm_state_size", "mamba_d_state", "d_state"),
+        ("ssm_state_size", "d_state", "state_size"),
+        "ssm",
+    ),
+    "Dt": Letter(
+        "rank of a state-space mixer's time step (dt) projection",
+        ("time_step_rank", "mamba_dt_rank", "dt_rank"),
+        ("time_step_rank", "dt_rank"),
+        "ssm",
+    ),
+    "Hs": Letter(
+        "heads of a state-space mixer (Mamba-2 in a hybrid)",
+        ("mamba_n_heads", "mamba_num_heads", "n_mamba_heads"),
+        (),
+        "ssm",
+    ),
+    "Ds": Letter(
+        "head width of a state-space mixer",
+        ("mamba_d_head", "mamba_head_dim", "mamba_headdim"),
+        (),
+        "ssm",
+    ),
+    "G": Letter(
+        "groups that share a state-space mixer's B and C projections",
+        ("n_groups", "mamba_n_groups", "mamba_ngroups"),
+        ("n_groups",),
+        "ssm",
+    ),
+    "Q": Letter(
+        "chunk length of a chunked scan",
+        ("chunk_size", "mamba_chunk_size"),
+        ("chunk_size",),
+        "chunk",
+    ),
+    "W": Letter(
+        "kernel width of a short causal convolution",
+        (
+            "conv_kernel",
+            "mamba_d_conv",
+            "d_conv",
+            "linear_conv_kernel_dim",
+            "conv1d_width",
+            "conv_L_cache",
+            "short_conv_kernel_size",
+            "conv_kernel_size",
+            "sconv_kernel_size",
+        ),
+        ("conv_kernel_size", "d_conv", "conv1d_width", "L_cache"),
+        "ssm",
+    ),
+    "Hk": Letter(
+        "key heads of linear attention (gated delta rule, KDA)",
+        ("linear_num_key_heads", "linear_num_heads"),
+        (),
+        "linear",
+    ),
+    "Hv": Letter(
+        "value heads of linear attention (shown only when not Hk)",
+        ("linear_num_value_heads",),
+        (),
+        "linear",
+    ),
+    "Dk": Letter(
+        "key head width of linear attention",
+        ("linear_key_head_dim", "linear_head_dim"),
+        (),
+        "linear",
+    ),
+    "Dvl": Letter(
+        "value head width of linear attention (shown only when not Dk)",
+        ("linear_value_head_dim",),
+        (),
+        "linear",
+    ),
+    "U": Letter("width of a recurrent (RG-LRU) block", ("lru_width",), ("lru_width",), "ssm"),
     "V": Letter("vocabulary", ("vocab_size", "n_vocab"), ("vocab_size",), "vocab"),
     "N": Letter(
         "context length: rows of a position table",
@@ -211,6 +345,20 @@ def _factor(tokens, sizes):
     return value, tokens
 
 
+STATE_SPACE_EXPRESSIONS = [
+    # Mamba: in_proj makes x and z (2I), x_proj the time step and B, C (Dt+2S)
+    "2I", "Dt+2S", "Dt+2G·S",
+    # Mamba-2: in_proj makes z, x, B, C and dt; the convolution runs over x, B, C
+    "2I+2G·S+Hs", "2I+2G·S+H", "I+2G·S", "2G·S", "G·S", "Hs·Ds", "Hs/G", "H/G",
+    # linear attention: q, k (Hk·Dk each), v, z (Hv·Dvl each), b and a (Hv each)
+    "Hk·Dk", "Hv·Dvl", "Hk·Dvl", "Hv·Dk", "2Hk·Dk+2Hv·Dvl", "2Hk·Dk+Hv·Dvl", "2Hv", "Hv/Hk",
+    "2Dk+2(Hv/Hk)·Dvl", "2(Hv/Hk)", "(Hv/Hk)·Dvl", "3Hk·Dk", "2Hk·Dk",
+    # a causal convolution's output before it is cut back to T
+    "T+W-1",
+]  # fmt: skip
+"""Expressions of the state-space and linear-attention letters (fused projections)."""
+
+
 def letters_in(name: str) -> list[str]:
     """The letters an axis name uses: ``letters_in("B·T") == ["B", "T"]``."""
     return [t for t in (_tokens(name) or ()) if t[0].isalpha()]
@@ -226,14 +374,31 @@ def expressions(sizes: Mapping[str, int]) -> list[str]:
     ``2T``, ``T+1`` and ``T-1``, ``E+1`` (a one-hot with a spare class), ``Lkv+R``.
     """
     heads = [c for c in ("H", "KV") if c in sizes]
-    widths = [w for w in ("D", "R", "Dn", "Dv") if size_of(w, sizes)]
+    widths = [w for w in ("D", "R", "Dn", "Dv", "Dr") if size_of(w, sizes)]
     out = [f"{c}·{w}" for c in heads for w in widths]
     if sizes.get("KV", 1) > 1:
         out += ["H/KV", "H/KV+2"]  # query heads per key/value head (+ its k and v)
+    sliding = [c for c in ("Hw", "KVw") if c in sizes]  # sliding-window layers' own heads
+    out += [f"{c}·{w}" for c in sliding for w in ("Dw", "D", "Dr") if w in sizes]
+    out += ["Hw/KVw", "Hw/KV", "H/KVw"]
     counts = [c for c in ("H", "KV", "E", "K") if c in sizes]
-    out += ["3C", "3D", "2F", "2FE", "(H+2KV)·D", "2KV·D", "D/2", "R/2", "D-R", "Dn+R", "Dn+Dv"]
+    out += [
+        "3C",
+        "3D",
+        "2F",
+        "2FE",
+        "2FS",
+        "(H+2KV)·D",
+        "2KV·D",
+        "D/2",
+        "R/2",
+        "D-R",
+        "Dn+R",
+        "Dn+Dv",
+    ]
     out += ["H·(Dn+R)", "H·(Dn+Dv)", "KV·(Dn+Dv)", "Lkv+R", "E+1"]
     out += ["Dn+D", "H·(Dn+D)", "Lkv+D"]  # latent attention whose rotary width is D
+    out += STATE_SPACE_EXPRESSIONS
     out += ["B·T", "2T", "T+1", "T-1", "T+P"]
     out += [f"B·{c}" for c in counts] + [f"B·T·{c}" for c in counts]
     return [e for e in dict.fromkeys(out) if size_of(e, sizes) is not None]
@@ -316,18 +481,39 @@ def letter_sizes(
         width = _ffn_width(model, found["C"].size)
         if width is not None:
             found["F"] = width
+    if "I" not in found and "C" in found:
+        inner = _inner_from_config(config, found["C"].size)
+        if inner is not None:
+            found["I"] = inner
     head = found["D"].size if "D" in found else None
     if "R" not in found:
         rotary = _rotary_from_config(config, head)
         if rotary is not None:
             found["R"] = rotary
-    if "KV" in found and "H" in found and found["KV"].size == found["H"].size:
-        del found["KV"]
-    if "R" in found and head == found["R"].size:
-        del found["R"]
-    if "Dv" in found and head == found["Dv"].size:
-        del found["Dv"]
+    for letter, same in SAME_AXIS.items():  # one axis, one letter
+        if letter in found and same in found and found[letter].size == found[same].size:
+            del found[letter]
     return found
+
+
+SAME_AXIS = {
+    "KV": "H", "R": "D", "Dv": "D", "Hv": "Hk", "Dvl": "Dk", "F": "I",
+    "Hw": "H", "KVw": "KV", "Dw": "D",
+}  # fmt: skip
+"""A letter that is given only when its size differs from its partner's: equal, they are
+one axis (all heads are key/value heads; the whole head is rotated; Mamba's
+``intermediate_size`` is its inner width, expand × C)."""
+
+
+def _inner_from_config(config: Any, c: int) -> Sized | None:
+    """``I``, a state-space mixer's inner width, from ``expand`` (``mamba_expand``) × ``C``."""
+    for name in ("expand", "mamba_expand"):
+        value = _get(config, name) if config is not None else None
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+            inner = int(value * c)
+            if inner == value * c:
+                return Sized(inner, f"config.{name} × C")
+    return None
 
 
 def _text_config(config: Any) -> Any:
@@ -384,14 +570,25 @@ def _module_attributes(model: Any) -> dict[str, Sized]:
         return out
     for path, module in modules():
         attrs = vars(module)
+        mixer = _is_mixer(module)
         for letter, spec in LETTERS.items():
-            if letter in out or not spec.attrs:
+            if letter in out or not spec.attrs or (mixer and spec.family == "attention"):
                 continue
             hit = _read(attrs, spec.attrs)
             if hit is not None:
                 where = f"{path}.{hit[0]}" if path else hit[0]
                 out[letter] = Sized(hit[1], f"module attribute {where}")
     return out
+
+
+_MIXERS = ("mamba", "mixer", "ssm", "gateddelta", "linearattention", "recurrent", "rglru")
+
+
+def _is_mixer(module: Any) -> bool:
+    """A state-space or linear-attention mixer, whose ``num_heads``/``head_dim`` are its own
+    heads (Falcon-H1's Mamba-2 beside its attention), not the attention's ``H``/``D``."""
+    name = type(module).__name__.lower()
+    return any(word in name for word in _MIXERS)
 
 
 def attribute_letters(model: Any) -> dict[str, dict[str, int]]:

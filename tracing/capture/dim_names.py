@@ -24,6 +24,7 @@ given where the ops carry them from the first input (its axes are B and T by def
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 import time
 import weakref
@@ -38,6 +39,7 @@ from tracing.capture.dim_flow import _permutation, _transpose_axes, shape_commen
 from tracing.capture.dim_letters import (
     INPUT_LETTERS,
     LETTERS,
+    SAME_AXIS,
     Sized,
     attribute_letters,
     expressions,
@@ -89,6 +91,8 @@ class Table:
     def __init__(self, sizes1: Mapping[str, int], sizes2: Mapping[str, int] | None):
         self.sizes1, self.sizes2 = dict(sizes1), dict(sizes2) if sizes2 else None
         names = [n for n in LETTERS if n in sizes1] + expressions(sizes1) + ["1", "0"]
+        self.groups = [set(letters_in(n)) for n in names if len(letters_in(n)) > 1]
+        self.every: list[tuple[str, Pair]] = []  # also the expressions a letter's pair hides
         self.by_pair: dict[Pair, list[str]] = {}
         self.by_size: dict[int, list[str]] = {}
         base: set[Pair] = set()
@@ -96,6 +100,7 @@ class Table:
             pair = self.pair(name)
             if pair is None or pair[0] < 0 or (pair[0] == 0 and name != "0"):
                 continue
+            self.every.append((name, pair))
             is_letter = name in LETTERS or name in ("1", "0")
             if not is_letter and pair in base:
                 continue  # ``H·D`` when it is C: the letter names it
@@ -196,7 +201,8 @@ class _Namer:
             hints = (carried[i] if carried else None, comment[i] if comment else None)
             out.append(self.decide(pair, hints, context, text, leaf))
         self.names[rid] = tuple(out)
-        self.final[rid] = None if all(n == "?" for n in out) else self.names[rid]
+        shown = tuple("?" if n == CUT else n for n in out)
+        self.final[rid] = None if all(n == "?" for n in shown) else shown
 
     def decide(self, pair: Pair, hints, context: str, text: str, leaf: bool = False) -> str:
         table = self.table
@@ -206,6 +212,8 @@ class _Namer:
                 return hint
         if pair == (1, 1) or (pair[0] == 1 and "1" in cands):
             return "1"  # a size-one axis nothing carried a letter to (KV == 1 included)
+        if hints[0] == CUT:
+            return CUT  # a part of a named axis no letter is a part of, carried along
         if pair[1] is None and any(_moves(c) for c in cands):
             return "?"  # no second pass for this tensor: names that move need the ops
         if len(cands) == 1:
@@ -241,6 +249,8 @@ class _Namer:
                     return shaped
             if primary is not None and op in _SLICES:
                 sliced = self._sliced(primary, rid)
+                if sliced is None and op in ("getitem", "select", "unbind"):
+                    sliced = self._indexed(primary, rid, step)
                 if sliced is not None:
                     return sliced
         except (IndexError, KeyError, ValueError):
@@ -259,18 +269,24 @@ class _Namer:
             names = [self._get(i)[axis] for i in parts]
             if None in names or "?" in names:
                 continue
+            if CUT in names:
+                out[axis] = CUT
+                continue
             half = names[0][:-2] if names[0].endswith("/2") else None
             if half and len(names) == 2 and names[1] == names[0]:
                 out[axis] = half
             else:
-                out[axis] = "+".join(names)
+                out[axis] = _summed(names)
         return out
 
     def _sliced(self, src: int, rid: int) -> list[str | None] | None:
         """A slice or split keeps every axis it leaves whole and names a cut one when it is a
         half or undoes a coefficient: rotary halves of ``D`` are ``D/2`` (whatever else is
         that size), the thirds of a fused ``3C`` are ``C``; any other part (a rotary width
-        ``R`` of ``D``) is left to the letters that fit it."""
+        ``R`` of ``D``) is left to the letters that fit it, when one is a part of the cut
+        name (its letters among the name's, or the two in one expression of the table:
+        ``D-R``); a part no such letter fits is :data:`CUT` (a chunk of ``Q`` cut to the
+        loop's ``i`` tokens is not the heads ``Hk`` because ``i`` is 9 once)."""
         ins, outs = self.pairs[src], self.pairs[rid]
         if len(ins) != len(outs):
             return None
@@ -281,7 +297,7 @@ class _Namer:
                 out.append(name if (a1, a2) == (b1, b2) else None)
                 continue
             if not b1 or a1 % b1 or a2 is None or not b2 or a2 * b1 != b2 * a1:
-                out.append(None)  # not one whole factor, proven in both passes
+                out.append(self._part(name, (b1, b2)))  # not one whole factor (both passes)
                 continue
             factor = a1 // b1
             coefficient = re.match(r"^(\d+)([A-Za-z].*)$", name)
@@ -290,8 +306,65 @@ class _Namer:
             elif factor == 2 and re.fullmatch(r"[A-Za-z]+", name):
                 out.append(f"{name}/2")  # rotary halves; other parts keep their own letter
             else:
-                out.append(None)
+                out.append(self._part(name, (b1, b2)))
         return out
+
+    def _part(self, name: str, pair: Pair) -> str | None:
+        """What a cut of ``name`` to ``pair`` may be called: ``None`` (let the letters that
+        fit decide) when one of them is a part of ``name``, else :data:`CUT`."""
+        if name == CUT:
+            return CUT
+        if name == "?":
+            return None  # nothing known of the whole: the letters that fit the part decide
+        cands = self.table.candidates(pair)
+        if not cands or pair[0] == 1 or any(_moves(c) for c in cands) or _moves(name):
+            return None
+        mine = set(letters_in(name))
+        if mine & {"H", "D"}:
+            mine.add("C")  # C is H·D: a fused projection's query part
+        kin = _kin(name)
+
+        def part(c: str) -> bool:
+            theirs = set(letters_in(c))
+            return (
+                theirs <= mine
+                or _kin(c) == kin
+                or any(mine | theirs <= group for group in self.table.groups)
+            )
+
+        if any(part(c) for c in cands):
+            return None
+        hidden = [n for n, p in self.table.every if p == pair and part(n)]
+        return hidden[0] if len(hidden) == 1 else CUT  # R/2, where Hs too is 4
+
+    def _indexed(self, src: int, rid: int, step: Step) -> list[str | None] | None:
+        """An integer index drops axes and keeps the rest in order: ``x[:, :, i, :]`` of
+        ``(B, I, T, S)`` is ``(B, I, S)``: each output axis takes the name every choice of
+        kept axes that fits the sizes gives it (a scan's step inside a loop, whose B the
+        second pass did not pair; with T == S the last axis is left to the other rules)."""
+        ins, outs = self.pairs[src], self.pairs[rid]
+        if not 0 < len(outs) < len(ins) or len(ins) > 8:
+            return None
+        fits = [
+            kept
+            for kept in itertools.combinations(range(len(ins)), len(outs))
+            if all(_same(ins[i], out) for i, out in zip(kept, outs))
+        ]
+        if not fits:  # a kept axis was sliced too (attn[..., i, :i]): the source says which
+            written = {k for k in _subscripts(step, len(ins)) if len(k) == len(outs)}
+            if len(written) != 1:
+                return None
+            kept, names = written.pop(), self._get(src)
+            return [
+                names[i] if _same(ins[i], out) else names[i] and self._part(names[i], out)
+                for i, out in zip(kept, outs)
+            ]
+        written = {kept for kept in _subscripts(step, len(ins)) if kept in fits}
+        if len(written) == 1:  # the source says which: x[:, :, i, :] keeps axes 0, 1, 3
+            fits = list(written)
+        names = self._get(src)
+        picks = [{names[kept[j]] for kept in fits} for j in range(len(outs))]
+        return [pick.pop() if len(pick) == 1 else None for pick in picks]  # what all agree on
 
     def _get(self, rid: int) -> list[str | None]:
         names = self.names[rid]
@@ -376,6 +449,19 @@ class _Namer:
             self.table.fits(f, p) for f, p in zip(factors, parts)
         ):
             return factors
+        if len(parts) == 2:  # one part a letter, the other what is left: 2Hv -> Hk, 2Hv/Hk
+            for at in (0, 1):
+                letters = [c for c in self.table.candidates(parts[at]) if c in LETTERS]
+                if len(letters) != 1:
+                    continue
+                whole = f"({name})" if any(ch in name for ch in "+-/") else name
+                rest = f"{whole}/{letters[0]}"
+                if self.table.fits(rest, parts[1 - at]):
+                    known = [  # the table's expression for it: 2Dk+2(Hv/Hk)·Dvl, 3D
+                        c for c in self.table.candidates(parts[1 - at]) if c not in LETTERS
+                    ]  # (not a letter of that size: 2Hv/Hk is not the rotary width R)
+                    rest = known[0] if len(known) == 1 else rest
+                    return [letters[0], rest] if at == 0 else [rest, letters[0]]
         return [None] * len(parts)
 
     def _merge(self, parts: list[str], pair: Pair) -> str | None:
@@ -403,7 +489,7 @@ class _Namer:
         for i in inputs:
             names, pairs = self.names[i], self.pairs[i]
             for back in range(1, min(n, len(pairs)) + 1):
-                if out[n - back] is None and pairs[-back] == out_pairs[n - back]:
+                if out[n - back] is None and _same(pairs[-back], out_pairs[n - back]):
                     name = names[-back]
                     out[n - back] = None if name == "?" else name
         if inputs and None in out and step.op in _MOVES_AXES:
@@ -415,6 +501,56 @@ class _Namer:
                     if len(same) == 1 and names[same[0]] != "?":
                         out[j] = names[same[0]]
         return out
+
+
+_SUBSCRIPT = re.compile(r"\[([^\[\]]*)\]")
+
+
+def _subscripts(step: Step, ndim: int) -> list[tuple[int, ...]]:
+    """The axes each subscript on the step's line keeps, for those of slices and single
+    indices only: ``[:, :, i]`` of a 4-D tensor -> ``(0, 1, 3)`` (the axes it does not
+    name are kept whole), ``[..., i, :]`` -> ``(0, 1, 3)``."""
+    text = step.source.text if step.source is not None else ""
+    out = []
+    for inside in _SUBSCRIPT.findall(text):
+        entries = [e.strip() for e in inside.split(",")]
+        if any(e == "None" or not e for e in entries) or entries.count("...") > 1:
+            continue
+        if "..." in entries:
+            at = entries.index("...")
+            entries[at : at + 1] = [":"] * (ndim - len(entries) + 1)
+        entries += [":"] * (ndim - len(entries))
+        if len(entries) == ndim:
+            out.append(tuple(k for k, e in enumerate(entries) if ":" in e))
+    return out
+
+
+CUT = "~"
+"""While naming: an axis cut from a named one to a size no letter that is a part of it
+has (shown ``?``), carried through the ops so that no letter is given it by size."""
+
+
+def _summed(names: list[str]) -> str:
+    """The parts of a ``cat`` added up, like terms counted: ``Hk·Dk``, ``Hk·Dk``, ``Hv·Dvl``
+    -> ``2Hk·Dk+Hv·Dvl``."""
+    if any(name.isdigit() for name in names):
+        return "+".join(names)  # 1+1: two size-one parts (not 21)
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    terms = []
+    for name, n in counts.items():
+        if n == 1:
+            terms.append(name)
+        else:
+            terms.append(f"{n}({name})" if any(ch in name for ch in "+-/") else f"{n}{name}")
+    return "+".join(terms)
+
+
+def _same(a: Pair, b: Pair) -> bool:
+    """One axis by its sizes: equal in the real trace and, where both were paired, in the
+    second pass (an axis the second pass did not pair, inside a loop, has ``None``)."""
+    return a[0] == b[0] and (a[1] == b[1] or a[1] is None or b[1] is None)
 
 
 def _factors(name: str) -> list[str]:
@@ -456,6 +592,12 @@ def _tie_break(cands: list[str], context: str, text: str, attrs, leaf: bool = Fa
     return None
 
 
+def _kin(name: str) -> str:
+    """A name's family for what a cut of it may be: a head's rotary part is the head's."""
+    family = _family(name)
+    return "attention" if family == "rotary" else family
+
+
 def _family(name: str) -> str:
     for letter in letters_in(name):
         if letter in LETTERS and letter not in INPUT_LETTERS:
@@ -489,6 +631,7 @@ def name_axes(
             meta.setdefault("notes", []).extend(notes)
         return [r if n == r.dims else _with_dims(r, n) for n, r in zip(names, tensors)]
     letters = letter_sizes(sizes, subject.config, subject.model, subject.given)
+    letters.update(sizes_from_source(steps, tensors, letters))
     sizes1 = {k: v.size for k, v in letters.items()}
     other, note = _second_pass(subject, sizes1, steps)
     sizes2 = None
@@ -572,6 +715,75 @@ def _second_pass(subject: Subject, sizes1: Mapping[str, int], steps) -> tuple[An
         subject.model, subject.call, sizes1["B"], sizes1["T"], constants,
         sizes1.get("N"), subject.train, subject.ops,
     )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- source names
+
+_SHAPED_BY_ARGS = frozenset({"view", "reshape", "ones", "zeros", "empty", "eye", "rand", "randn"})
+_SPELLINGS = {name: letter for letter, spec in LETTERS.items() for name in spec.config}
+
+
+def sizes_from_source(
+    steps: Sequence[Step], tensors: Sequence[TensorRecord], known: Mapping[str, Sized]
+) -> dict[str, Sized]:
+    """Sizes of letters no config gave, from the names the source passes as a shape:
+    ``x.reshape(b, h, -1, chunk_size, d)`` makes axis 3 ``chunk_size`` (``Q``), as
+    ``torch.ones(chunk_size, chunk_size)`` makes both (Qwen3-Next fixes its chunk length
+    in a default argument, no config attribute). Each positional argument that is a
+    letter's config spelling (bare or ``self.``) names the output axis at its place; a
+    letter seen at two sizes is not learned."""
+    seen: dict[str, set[int]] = {}
+    where: dict[str, str] = {}
+    for step in steps:
+        if step.kind != "op" or step.op not in _SHAPED_BY_ARGS or not step.outputs:
+            continue
+        text = step.source.text if step.source is not None else ""
+        if "(" not in text:
+            continue
+        shape = tensors[step.outputs[0]].shape
+        for args in _call_args(text, step.op):
+            if len(args) != len(shape):
+                continue
+            for arg, size in zip(args, shape):
+                letter = _SPELLINGS.get(arg.removeprefix("self."))
+                if letter is None or letter in known or letter in INPUT_LETTERS:
+                    continue
+                same = known.get(SAME_AXIS.get(letter, ""))
+                if same is not None and same.size == size:
+                    continue  # one axis (R when the whole head is rotated): not a new letter
+                seen.setdefault(letter, set()).add(size)
+                if step.source is not None:
+                    file = step.source.file.rsplit("/", 1)[-1]
+                    where.setdefault(letter, f"source: `{arg}` at {file}:{step.source.line}")
+    return {
+        letter: Sized(sizes.pop(), where[letter])
+        for letter, sizes in seen.items()
+        if len(sizes) == 1 and letter in where
+    }
+
+
+def _call_args(text: str, op: str) -> list[list[str]]:
+    """The positional arguments of each ``op(...)`` call on a line, stripped, top level only
+    (``x.reshape(x.shape[0], -1, chunk_size)`` -> ``["x.shape[0]", "-1", "chunk_size"]``)."""
+    out = []
+    for m in re.finditer(rf"\b{op}\(", text):
+        depth, start, args = 0, m.end(), []
+        for i in range(m.end(), len(text)):
+            ch = text[i]
+            if ch in "([{":
+                depth += 1
+            elif ch in ")]}":
+                if depth == 0:
+                    args.append(text[start:i].strip())
+                    break
+                depth -= 1
+            elif ch == "," and depth == 0:
+                args.append(text[start:i].strip())
+                start = i + 1
+        else:
+            continue  # the call goes on past this line
+        out.append([a for a in args if a and "=" not in a])
+    return out
 
 
 def _used_letters(names: Sequence[Dims | None], letters: Mapping[str, Sized]) -> dict:

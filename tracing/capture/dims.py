@@ -82,8 +82,11 @@ def sizes_from_config(config: Any) -> dict[str, int]:
 
     def get(*names: str) -> Any:
         for name in names:
-            is_map = isinstance(config, Mapping)
-            value = config.get(name) if is_map else getattr(config, name, None)
+            try:
+                is_map = isinstance(config, Mapping)
+                value = config.get(name) if is_map else getattr(config, name, None)
+            except Exception:  # a config that refuses one global value (per-layer heads)
+                continue
             if value is not None:
                 return value
         return None
