@@ -11,7 +11,9 @@ weights the way PyTorch documents the reference implementation:
 and ``weights @ V`` then equals the fused output (to rounding). Two details follow the
 fused kernels rather than the textbook: a row whose keys are all masked gets weights 0 (the
 fused output for it is 0, not NaN), and with ``enable_gqa=True`` each key head is shared by
-``Hq / Hkv`` query heads (``repeat_interleave`` over the head axis).
+``Hq / Hkv`` query heads (``repeat_interleave`` over the head axis); without it a single
+key head is broadcast to every query head, as the kernels' broadcasting does (Falcon's
+multi-query attention calls it so).
 
 Dropout is not replayed: the map is the one before dropout (what a person wants to see;
 trace in ``eval()`` mode to make it the one that was used).
@@ -58,14 +60,17 @@ def attention_weights(
 
         if k.dim() >= 3 and q.dim() >= 3 and k.size(-3) != q.size(-3):
             Hq, Hkv = q.size(-3), k.size(-3)
-            if not enable_gqa:
+            if Hkv == 1 and not enable_gqa:
+                pass  # one key head broadcast to every query head (multi-query, Falcon)
+            elif not enable_gqa:
                 raise ValueError(
                     f"query has {Hq} heads but key has {Hkv}: pass enable_gqa=True for "
                     "grouped-query attention"
                 )
-            if Hq % Hkv:
+            elif Hq % Hkv:
                 raise ValueError(f"query heads ({Hq}) must be a multiple of key heads ({Hkv})")
-            k = k.repeat_interleave(Hq // Hkv, dim=-3)
+            else:
+                k = k.repeat_interleave(Hq // Hkv, dim=-3)
 
         scores = (q @ k.transpose(-2, -1)) * scale_factor  # (B, H, Tq, Tk)
         allowed = torch.ones(Tq, Tk, dtype=torch.bool, device=q.device)

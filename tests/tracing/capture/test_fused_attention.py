@@ -81,6 +81,59 @@ def test_grouped_query_attention():
         attention_weights(q, k)
 
 
+def test_one_key_head_broadcasts_to_every_query_head_without_enable_gqa():
+    """Multi-query attention (Falcon's sdpa path): the kernel broadcasts a single key head."""
+    q, k, v = _qkv(H=4, Hkv=1)
+    fused = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    w = attention_weights(q, k, is_causal=True)
+    assert w.shape == (2, 4, 5, 5)
+    torch.testing.assert_close(w @ v, fused)
+    with pytest.raises(ValueError, match="enable_gqa"):
+        attention_weights(*_qkv(H=4, Hkv=2)[:2])
+
+
+def test_falcon_multi_query_sdpa_maps_equal_eager_and_its_heads_edit():
+    """Falcon's multi-query sdpa call (one key head, no enable_gqa) gives eager's maps, and a
+    head edit by its attention module's path equals zeroing that head's ``dense`` columns."""
+    import copy
+
+    import transformers
+    from tracing.edits import Edit, Zero
+
+    import tracing
+
+    models = {}
+    for impl in ("sdpa", "eager"):
+        torch.manual_seed(0)
+        config = transformers.FalconConfig(
+            vocab_size=60, hidden_size=48, num_hidden_layers=2, num_attention_heads=6
+        )
+        models[impl] = transformers.FalconForCausalLM._from_config(
+            config, attn_implementation=impl
+        ).eval()
+    x = torch.randint(0, 60, (2, 7))
+    with torch.no_grad():
+        eager = models["eager"](x, output_attentions=True).attentions
+    t = tracing.trace(models["sdpa"], x, capture="shapes")
+    got = t.attention_maps()
+    assert len(got) == len(eager) == 2
+    for ref, (_, m) in zip(eager, sorted(got.items())):
+        torch.testing.assert_close(m, ref, rtol=1e-5, atol=1e-6)
+
+    edited = tracing.trace(
+        models["sdpa"],
+        x,
+        capture="values",
+        edits=[Edit("transformer.h.1.self_attention", Zero(), head=2)],
+    )
+    surgery = copy.deepcopy(models["sdpa"])
+    with torch.no_grad():
+        surgery.transformer.h[1].self_attention.dense.weight[:, 16:24] = 0
+        want = surgery(x).logits
+        assert not torch.allclose(want, models["sdpa"](x).logits)
+    torch.testing.assert_close(edited.value(edited.steps[0].outputs[0]), want, rtol=0, atol=2e-6)
+
+
 def test_cross_attention_lengths_and_float32():
     q, k, v = _qkv(T=3, S=7, dtype=torch.float32)
     fused = F.scaled_dot_product_attention(q, k, v)
