@@ -46,6 +46,9 @@ LETTERS: dict[str, Letter] = {
     "B": Letter("batch: the first input's axis 0", family="input"),
     "T": Letter("time: tokens of the first input (its axis 1)", family="input"),
     "P": Letter("past: cached tokens before this call's T", family="input"),
+    "Pr": Letter(
+        "prompt: learned tokens the model puts before T", ("prompt_length",), (), "prompt"
+    ),
     "C": Letter(
         "model width (d_model)",
         ("d_model", "n_embd", "hidden_size", "dim", "embed_dim", "d_embed"),
@@ -66,8 +69,8 @@ LETTERS: dict[str, Letter] = {
     ),
     "D": Letter(
         "head width (d_head)",
-        ("head_dim", "d_head", "head_size", "d_k", "kv_channels"),
-        ("d_head", "head_dim", "d_k", "head_size"),
+        ("head_dim", "d_head", "head_size", "d_k", "kv_channels", "dim_head"),
+        ("d_head", "head_dim", "d_k", "head_size", "dim_head"),
         "attention",
     ),
     "R": Letter(
@@ -96,6 +99,7 @@ LETTERS: dict[str, Letter] = {
             "decoder_ffn_dim",
             "dff",
             "encoder_ffn_dim",
+            "dim_ff",
         ),
         ("d_ff", "dim_feedforward", "intermediate_size", "intermediate_dim"),
         "ffn",
@@ -223,7 +227,8 @@ def expressions(sizes: Mapping[str, int]) -> list[str]:
     key/value head (``H/KV``), the fused
     projections (``3C``, ``(H+2KV)·D``, ``2F``), halves (``D/2``, ``R/2``), the part of a
     head that is not rotated (``D-R``), flattened batches (``B·T``, ``B·H``, ``B·T·K``),
-    ``2T``, ``T+1`` and ``T-1``, ``E+1`` (a one-hot with a spare class), ``Lkv+R``.
+    ``2T``, ``T+1`` and ``T-1``, ``Pr+T`` (a learned prompt before the tokens), ``E+1`` (a
+    one-hot with a spare class), ``Lkv+R``.
     """
     heads = [c for c in ("H", "KV") if c in sizes]
     widths = [w for w in ("D", "R", "Dn", "Dv") if size_of(w, sizes)]
@@ -234,7 +239,7 @@ def expressions(sizes: Mapping[str, int]) -> list[str]:
     out += ["3C", "3D", "2F", "2FE", "(H+2KV)·D", "2KV·D", "D/2", "R/2", "D-R", "Dn+R", "Dn+Dv"]
     out += ["H·(Dn+R)", "H·(Dn+Dv)", "KV·(Dn+Dv)", "Lkv+R", "E+1"]
     out += ["Dn+D", "H·(Dn+D)", "Lkv+D"]  # latent attention whose rotary width is D
-    out += ["B·T", "2T", "T+1", "T-1", "T+P"]
+    out += ["B·T", "2T", "T+1", "T-1", "T+P", "Pr+T"]
     out += [f"B·{c}" for c in counts] + [f"B·T·{c}" for c in counts]
     return [e for e in dict.fromkeys(out) if size_of(e, sizes) is not None]
 
