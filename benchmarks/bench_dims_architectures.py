@@ -14,6 +14,11 @@ built, or whose plain forward fails here, is skipped and counted. Per model it p
   axis has: the letter's size in the trace, and the survey's B and T (must be zero);
 - **maps**: the trace's attention maps against eager ``output_attentions`` (1e-6), where
   the model returns maps: ``=``, ``≠`` (or a different count) or ``-`` (none returned).
+  Only rank-4 ``(B, H, T, S)`` tensors count as returned maps: RWKV's ``attentions`` are
+  its time-mixing blocks' outputs ``(B, T, C)``, not weights (RWKV has no softmax over
+  tokens, and the trace rightly shows no map). CPM-Ant puts its 32 learned prompt tokens
+  before the input and its eager maps drop their rows and columns; the trace keeps the
+  softmax the model computed, ``(B, H, Pr+T, Pr+T)``, whose last ``T × T`` block is compared.
 
 Targets: median ≥ 98% named, none below 90%, no wrong letters, every map equal. A run
 writes its rows to ``benchmarks/.dims_architectures.json`` (``--failing`` reads it).
@@ -135,7 +140,7 @@ def _attentions(model, ids):
     with torch.no_grad():
         out = model(ids, output_attentions=True)
     maps = getattr(out, "attentions", None) or getattr(out, "decoder_attentions", None)
-    return [m for m in maps or () if isinstance(m, torch.Tensor)]
+    return [m for m in maps or () if isinstance(m, torch.Tensor) and m.dim() == 4]
 
 
 def survey_one(model_type: str, seconds: int = 120) -> dict:
@@ -202,10 +207,16 @@ def _figures(trace) -> dict:
 def _compare_maps(trace, eager: list[torch.Tensor]) -> str:
     if not eager:
         return "-"
-    mine = list(trace.attention_maps().values())
+    from tracing.analysis.attention_maps import attention_map_records
+
+    records = attention_map_records(trace)
+    mine = list(trace.attention_maps().items())
     if len(mine) != len(eager):
         return f"≠ {len(mine)} maps, eager {len(eager)}"
-    for a, b in zip(mine, eager):
+    for (key, a), b in zip(mine, eager):
+        dims = trace.tensors[records[key]].dims or ()
+        if a.dim() == b.dim() and all("Pr" in d for d in dims[-2:]):  # eager drops the prompt
+            a = a[..., -b.shape[-2] :, -b.shape[-1] :]
         if a.shape != b.shape or not torch.allclose(a.float(), b.float(), atol=1e-6, rtol=0):
             return "≠ values"
     return "="
