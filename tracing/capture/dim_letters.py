@@ -57,8 +57,15 @@ LETTERS: dict[str, Letter] = {
     ),
     "H": Letter(
         "attention (query) heads",
-        ("n_heads", "n_head", "num_attention_heads", "num_heads", "nhead"),
-        ("num_heads", "n_head", "n_heads", "nhead", "num_attention_heads"),
+        (
+            "n_heads",
+            "n_head",
+            "num_decoder_attention_heads",
+            "num_attention_heads",
+            "num_heads",
+            "nhead",
+        ),
+        ("num_heads", "n_head", "n_heads", "nhead", "num_attention_heads", "num_attn_heads"),
         "attention",
     ),
     "KV": Letter(
@@ -116,6 +123,18 @@ LETTERS: dict[str, Letter] = {
         ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts"),
         ("top_k", "num_experts_per_tok"),
         "experts",
+    ),
+    "Ng": Letter(
+        "n-gram streams: the further tokens predicted at once (ProphetNet)",
+        ("ngram",),
+        ("ngram",),
+        "ngram",
+    ),
+    "Nb": Letter(
+        "relative-position buckets",
+        ("num_buckets", "relative_attention_num_buckets"),
+        ("num_buckets", "relative_attention_num_buckets"),
+        "position",
     ),
     "V": Letter("vocabulary", ("vocab_size", "n_vocab"), ("vocab_size",), "vocab"),
     "N": Letter(
@@ -239,7 +258,7 @@ def expressions(sizes: Mapping[str, int]) -> list[str]:
     out += ["3C", "3D", "2F", "2FE", "(H+2KV)·D", "2KV·D", "D/2", "R/2", "D-R", "Dn+R", "Dn+Dv"]
     out += ["H·(Dn+R)", "H·(Dn+Dv)", "KV·(Dn+Dv)", "Lkv+R", "E+1"]
     out += ["Dn+D", "H·(Dn+D)", "Lkv+D"]  # latent attention whose rotary width is D
-    out += ["B·T", "2T", "T+1", "T-1", "T+P", "Pr+T"]
+    out += ["B·T", "2T", "T+1", "T-1", "T+P", "Pr+T", "Nb·H"]
     out += [f"B·{c}" for c in counts] + [f"B·T·{c}" for c in counts]
     return [e for e in dict.fromkeys(out) if size_of(e, sizes) is not None]
 

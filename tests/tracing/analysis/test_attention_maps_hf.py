@@ -112,21 +112,6 @@ def test_a_softmax_module_in_attention_over_a_learned_prompt():
         torch.testing.assert_close(got[..., 5:, 5:], want, atol=1e-6, rtol=0)  # eager's part
 
 
-def test_cpmant_names_its_axes_from_its_config():
-    model, ids = cpmant()
-    trace = tracing.trace(model, ids, capture="shapes")
-    axes = [(d, n) for r in trace.tensors if len(r.shape) >= 2 for d, n in zip(r.dims, r.shape)]
-    named = sum(d != "?" for d, _ in axes) / len(axes)
-    assert named > 0.98  # was 0.55: Pr+T, D from dim_head, F from dim_ff
-    letters = trace.meta["dim_letters"]
-    assert letters["D"]["origin"].endswith("dim_head") and letters["D"]["size"] == 8
-    assert letters["F"] == {**letters["F"], "size": 40, "origin": "config.dim_ff"}
-    sizes = {k: v["size"] for k, v in letters.items()}
-    for dims, size in axes:  # every letter stands for the axis's size
-        if dims in ("B", "T", "C", "H", "D", "F", "V", "Pr"):
-            assert sizes[dims] == size, (dims, size)
-
-
 def test_hyper_connections_and_compressor_gates_are_not_maps():
     model, ids = deepseek_v4()
     trace = tracing.trace(model, ids, capture="shapes")

@@ -1,0 +1,88 @@
+"""Letters that only some Hugging Face models have, each proven by their configs: CPM-Ant's
+learned prompt before the tokens (``Pr+T``), its ``dim_head`` and ``dim_ff``; ProphetNet's
+n-gram streams (``Ng``), its relative-position buckets (``Nb``) and its decoder's heads."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import tracing
+
+pytest.importorskip("transformers")
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+B, T = 3, 11
+SMALL = dict(vocab_size=101, pad_token_id=0, bos_token_id=1, eos_token_id=2, use_cache=False)
+
+
+def _trace(config_class, model_class, **kwargs):
+    config = config_class(**SMALL, **kwargs)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = model_class(config).eval()
+    return tracing.trace(model, torch.randint(3, 101, (B, T)), capture="shapes")
+
+
+def _axes(trace) -> list[tuple[str, int]]:
+    return [
+        (d, n)
+        for r in trace.tensors
+        if len(r.shape) >= 2 and r.dims
+        for d, n in zip(r.dims, r.shape)
+    ]
+
+
+def _letters_fit(trace) -> None:
+    """Every single-letter name stands for its letter's size."""
+    sizes = {k: v["size"] for k, v in trace.meta["dim_letters"].items()}
+    for name, size in _axes(trace):
+        if name in sizes:
+            assert sizes[name] == size, (name, size)
+
+
+def test_cpmant_reads_its_prompt_head_width_and_feed_forward_from_its_config():
+    from transformers import CpmAntConfig, CpmAntForCausalLM
+
+    trace = _trace(
+        CpmAntConfig, CpmAntForCausalLM, hidden_size=48, num_attention_heads=6, dim_head=8,
+        dim_ff=40, num_hidden_layers=2, prompt_length=5, prompt_types=3,
+    )  # fmt: skip
+    axes = _axes(trace)
+    assert sum(d != "?" for d, _ in axes) / len(axes) > 0.98  # was 0.55
+    letters = trace.meta["dim_letters"]
+    assert {k: (v["size"], v["origin"]) for k, v in letters.items() if k in ("Pr", "F")} == {
+        "Pr": (5, "config.prompt_length"),
+        "F": (40, "config.dim_ff"),
+    }
+    assert letters["D"]["size"] == 8 and letters["D"]["origin"].endswith("dim_head")
+    assert ("Pr+T", 5 + T) in axes and ("T+Pr", 5 + T) not in axes  # one name, in cat order
+    _letters_fit(trace)
+
+
+def test_prophetnet_reads_its_streams_buckets_and_decoder_heads():
+    from transformers import ProphetNetConfig, ProphetNetForCausalLM
+
+    trace = _trace(
+        ProphetNetConfig, ProphetNetForCausalLM, hidden_size=48, num_encoder_layers=1,
+        num_decoder_layers=2, num_encoder_attention_heads=2, num_decoder_attention_heads=4,
+        encoder_ffn_dim=36, decoder_ffn_dim=36, ngram=2, num_buckets=10,
+        max_position_embeddings=32,
+    )  # fmt: skip
+    letters = {k: (v["size"], v["origin"]) for k, v in trace.meta["dim_letters"].items()}
+    assert letters["H"] == (4, "config.num_decoder_attention_heads")  # not the encoder's 2
+    assert letters["Ng"] == (2, "config.ngram") and letters["Nb"] == (10, "config.num_buckets")
+    dims = {
+        r.dims
+        for r in trace.tensors
+        if r.producer is not None and trace.steps[r.producer].op == "softmax"
+    }
+    assert ("B", "H", "T", "T") in dims  # the main stream's attention
+    assert any(d[:3] == ("B", "Ng", "H") for d in dims)  # each predicting stream's
+    axes = _axes(trace)
+    assert ("Nb·H", 10 * 4) in axes  # the relative-position projection, then split
+    _letters_fit(trace)
