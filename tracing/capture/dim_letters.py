@@ -55,6 +55,18 @@ LETTERS: dict[str, Letter] = {
         ("d_model", "n_embd", "hidden_size", "embed_dim"),
         "model",
     ),
+    "Ce": Letter(
+        "embedding width when not C (a factorised embedding: ALBERT, ELECTRA, RemBERT)",
+        ("embedding_size", "input_embedding_size", "word_embed_proj_dim"),
+        (),
+        "vocab",
+    ),
+    "Co": Letter(
+        "output embedding width: the logits' projection before V (RemBERT)",
+        ("output_embedding_size",),
+        (),
+        "vocab",
+    ),
     "H": Letter(
         "attention (query) heads",
         (
@@ -351,6 +363,9 @@ def letter_sizes(
         del found["R"]
     if "Dv" in found and head == found["Dv"].size:
         del found["Dv"]
+    for letter in ("Ce", "Co"):  # as wide as the model: the same axis, C
+        if letter in found and "C" in found and found[letter].size == found["C"].size:
+            del found[letter]
     return found
 
 

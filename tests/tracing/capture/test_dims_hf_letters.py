@@ -86,3 +86,17 @@ def test_prophetnet_reads_its_streams_buckets_and_decoder_heads():
     axes = _axes(trace)
     assert ("Nb·H", 10 * 4) in axes  # the relative-position projection, then split
     _letters_fit(trace)
+
+
+def test_a_factorised_embedding_reads_ce_and_one_as_wide_as_the_model_reads_c():
+    from transformers import ElectraConfig, ElectraForCausalLM
+
+    small = dict(num_hidden_layers=1, num_attention_heads=4, intermediate_size=36,
+                 max_position_embeddings=32, is_decoder=True)  # fmt: skip
+    trace = _trace(ElectraConfig, ElectraForCausalLM, hidden_size=48, embedding_size=20, **small)
+    assert trace.meta["dim_letters"]["Ce"]["origin"] == "config.embedding_size"
+    embeddings = [r.dims for r in trace.tensors if r.producer is not None and r.shape == (B, T, 20)]
+    assert embeddings and all(d == ("B", "T", "Ce") for d in embeddings)
+    _letters_fit(trace)
+    same = _trace(ElectraConfig, ElectraForCausalLM, hidden_size=48, embedding_size=48, **small)
+    assert "Ce" not in same.meta["dim_letters"]  # the same axis as the model's: C
