@@ -14,11 +14,13 @@ built, or whose plain forward fails here, is skipped and counted. Per model it p
   axis has: the letter's size in the trace, and the survey's B and T (must be zero);
 - **maps**: the trace's attention maps against eager ``output_attentions`` (1e-6), where
   the model returns maps: ``=``, ``≠`` (or a different count) or ``-`` (none returned).
-  Only rank-4 ``(B, H, T, S)`` tensors count as returned maps: RWKV's ``attentions`` are
-  its time-mixing blocks' outputs ``(B, T, C)``, not weights (RWKV has no softmax over
-  tokens, and the trace rightly shows no map). CPM-Ant puts its 32 learned prompt tokens
-  before the input and its eager maps drop their rows and columns; the trace keeps the
-  softmax the model computed, ``(B, H, Pr+T, Pr+T)``, whose last ``T × T`` block is compared.
+  Only rank-4 ``(B, H, T, S)`` tensors whose rows are the T queries count as returned maps:
+  RWKV's ``attentions`` are its time-mixing blocks' outputs ``(B, T, C)``, MiniMax's
+  lightning-attention layers return their key-value state ``(B, H, D, D)`` (``KᵀV``, no
+  softmax): neither is a map, and the trace rightly shows none there. CPM-Ant puts its 32
+  learned prompt tokens before the input and its eager maps drop their rows and columns;
+  the trace keeps the softmax the model computed, ``(B, H, Pr+T, Pr+T)``, whose last
+  ``T × T`` block is compared.
 
 Targets: median ≥ 98% named, none below 90%, no wrong letters, every map equal. A run
 writes its rows to ``benchmarks/.dims_architectures.json`` (``--failing`` reads it).
@@ -140,7 +142,12 @@ def _attentions(model, ids):
     with torch.no_grad():
         out = model(ids, output_attentions=True)
     maps = getattr(out, "attentions", None) or getattr(out, "decoder_attentions", None)
-    return [m for m in maps or () if isinstance(m, torch.Tensor) and m.dim() == 4]
+    queries = ids.shape[1]  # the survey's T, a size nothing else has
+    return [
+        m
+        for m in maps or ()
+        if isinstance(m, torch.Tensor) and m.dim() == 4 and m.shape[-2] == queries
+    ]
 
 
 def survey_one(model_type: str, seconds: int = 120) -> dict:
