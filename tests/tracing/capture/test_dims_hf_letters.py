@@ -100,3 +100,29 @@ def test_a_factorised_embedding_reads_ce_and_one_as_wide_as_the_model_reads_c():
     _letters_fit(trace)
     same = _trace(ElectraConfig, ElectraForCausalLM, hidden_size=48, embedding_size=48, **small)
     assert "Ce" not in same.meta["dim_letters"]  # the same axis as the model's: C
+
+
+@pytest.mark.parametrize("heads", [None, 5], ids=["consistent", "config-disagrees"])
+def test_jetmoe_query_heads_are_its_top_k_experts_times_its_key_value_heads(heads):
+    """JetMoE's attention is a mixture of experts: each token's top-k experts (K = 3) each
+    project KV = 2 query heads, viewed ``(B, T, K, KV·D) -> (B, T, K·KV, D)``. Where the
+    config's ``num_attention_heads`` says so (K·KV = 6) that axis is H; where a config says
+    otherwise (5), the view still proves ``K·KV``, never a letter of that size (``E+1``)."""
+    from transformers import JetMoeConfig, JetMoeForCausalLM
+
+    config = JetMoeConfig(
+        **SMALL, hidden_size=96, num_hidden_layers=1, num_key_value_heads=2, kv_channels=16,
+        num_local_experts=5, num_experts_per_tok=3, intermediate_size=200,
+        max_position_embeddings=40,
+    )  # fmt: skip
+    config._attn_implementation = "eager"
+    if heads is not None:
+        config.num_attention_heads = heads
+    torch.manual_seed(0)
+    model = JetMoeForCausalLM(config).eval()
+    trace = tracing.trace(model, torch.randint(3, 101, (B, T)), capture="shapes")
+    (weights,) = [r for r in trace.tensors if r.role == "attention"]
+    assert weights.shape == (B, 6, T, T)
+    assert weights.dims == ("B", "H" if heads is None else "K·KV", "T", "T")
+    assert all("E+1" not in r.dims for r in trace.tensors if r.dims)
+    _letters_fit(trace)
