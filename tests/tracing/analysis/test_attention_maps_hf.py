@@ -5,7 +5,9 @@ in an attention module, against what each returns with ``output_attentions=True`
 - CPM-Ant's softmax is an ``nn.Softmax`` child of its attention, over its 32 learned prompt
   tokens and the input (``Pr+T``); its eager maps drop the prompt;
 - DeepSeek-V4's hyper-connections make a ``(B, T, 4, 4)`` softmax in a module called
-  ``attn_hc``, and its compressor a softmax gate: neither is a map.
+  ``attn_hc``, and its compressor a softmax gate: neither is a map;
+- MiniMax's lightning (linear) attention returns its ``KᵀV`` state ``(B, H, D, D)`` where
+  an attention returns its weights: no map either.
 """
 
 from __future__ import annotations
@@ -131,3 +133,22 @@ def test_hyper_connections_and_compressor_gates_are_not_maps():
         if r.producer is not None and ".attn_hc" in trace.steps[r.producer].module
     ]
     assert all(r.role != "attention" for r in hc)
+
+
+def test_a_linear_attention_state_returned_as_weights_is_not_a_map():
+    from transformers import MiniMaxConfig, MiniMaxForCausalLM
+
+    model, ids = _build(
+        MiniMaxConfig, MiniMaxForCausalLM, hidden_size=96, num_attention_heads=6,
+        num_key_value_heads=2, head_dim=16, intermediate_size=200, num_hidden_layers=2,
+        layer_types=["full_attention", "linear_attention"], num_local_experts=5,
+        num_experts_per_tok=2, block_size=4, max_position_embeddings=64, use_cache=False,
+    )  # fmt: skip
+    full, linear = _eager(model, ids)
+    assert full.shape == (B, 6, T, T) and linear.shape == (B, 6, 16, 16)  # (B, H, D, D)
+    trace = tracing.trace(model, ids, capture="shapes")
+    maps = trace.attention_maps()
+    assert list(maps) == ["model.layers.0.self_attn"]
+    torch.testing.assert_close(maps["model.layers.0.self_attn"], full, atol=1e-6, rtol=0)
+    states = [r for r in trace.tensors if r.shape == (B, 6, 16, 16) and r.producer is not None]
+    assert states and all(r.role != "attention" for r in states)
