@@ -136,6 +136,12 @@ LETTERS: dict[str, Letter] = {
         ("top_k", "num_experts_per_tok"),
         "experts",
     ),
+    "Hc": Letter(
+        "hyper-connection streams: parallel copies of the residual (DeepSeek-V4)",
+        ("hc_mult",),
+        ("hc_mult",),
+        "streams",
+    ),
     "Ng": Letter(
         "n-gram streams: the further tokens predicted at once (ProphetNet)",
         ("ngram",),
