@@ -154,3 +154,14 @@ def test_a_linear_attention_state_returned_as_weights_is_not_a_map():
     torch.testing.assert_close(maps["model.layers.0.self_attn"], full, atol=1e-6, rtol=0)
     states = [r for r in trace.tensors if r.shape == (B, 6, 16, 16) and r.producer is not None]
     assert states and all(r.role != "attention" for r in states)
+
+
+def test_heads_folded_into_the_batch_have_no_head_sites_to_patch():
+    from tracing.capture.edits import EditError
+    from tracing.runs.patching import head_sites, sweep
+
+    model, ids = mvp()
+    trace = tracing.trace(model, ids, capture="shapes")
+    assert len(trace.attention_maps()) == 2 and head_sites(trace) == []
+    with pytest.raises(EditError, match="no attention maps with a heads axis"):
+        sweep(model, ids, ids.flip(1), over="heads")
