@@ -92,6 +92,24 @@ LETTERS: dict[str, Letter] = {
         ("d_head", "head_dim", "d_k", "head_size", "dim_head"),
         "attention",
     ),
+    "Hw": Letter(
+        "query heads of the sliding-window layers (when not H)",
+        ("swa_num_attention_heads",),
+        (),
+        "attention",
+    ),
+    "KVw": Letter(
+        "key/value heads of the sliding-window layers (when not KV)",
+        ("swa_num_key_value_heads",),
+        (),
+        "attention",
+    ),
+    "Dw": Letter(
+        "head width of the sliding-window layers (when not D)",
+        ("swa_head_dim",),
+        (),
+        "attention",
+    ),
     "R": Letter(
         "rotary width: the part of a head that is rotated (only when not D)",
         ("rotary_dim", "rotary_ndims", "qk_rope_head_dim", "rotary_emb_dim"),
@@ -276,7 +294,7 @@ def expressions(sizes: Mapping[str, int]) -> list[str]:
     out += ["3C", "3D", "2F", "2FE", "(H+2KV)·D", "2KV·D", "D/2", "R/2", "D-R", "Dn+R", "Dn+Dv"]
     out += ["H·(Dn+R)", "H·(Dn+Dv)", "KV·(Dn+Dv)", "Lkv+R", "E+1"]
     out += ["Dn+D", "H·(Dn+D)", "Lkv+D"]  # latent attention whose rotary width is D
-    out += ["B·T", "2T", "T+1", "T-1", "T+P", "Pr+T", "Nb·H"]
+    out += ["B·T", "2T", "T+1", "T-1", "T+P", "Pr+T", "Nb·H", "Hw·Dw"]
     out += [f"B·{c}" for c in counts] + [f"B·T·{c}" for c in counts]
     return [e for e in dict.fromkeys(out) if size_of(e, sizes) is not None]
 
@@ -369,9 +387,9 @@ def letter_sizes(
         del found["R"]
     if "Dv" in found and head == found["Dv"].size:
         del found["Dv"]
-    for letter in ("Ce", "Co"):  # as wide as the model: the same axis, C
-        if letter in found and "C" in found and found[letter].size == found["C"].size:
-            del found[letter]
+    for letter, base in (("Ce", "C"), ("Co", "C"), ("Hw", "H"), ("KVw", "KV"), ("Dw", "D")):
+        if letter in found and base in found and found[letter].size == found[base].size:
+            del found[letter]  # as wide as the letter it varies: the same axis
     return found
 
 

@@ -126,3 +126,26 @@ def test_jetmoe_query_heads_are_its_top_k_experts_times_its_key_value_heads(head
     assert weights.dims == ("B", "H" if heads is None else "K·KV", "T", "T")
     assert all("E+1" not in r.dims for r in trace.tensors if r.dims)
     _letters_fit(trace)
+
+
+def test_sliding_window_layers_with_their_own_heads_read_hw_kvw_dw():
+    """Inkling-2's sliding-window layers have their own query heads, key/value heads and
+    head width (``swa_*``); they read ``Hw``, ``KVw``, ``Dw`` where they differ from H, KV,
+    D (and their projection ``Hw·Dw``), never a letter of the same size by chance."""
+    from transformers import Inkling2ForCausalLM, Inkling2TextConfig
+
+    trace = _trace(
+        Inkling2TextConfig, Inkling2ForCausalLM, hidden_size=96, num_attention_heads=6,
+        num_key_value_heads=2, head_dim=16, swa_num_attention_heads=14,
+        swa_num_key_value_heads=7, swa_head_dim=12, sliding_window_size=32, rel_extent=32,
+        num_hidden_layers=2, intermediate_size=200, moe_intermediate_size=40,
+        n_routed_experts=5, num_experts_per_tok=2, max_position_embeddings=64,
+    )  # fmt: skip
+    letters = {k: (v["size"], v["origin"]) for k, v in trace.meta["dim_letters"].items()}
+    assert letters["Hw"] == (14, "config.swa_num_attention_heads")
+    assert letters["KVw"] == (7, "config.swa_num_key_value_heads")
+    assert letters["Dw"] == (12, "config.swa_head_dim")
+    maps = [r.dims for r in trace.tensors if r.role == "attention"]
+    assert maps and all(d[:3] == ("B", "Hw", "T") for d in maps)
+    assert ("Hw·Dw", 14 * 12) in _axes(trace)
+    _letters_fit(trace)
