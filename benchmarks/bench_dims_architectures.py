@@ -19,6 +19,8 @@ to a small value that matches no other, so that a name can only be right by evid
   Dk=20 and Dvl=26; Inkling's sliding-window layers 30 heads, 15 key/value heads, width
   22, relative features 17 over 50 (45 in the window); a sparse-attention indexer's
   21 heads of width 34;
+- hyper-connections (DeepSeek-V4): 7 streams (its default 4 gives Hc·Hc = 16 = D and
+  (Hc+2)·Hc = 24, the query latent rank);
 - a hybrid's two layers are one of each kind (a mixer, then attention): two layers of its
   default pattern are often both mixers, and some then fail to build their mask.
 
@@ -30,6 +32,13 @@ built, or whose plain forward fails here, is skipped and counted. Per model it p
   axis has: the letter's size in the trace, and the survey's B and T (must be zero);
 - **maps**: the trace's attention maps against eager ``output_attentions`` (1e-6), where
   the model returns maps: ``=``, ``≠`` (or a different count) or ``-`` (none returned).
+  Only rank-4 ``(B, H, T, S)`` tensors whose rows are the T queries count as returned maps:
+  RWKV's ``attentions`` are its time-mixing blocks' outputs ``(B, T, C)``, MiniMax's
+  lightning-attention layers return their key-value state ``(B, H, D, D)`` (``KᵀV``, no
+  softmax): neither is a map, and the trace rightly shows none there. CPM-Ant puts its 32
+  learned prompt tokens before the input and its eager maps drop their rows and columns;
+  the trace keeps the softmax the model computed, ``(B, H, Pr+T, Pr+T)``, whose last
+  ``T × T`` block is compared.
 
 Targets: median ≥ 98% named, none below 90%, no wrong letters, every map equal. A run
 writes its rows to ``benchmarks/.dims_architectures.json`` (``--failing`` reads it).
@@ -131,6 +140,7 @@ _SLIDING = {  # Inkling: sliding-window layers with their own heads, relative lo
     "d_rel": 17, "rel_extent": 50, "sliding_window_size": 45, "sconv_kernel_size": 19,
 }  # fmt: skip
 _INDEXER = {"index_n_heads": 21, "index_head_dim": 34}  # sparse attention's indexer
+_STREAMS = {"hc_mult": 7}  # hyper-connections: 4 streams would make Hc·Hc == D (16)
 _LINEAR = {  # linear attention (gated delta rule, KDA): its own heads and head widths
     "linear_num_key_heads": 9, "linear_num_heads": 9, "linear_num_value_heads": 18,
     "linear_key_head_dim": 20, "linear_head_dim": 20, "linear_value_head_dim": 26,
@@ -166,7 +176,7 @@ def survey_kwargs(defaults, layout: bool = True, full: bool = True) -> dict:
         out["n_shared_experts"] = 1  # dots1 leaves it unset and multiplies by it
     if "v_head_dim" in have and isinstance(_attr(defaults, "v_head_dim"), int):
         out["v_head_dim"] = _MLA["v_head_dim"]  # value heads of their own width (MiMo-V2)
-    for k, v in {**_SSM, **_LINEAR, **_SLIDING, **_INDEXER}.items():
+    for k, v in {**_SSM, **_LINEAR, **_SLIDING, **_INDEXER, **_STREAMS}.items():
         if k in have and isinstance(_attr(defaults, k), int | type(None)):
             out[k] = v
     if "qk_rope_head_dim" in have:  # latent attention: its rotary width is its head_dim
@@ -254,7 +264,12 @@ def _attentions(model, ids):
     with torch.no_grad():
         out = model(ids, output_attentions=True)
     maps = getattr(out, "attentions", None) or getattr(out, "decoder_attentions", None)
-    return [m for m in maps or () if isinstance(m, torch.Tensor)]
+    queries = ids.shape[1]  # the survey's T, a size nothing else has
+    return [
+        m
+        for m in maps or ()
+        if isinstance(m, torch.Tensor) and m.dim() == 4 and m.shape[-2] == queries
+    ]
 
 
 def survey_one(model_type: str, seconds: int = 120) -> dict:
@@ -321,10 +336,16 @@ def _figures(trace) -> dict:
 def _compare_maps(trace, eager: list[torch.Tensor]) -> str:
     if not eager:
         return "-"
-    mine = list(trace.attention_maps().values())
+    from tracing.analysis.attention_maps import attention_map_records
+
+    records = attention_map_records(trace)
+    mine = list(trace.attention_maps().items())
     if len(mine) != len(eager):
         return f"≠ {len(mine)} maps, eager {len(eager)}"
-    for a, b in zip(mine, eager):
+    for (key, a), b in zip(mine, eager):
+        dims = trace.tensors[records[key]].dims or ()
+        if a.dim() == b.dim() and all("Pr" in d for d in dims[-2:]):  # eager drops the prompt
+            a = a[..., -b.shape[-2] :, -b.shape[-1] :]
         if a.shape != b.shape or not torch.allclose(a.float(), b.float(), atol=1e-6, rtol=0):
             return "≠ values"
     return "="

@@ -47,16 +47,38 @@ LETTERS: dict[str, Letter] = {
     "B": Letter("batch: the first input's axis 0", family="input"),
     "T": Letter("time: tokens of the first input (its axis 1)", family="input"),
     "P": Letter("past: cached tokens before this call's T", family="input"),
+    "Pr": Letter(
+        "prompt: learned tokens the model puts before T", ("prompt_length",), (), "prompt"
+    ),
     "C": Letter(
         "model width (d_model)",
         ("d_model", "n_embd", "hidden_size", "dim", "embed_dim", "d_embed"),
         ("d_model", "n_embd", "hidden_size", "embed_dim"),
         "model",
     ),
+    "Ce": Letter(
+        "embedding width when not C (a factorised embedding: ALBERT, ELECTRA, RemBERT)",
+        ("embedding_size", "input_embedding_size", "word_embed_proj_dim"),
+        (),
+        "vocab",
+    ),
+    "Co": Letter(
+        "output embedding width: the logits' projection before V (RemBERT)",
+        ("output_embedding_size",),
+        (),
+        "vocab",
+    ),
     "H": Letter(
         "attention (query) heads",
-        ("n_heads", "n_head", "num_attention_heads", "num_heads", "nhead"),
-        ("num_heads", "n_head", "n_heads", "nhead", "num_attention_heads"),
+        (
+            "n_heads",
+            "n_head",
+            "num_decoder_attention_heads",
+            "num_attention_heads",
+            "num_heads",
+            "nhead",
+        ),
+        ("num_heads", "n_head", "n_heads", "nhead", "num_attention_heads", "num_attn_heads"),
         "attention",
     ),
     "KV": Letter(
@@ -67,8 +89,8 @@ LETTERS: dict[str, Letter] = {
     ),
     "D": Letter(
         "head width (d_head)",
-        ("head_dim", "d_head", "head_size", "d_k", "kv_channels"),
-        ("d_head", "head_dim", "d_k", "head_size"),
+        ("head_dim", "d_head", "head_size", "d_k", "kv_channels", "dim_head"),
+        ("d_head", "head_dim", "d_k", "head_size", "dim_head"),
         "attention",
     ),
     "Hw": Letter(
@@ -137,6 +159,7 @@ LETTERS: dict[str, Letter] = {
             "decoder_ffn_dim",
             "dff",
             "encoder_ffn_dim",
+            "dim_ff",
         ),
         ("d_ff", "dim_feedforward", "intermediate_size", "intermediate_dim"),
         "ffn",
@@ -247,6 +270,24 @@ LETTERS: dict[str, Letter] = {
         "linear",
     ),
     "U": Letter("width of a recurrent (RG-LRU) block", ("lru_width",), ("lru_width",), "ssm"),
+    "Hc": Letter(
+        "hyper-connection streams: parallel copies of the residual (DeepSeek-V4)",
+        ("hc_mult",),
+        ("hc_mult",),
+        "streams",
+    ),
+    "Ng": Letter(
+        "n-gram streams: the further tokens predicted at once (ProphetNet)",
+        ("ngram",),
+        ("ngram",),
+        "ngram",
+    ),
+    "Nb": Letter(
+        "relative-position buckets",
+        ("num_buckets", "relative_attention_num_buckets"),
+        ("num_buckets", "relative_attention_num_buckets"),
+        "position",
+    ),
     "V": Letter("vocabulary", ("vocab_size", "n_vocab"), ("vocab_size",), "vocab"),
     "N": Letter(
         "context length: rows of a position table",
@@ -371,7 +412,8 @@ def expressions(sizes: Mapping[str, int]) -> list[str]:
     key/value head (``H/KV``), the fused
     projections (``3C``, ``(H+2KV)·D``, ``2F``), halves (``D/2``, ``R/2``), the part of a
     head that is not rotated (``D-R``), flattened batches (``B·T``, ``B·H``, ``B·T·K``),
-    ``2T``, ``T+1`` and ``T-1``, ``E+1`` (a one-hot with a spare class), ``Lkv+R``.
+    ``2T``, ``T+1`` and ``T-1``, ``Pr+T`` (a learned prompt before the tokens), ``E+1`` (a
+    one-hot with a spare class), ``Lkv+R``.
     """
     heads = [c for c in ("H", "KV") if c in sizes]
     widths = [w for w in ("D", "R", "Dn", "Dv", "Dr") if size_of(w, sizes)]
@@ -399,7 +441,8 @@ def expressions(sizes: Mapping[str, int]) -> list[str]:
     out += ["H·(Dn+R)", "H·(Dn+Dv)", "KV·(Dn+Dv)", "Lkv+R", "E+1"]
     out += ["Dn+D", "H·(Dn+D)", "Lkv+D"]  # latent attention whose rotary width is D
     out += STATE_SPACE_EXPRESSIONS
-    out += ["B·T", "2T", "T+1", "T-1", "T+P"]
+    out += ["B·T", "2T", "T+1", "T-1", "T+P", "Pr+T", "Nb·H", "Hw·Dw"]
+    out += ["Hc·Hc", "(Hc+2)·Hc", "Hc·C"]  # hyper-connections: pre, post and the mixing
     out += [f"B·{c}" for c in counts] + [f"B·T·{c}" for c in counts]
     return [e for e in dict.fromkeys(out) if size_of(e, sizes) is not None]
 
@@ -498,7 +541,7 @@ def letter_sizes(
 
 SAME_AXIS = {
     "KV": "H", "R": "D", "Dv": "D", "Hv": "Hk", "Dvl": "Dk", "F": "I",
-    "Hw": "H", "KVw": "KV", "Dw": "D",
+    "Hw": "H", "KVw": "KV", "Dw": "D", "Ce": "C", "Co": "C",
 }  # fmt: skip
 """A letter that is given only when its size differs from its partner's: equal, they are
 one axis (all heads are key/value heads; the whole head is rotated; Mamba's

@@ -253,6 +253,8 @@ class _Namer:
                     sliced = self._indexed(primary, rid, step)
                 if sliced is not None:
                     return sliced
+            if primary is not None and op == "repeat":
+                return self._repeated(primary, rid)
         except (IndexError, KeyError, ValueError):
             pass
         out = self._broadcast(step, rid)
@@ -434,8 +436,69 @@ class _Namer:
                     out[g] = name
             elif len(gj) == 1 and all(parts):
                 out[gj[0]] = self._merge(parts, out_pairs[gj[0]])
+            elif all(parts):
+                for g, name in zip(gj, self._regroup(parts, [out_pairs[g] for g in gj])):
+                    out[g] = name
             i, j = i + len(gi), j + len(gj)
         return out
+
+    def _repeated(self, src: int, rid: int) -> list[str | None]:
+        """``repeat`` tiles each axis (aligned from the right) a whole number of times: an
+        axis ``X`` tiled by a count that exactly one letter has (the same in both passes)
+        is ``count·X`` (JetMoE's keys, ``(B, KV, T, D).repeat(1, K, 1, 1)``: ``K·KV``), or
+        the letter of that size where there is one (``H`` where H = K·KV)."""
+        ins, outs, names = self.pairs[src], self.pairs[rid], self._get(src)
+        out: list[str | None] = [None] * len(outs)
+        for back in range(1, min(len(ins), len(outs)) + 1):
+            (a1, a2), pair, name = ins[-back], outs[-back], names[-back]
+            if (a1, a2) == pair:
+                out[-back] = name
+                continue
+            if not name or name == "?" or not a1 or pair[0] % a1:
+                continue
+            count = pair[0] // a1
+            if a2 is not None and pair[1] != count * a2:
+                continue  # not one count in both passes
+            letters = [
+                c
+                for c in LETTERS
+                if c not in INPUT_LETTERS and size_of(c, self.table.sizes1) == count
+            ]
+            if len(letters) != 1:
+                continue
+            whole = [c for c in self.table.candidates(pair) if c in LETTERS]
+            joined = f"{letters[0]}·{name}" if "+" not in name and "-" not in name else None
+            out[-back] = whole[0] if len(whole) == 1 else joined
+        return out
+
+    def _regroup(self, parts: list[str], pairs: list[Pair]) -> list[str | None]:
+        """Axes that split and merge in one view: their factors, in order, grouped to the
+        new sizes (JetMoE's ``K, KV·D`` -> ``K·KV, D``: the top-k experts' heads); each
+        group must fit its axis in both passes, and no letter may meet itself (``KV·KV``
+        would say that an earlier tie between ``K`` and ``KV`` went the wrong way)."""
+        factors = [f for p in parts for f in _factors(p)]
+        sizes = self.table.sizes1
+        out: list[str | None] = []
+        at = 0
+        for pair in pairs:
+            group, size = [], 1
+            while at < len(factors) and size < pair[0]:
+                value = size_of(factors[at], sizes)
+                if not value:
+                    return [None] * len(pairs)
+                group.append(factors[at])
+                size *= value
+                at += 1
+            if size != pair[0] or not group or len(set(group)) < len(group):
+                return [None] * len(pairs)
+            name = group[0] if len(group) == 1 else "·".join(group)
+            if len(group) > 1:  # a letter of that size names it (K·KV is H where H = K·KV)
+                letters = [c for c in self.table.candidates(pair) if c in LETTERS]
+                name = letters[0] if len(letters) == 1 else name
+            if not self.table.fits(name, pair):
+                return [None] * len(pairs)
+            out.append(name)
+        return out if at == len(factors) else [None] * len(pairs)
 
     def _split(self, name: str, parts: list[Pair]) -> list[str | None]:
         s1 = self.table.sizes1

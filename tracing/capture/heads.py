@@ -139,7 +139,8 @@ def head_sites_in(trace, module: str | None = None) -> list[tuple[Site, int, int
     consumers = consumers_of(trace)
     found: list[tuple[Site, int, int]] = []
     for rec in trace.tensors:
-        if rec.role != "attention" or rec.producer is None:
+        # a (B·H, T, S) map (MVP, TrOCR) makes a (B·H, T, D) output: no heads axis to edit
+        if rec.role != "attention" or rec.producer is None or len(rec.shape) != 4:
             continue
         path = trace.steps[rec.producer].module
         if module is not None and module and path != module and not path.startswith(module + "."):

@@ -18,6 +18,7 @@ from torch import nn
 from tracing import file as trace_file
 from tracing.capture import dims as dims_mod
 from tracing.capture import distributed as distributed_mod
+from tracing.capture.attention_roles import proven_maps
 from tracing.capture.dim_flow import refine_dims, sizes_from_comments
 from tracing.capture.dim_names import Subject, name_axes
 from tracing.capture.drafts import StepDraft, TensorDraft
@@ -326,6 +327,7 @@ class Tracer:
         self._root_call: tuple | None = None  # the root call's (args, kwargs): dims evidence
         self._second_pass_ok = True  # False once interrupted (Ctrl-C, exit): no dims pass
         self._input_shapes: list[tuple[str, list[int]]] = []
+        self._flat_maps: list[int] = []  # rank-3 softmaxes in attention: maps if (B·H, ...)
         self._mode = None
         self._skipped_values = 0
         self._notes: dict[str, None] = {}  # what could not be recorded fully, in order
@@ -659,9 +661,17 @@ class Tracer:
         """Attention maps made by op ``index`` (a softmax in an attention module, a fused
         attention call); returns its outputs with any rebuilt map added."""
         if name == "softmax" or name == "_softmax":
-            module = self._stack[-1].module
-            if outs[0].dim() == 4 and id(module) in self._structure.attention:
-                self._mark_attention(self._steps[index].outputs[0], outs[0])
+            stack = self._stack
+            module = stack[-1].module
+            if isinstance(module, nn.Softmax) and len(stack) > 1:  # self.softmax = Softmax()
+                module = stack[-2].module
+            if id(module) in self._structure.attention:
+                rid, rank = self._steps[index].outputs[0], outs[0].dim()
+                if rank == 4:  # a candidate until its axes are named (attention_roles)
+                    self._mark_attention(rid, outs[0])
+                elif rank == 3:  # (B·H, T, S) once proven: kept, its role given in _finish
+                    self._flat_maps.append(rid)
+                    self._keep_value(rid, outs[0], force=True)
             return outs
         if name == "scaled_dot_product_attention":
             weights = self._fused_attention_map(args, kwargs)
@@ -839,7 +849,10 @@ class Tracer:
         trace = Trace(
             steps=records,
             modules=self._structure.module_infos(model),
-            tensors=name_axes(self._dims_subject(error), records, tensors, sizes, meta),
+            tensors=proven_maps(
+                name_axes(self._dims_subject(error), records, tensors, sizes, meta),
+                self._flat_maps,
+            ),
             meta=meta,
             values=self._values,
             error=error,

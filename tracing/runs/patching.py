@@ -153,7 +153,7 @@ def head_site_for_map(trace, step_index: int) -> tuple[Site, int] | None:
     step = trace.steps[step_index]
     for rid in step.outputs:
         rec = trace.tensor(rid)
-        if rec.role == "attention":
+        if rec.role == "attention" and len(rec.shape) == 4:  # (B·H, T, S): no heads axis
             found = head_site_of_map(trace, rec, consumers_of(trace))
             return None if found is None else found[:2]
     return None
@@ -201,7 +201,9 @@ def _grid(trace, over: str | Sequence, clean_values: dict, action: Action | None
     if isinstance(over, str) and over == "heads":
         found = head_sites_in(trace)
         if not found:
-            raise EditError("no attention maps in the trace: cannot sweep over heads")
+            raise EditError(
+                "no attention maps with a heads axis in the trace: cannot sweep over heads"
+            )
         heads = max(h for _, _, h in found)
         sites = [(site, k) for site, k, _ in found]
         rows = _head_rows(trace, [site for site, _ in sites])
