@@ -17,11 +17,13 @@ copied), then, for the architectures that build and run:
   key is the module's path), ``Edit(path, Zero(), head=H // 2)`` traced at ``values``,
   against weight surgery: head ``h``'s input columns ``h·D:(h+1)·D`` of that attention's
   output projection zeroed (rows of a GPT-2 ``Conv1D``). The projection is found from the
-  trace, not from names: the last ``nn.Linear`` / ``Conv1D`` child called inside the
-  attention call, with ``H`` from the map and ``D`` the width of the per-head output (the
-  step that multiplies the map with the values, or the fused call). Where that is not
-  ``H·D`` (latent attention's ``H·Dv``, no linear there, a map with no per-head output
-  after it) the row says ``?`` and why, rather than guess. ``=`` / ``≠ max diff`` /
+  trace's data flow, not from names: the first ``nn.Linear`` / ``Conv1D`` the per-head
+  output (the step that multiplies the map with the values, or the fused call) flows into,
+  through ops that keep heads apart (views, transposes, a gate's ``mul``), with ``H`` from
+  the map and ``D`` the per-head output's width (BERT's is ``attention.output.dense``,
+  outside ``attention.self``). Where there is none, it is reached only through an op that
+  mixes the heads (a norm over ``H·D``), or it does not take ``H·D``, the row says ``?``
+  and why, rather than guess. ``=`` / ``≠ max diff`` /
   ``error: message`` / ``?``; ``= (no effect)`` when the surgery does not change the
   logits at all (nothing was tested).
 
@@ -118,17 +120,52 @@ def _in_features(module) -> int | None:
     return None
 
 
-def _per_head_width(trace, rec) -> int | None:
-    """D of the per-head output made from map ``rec``: the fused call that made it, or the
-    op that multiplies it with the values."""
+def _per_head_output(trace, rec):
+    """The step that makes the per-head output from map ``rec``: the fused call that made
+    it, or the op that multiplies it with the values; None when there is none."""
     producer = trace.steps[rec.producer]
     if producer.op == "scaled_dot_product_attention" and producer.outputs:
-        return trace.tensor(producer.outputs[0]).shape[-1]
-    for s in trace.steps:
+        return producer
+    for s in trace.steps[rec.producer + 1 :]:
         if rec.id in s.inputs and s.op in ("matmul", "bmm", "einsum") and s.outputs:
-            out = trace.tensor(s.outputs[0]).shape
-            return out[-1] if len(out) >= 3 else None
+            return s
     return None
+
+
+# ops that keep each head's values apart (a zeroed head stays zero, the others unchanged)
+_PER_HEAD = {
+    "view", "reshape", "transpose", "permute", "contiguous", "flatten", "unflatten", "to",
+    "float", "type", "clone", "dropout", "squeeze", "unsqueeze", "mul", "getitem",
+}  # fmt: skip
+
+
+def _projection(model, trace, start):
+    """(path, module) of the first linear (or ``Conv1D``) the per-head output made at step
+    ``start`` flows into, or a string saying why there is none: not reached, or reached
+    only through an op that mixes the heads (a norm over ``H·D``, BitNet's ``attn_sub_norm``)."""
+    reached = {start.outputs[0]}
+    clean = {start.outputs[0]}
+    mixed_by = None
+    for s in trace.steps[start.index + 1 :]:
+        hit = [i for i in s.inputs if i in reached]
+        if not hit:
+            continue
+        if s.kind == "module":
+            try:
+                sub = model.get_submodule(s.module)
+            except AttributeError:
+                sub = None
+            if sub is not None and _in_features(sub) is not None:
+                if all(i in clean for i in hit):
+                    return s.module, sub
+                return f"the heads are mixed by {mixed_by} before {s.module}"
+            continue  # its ops follow
+        reached.update(s.outputs)
+        if s.op in _PER_HEAD and all(i in clean for i in hit):
+            clean.update(s.outputs)
+        elif mixed_by is None:
+            mixed_by = f"{s.module}:{s.op}"
+    return "no linear takes the per-head output"
 
 
 def head_plan(model, trace):
@@ -138,35 +175,21 @@ def head_plan(model, trace):
     if not maps:
         return "no attention map in the trace"
     rec = maps[-1]
-    producer = trace.steps[rec.producer]
-    path = producer.module
+    path = trace.steps[rec.producer].module
     if len(rec.shape) != 4:
         return f"map at {path} has shape {tuple(rec.shape)}, not (B, H, T, S)"
     H = rec.shape[1]
-    D = _per_head_width(trace, rec)
-    if D is None:
+    step = _per_head_output(trace, rec)
+    if step is None:
         return f"no per-head output after the map at {path}"
-    calls = [s for s in trace.steps if s.kind == "module" and s.module == path and s.end]
-    calls = [s for s in calls if s.index < producer.index <= s.end]
-    if not calls:
-        return f"no call of {path} around its map"
-    outer = calls[-1]
-    linears = []
-    for s in trace.steps[outer.index + 1 : outer.end + 1]:
-        if s.kind != "module" or not s.module.startswith(path + "."):
-            continue
-        try:
-            sub = model.get_submodule(s.module)
-        except AttributeError:
-            continue
-        if _in_features(sub) is not None:
-            linears.append((s.module, sub))
-    if not linears:
-        return f"no linear called inside {path}"
-    proj_path, proj = linears[-1]
+    D = trace.tensor(step.outputs[0]).shape[-1]
+    found = _projection(model, trace, step)
+    if isinstance(found, str):
+        return f"{path}: {found}"
+    proj_path, proj = found
     n = _in_features(proj)
     if n != H * D:
-        return f"last linear {proj_path.removeprefix(path + '.')} takes {n}, not H·D = {H}·{D}"
+        return f"{proj_path} takes {n}, not H·D = {H}·{D}"
     h = H // 2
     return path, h, proj_path, slice(h * D, (h + 1) * D), not isinstance(proj, nn.Linear)
 
@@ -190,7 +213,8 @@ def compare_head_edit(model, ids, trace) -> tuple[str, str]:
         return "error", f"{where}: {_short(e, 200)}"
     surgery = copy.deepcopy(model)
     proj = surgery.get_submodule(proj_path)
-    with torch.no_grad():
+    with torch.no_grad():  # its own copy: a weight tied across layers (Zamba's shared
+        proj.weight = nn.Parameter(proj.weight.clone())  # block) changes this layer only
         if conv:
             proj.weight[cols, :] = 0
         else:
