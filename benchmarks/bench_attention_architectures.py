@@ -122,13 +122,19 @@ def _in_features(module) -> int | None:
 
 def _per_head_output(trace, rec):
     """The step that makes the per-head output from map ``rec``: the fused call that made
-    it, or the op that multiplies it with the values; None when there is none."""
+    it, or the op that multiplies it with the values (after casts, dropout, a slice: GPT-OSS
+    drops its sink column first); None when there is none."""
     producer = trace.steps[rec.producer]
     if producer.op == "scaled_dot_product_attention" and producer.outputs:
         return producer
+    same = {rec.id}
     for s in trace.steps[rec.producer + 1 :]:
-        if rec.id in s.inputs and s.op in ("matmul", "bmm", "einsum") and s.outputs:
+        if same.isdisjoint(s.inputs) or not s.outputs:
+            continue
+        if s.op in ("matmul", "bmm", "einsum"):
             return s
+        if s.op in ("getitem", "to", "type_as", "dropout", "contiguous", "float"):
+            same.add(s.outputs[0])
     return None
 
 
@@ -174,19 +180,28 @@ def head_plan(model, trace):
     maps = [r for r in trace.tensors if r.role == "attention" and r.producer is not None]
     if not maps:
         return "no attention map in the trace"
-    rec = maps[-1]
-    path = trace.steps[rec.producer].module
-    if len(rec.shape) != 4:
-        return f"map at {path} has shape {tuple(rec.shape)}, not (B, H, T, S)"
+    path = trace.steps[maps[-1].producer].module
+    for rec in maps:  # the last module's maps (a softmax, the view it returns...)
+        if trace.steps[rec.producer].module != path or len(rec.shape) != 4:
+            continue
+        step = _per_head_output(trace, rec)
+        if step is not None:
+            break
+    else:
+        return f"no per-head output (B, H, T, D) after a map at {path}"
     H = rec.shape[1]
-    step = _per_head_output(trace, rec)
-    if step is None:
-        return f"no per-head output after the map at {path}"
     D = trace.tensor(step.outputs[0]).shape[-1]
     found = _projection(model, trace, step)
     if isinstance(found, str):
         return f"{path}: {found}"
     proj_path, proj = found
+    runs = sum(s.kind == "module" and s.module == proj_path for s in trace.steps)
+    calls = sum(s.kind == "module" and s.module == path for s in trace.steps)
+    if runs > calls:  # ProphetNet: one out_proj for its main and its predicting streams
+        return (
+            f"{proj_path} runs {runs} times in {calls} call(s) of {path} (streams sharing "
+            "one projection: its columns are not one call's head)"
+        )
     n = _in_features(proj)
     if n != H * D:
         return f"{proj_path} takes {n}, not H·D = {H}·{D}"
