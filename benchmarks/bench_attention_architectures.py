@@ -25,7 +25,8 @@ copied), then, for the architectures that build and run:
   mixes the heads (a norm over ``H·D``), or it does not take ``H·D``, the row says ``?``
   and why, rather than guess. ``=`` / ``≠ max diff`` /
   ``error: message`` / ``?``; ``= (no effect)`` when the surgery does not change the
-  logits at all (nothing was tested).
+  logits at all (nothing was tested); ``-`` where neither the trace nor eager has a map
+  (a state-space model, a hybrid built with mixer layers only).
 
 A summary counts each column and lists the misses with their reasons. A run writes its rows
 to ``benchmarks/.attention_architectures.json`` (``--failing`` reads it).
@@ -213,9 +214,11 @@ def _logits(out):
     return out.logits if hasattr(out, "logits") else out[0]
 
 
-def compare_head_edit(model, ids, trace) -> tuple[str, str]:
+def compare_head_edit(model, ids, trace, eager_maps: int = 1) -> tuple[str, str]:
     """(mark, detail) of one head edit by module path against weight surgery."""
     plan = head_plan(model, trace)
+    if plan == "no attention map in the trace" and not eager_maps:
+        return "-", "no attention map here, nor from output_attentions: no heads to edit"
     if isinstance(plan, str):
         return "?", plan
     path, h, proj_path, cols, conv = plan
@@ -285,7 +288,7 @@ def survey_one(model_type: str) -> dict:
             continue
         if name == "sdpa":
             row["sdpa_maps"] = compare_maps(trace, eager)
-        row[f"edit_{name}"], details[f"edit_{name}"] = compare_head_edit(m, ids, trace)
+        row[f"edit_{name}"], details[f"edit_{name}"] = compare_head_edit(m, ids, trace, len(eager))
     row["details"] = details
     row["seconds"] = round(time.perf_counter() - started, 1)
     return row
