@@ -141,15 +141,17 @@ def _per_head_output(trace, rec):
 
 # ops that keep each head's values apart (a zeroed head stays zero, the others unchanged)
 _PER_HEAD = {
-    "view", "reshape", "transpose", "permute", "contiguous", "flatten", "unflatten", "to",
-    "float", "type", "clone", "dropout", "squeeze", "unsqueeze", "mul", "getitem",
+    "view", "view_as", "reshape", "reshape_as", "transpose", "permute", "contiguous",
+    "flatten", "unflatten", "to", "float", "type", "clone", "dropout", "squeeze", "unsqueeze",
+    "mul", "getitem",
 }  # fmt: skip
 
 
 def _projection(model, trace, start):
-    """(path, module) of the first linear (or ``Conv1D``) the per-head output made at step
-    ``start`` flows into, or a string saying why there is none: not reached, or reached
-    only through an op that mixes the heads (a norm over ``H·D``, BitNet's ``attn_sub_norm``)."""
+    """(path, module, mixed by) of the first linear (or ``Conv1D``) the per-head output made
+    at step ``start`` flows into, with the first op on the way that may mix the heads (a
+    norm over ``H·D``, BitNet's ``attn_sub_norm``; None when every op keeps them apart), or
+    a string saying why there is none."""
     reached = {start.outputs[0]}
     clean = {start.outputs[0]}
     mixed_by = None
@@ -163,9 +165,7 @@ def _projection(model, trace, start):
             except AttributeError:
                 sub = None
             if sub is not None and _in_features(sub) is not None:
-                if all(i in clean for i in hit):
-                    return s.module, sub
-                return f"the heads are mixed by {mixed_by} before {s.module}"
+                return s.module, sub, (None if all(i in clean for i in hit) else mixed_by)
             continue  # its ops follow
         reached.update(s.outputs)
         if s.op in _PER_HEAD and all(i in clean for i in hit):
@@ -176,8 +176,8 @@ def _projection(model, trace, start):
 
 
 def head_plan(model, trace):
-    """(path, head, projection path, columns slice, is Conv1D) for the last attention map's
-    module, or a string saying why there is none to compare with."""
+    """(path, head, projection path, columns slice, is Conv1D, mixed by) for the last
+    attention map's module, or a string saying why there is none to compare with."""
     maps = [r for r in trace.tensors if r.role == "attention" and r.producer is not None]
     if not maps:
         return "no attention map in the trace"
@@ -195,7 +195,7 @@ def head_plan(model, trace):
     found = _projection(model, trace, step)
     if isinstance(found, str):
         return f"{path}: {found}"
-    proj_path, proj = found
+    proj_path, proj, mixed_by = found
     runs = sum(s.kind == "module" and s.module == proj_path for s in trace.steps)
     calls = sum(s.kind == "module" and s.module == path for s in trace.steps)
     if runs > calls:  # ProphetNet: one out_proj for its main and its predicting streams
@@ -207,7 +207,8 @@ def head_plan(model, trace):
     if n != H * D:
         return f"{proj_path} takes {n}, not H·D = {H}·{D}"
     h = H // 2
-    return path, h, proj_path, slice(h * D, (h + 1) * D), not isinstance(proj, nn.Linear)
+    cols = slice(h * D, (h + 1) * D)
+    return path, h, proj_path, cols, not isinstance(proj, nn.Linear), mixed_by
 
 
 def _logits(out):
@@ -215,20 +216,29 @@ def _logits(out):
 
 
 def compare_head_edit(model, ids, trace, eager_maps: int = 1) -> tuple[str, str]:
-    """(mark, detail) of one head edit by module path against weight surgery."""
+    """(mark, detail) of one head edit by module path against weight surgery; ``?`` for a
+    miss where an op between the heads and the projection may mix them (no like-for-like
+    surgery there), ``=`` still where the two agree all the same (a per-head norm)."""
+    mark, detail, mixed_by = _head_edit(model, ids, trace, eager_maps)
+    if mixed_by and mark != "=" and not mark.startswith("= ("):
+        return "?", f"{detail}; the heads may be mixed by {mixed_by} before the projection"
+    return mark, detail
+
+
+def _head_edit(model, ids, trace, eager_maps: int):
     plan = head_plan(model, trace)
     if plan == "no attention map in the trace" and not eager_maps:
-        return "-", "no attention map here, nor from output_attentions: no heads to edit"
+        return "-", "no attention map here, nor from output_attentions: no heads to edit", None
     if isinstance(plan, str):
-        return "?", plan
-    path, h, proj_path, cols, conv = plan
+        return "?", plan, None
+    path, h, proj_path, cols, conv, mixed_by = plan
     where = f"{path} head {h}"
     try:
         with _limit(SECONDS):
             edited = tracing.trace(model, ids, capture="values", edits=[Edit(path, Zero(), head=h)])
             got = edited.value(edited.steps[0].outputs[0])
     except BaseException as e:
-        return "error", f"{where}: {_short(e, 200)}"
+        return "error", f"{where}: {_short(e, 200)}", mixed_by
     surgery = copy.deepcopy(model)
     proj = surgery.get_submodule(proj_path)
     with torch.no_grad():  # its own copy: a weight tied across layers (Zamba's shared
@@ -241,15 +251,19 @@ def compare_head_edit(model, ids, trace, eager_maps: int = 1) -> tuple[str, str]
         base = _logits(model(ids)).float()
     got = got.float()
     if got.shape != want.shape:
-        return "error", f"{where}: edited output {tuple(got.shape)}, logits {tuple(want.shape)}"
+        return (
+            "error",
+            f"{where}: edited output {tuple(got.shape)}, logits {tuple(want.shape)}",
+            mixed_by,
+        )
     if torch.equal(want, base):
-        return "= (no effect)", f"{where}: zeroing {proj_path} columns changes nothing"
+        return "= (no effect)", f"{where}: zeroing {proj_path} columns changes nothing", mixed_by
     if torch.allclose(got, want, rtol=1e-5, atol=2e-6):
-        return "=", where
+        return "=", where, mixed_by
     diff = (got - want).abs().max().item()
     moved = (base - want).abs().max().item()
     detail = f"{where} via {proj_path}: max diff {diff:.2e} (the surgery moved {moved:.2e})"
-    return f"≠ {diff:.1e}", detail
+    return f"≠ {diff:.1e}", detail, mixed_by
 
 
 # --------------------------------------------------------------------------- one architecture
