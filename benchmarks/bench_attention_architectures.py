@@ -302,6 +302,11 @@ def survey_one(model_type: str) -> dict:
             continue
         if name == "sdpa":
             row["sdpa_maps"] = compare_maps(trace, eager)
+            fused = sum(s.op == "scaled_dot_product_attention" for s in trace.steps)
+            row["sdpa_calls"] = fused
+            if not fused:  # switched, yet it never calls the fused kernel: not an sdpa test
+                details["sdpa"] = "sdpa set, but no scaled_dot_product_attention call ran"
+                row["sdpa_maps"] = "- (no call)"
         row[f"edit_{name}"], details[f"edit_{name}"] = compare_head_edit(m, ids, trace, len(eager))
     row["details"] = details
     row["seconds"] = round(time.perf_counter() - started, 1)
