@@ -24,7 +24,8 @@ copied), then, for the architectures that build and run:
   outside ``attention.self``). Where there is none, it is reached only through an op that
   mixes the heads (a norm over ``H·D``), or it does not take ``H·D``, the row says ``?``
   and why, rather than guess. ``=`` / ``≠ max diff`` /
-  ``error: message`` / ``?``; ``= (no effect)`` when the surgery does not change the
+  ``error: message`` / ``?`` (``run_edited``, the same edit on hooks alone, must agree
+  with the trace's); ``= (no effect)`` when the surgery does not change the
   logits at all (nothing was tested); ``-`` where neither the trace nor eager has a map
   (a state-space model, a hybrid built with mixer layers only).
 
@@ -49,6 +50,7 @@ from torch import nn
 from tracing.edits import Edit, Zero
 
 import tracing
+from tracing.runs.edit_run import run_edited
 
 LAST = Path(__file__).with_name(".attention_architectures.json")
 COLUMNS = ("sdpa_maps", "edit_eager", "edit_sdpa")
@@ -239,6 +241,14 @@ def _head_edit(model, ids, trace, eager_maps: int):
             got = edited.value(edited.steps[0].outputs[0])
     except BaseException as e:
         return "error", f"{where}: {_short(e, 200)}", mixed_by
+    try:  # the same edit on hooks alone (no trace kept): it must give the same logits
+        with _limit(SECONDS), torch.no_grad():
+            hooked = _logits(run_edited(model, ids, edits=[Edit(path, Zero(), head=h)]))
+    except BaseException as e:
+        return "error", f"{where}: run_edited: {_short(e, 200)}", mixed_by
+    if not torch.allclose(hooked.float(), got.float(), rtol=1e-5, atol=2e-6):
+        diff = (hooked.float() - got.float()).abs().max().item()
+        return f"≠ {diff:.1e}", f"{where}: run_edited differs from the trace's edit", mixed_by
     surgery = copy.deepcopy(model)
     proj = surgery.get_submodule(proj_path)
     with torch.no_grad():  # its own copy: a weight tied across layers (Zamba's shared
