@@ -104,6 +104,26 @@ def _llama(impl):
     return build
 
 
+def _gpt_oss():
+    """GPT-OSS (eager): attention sinks, a softmax over the keys and one sink column per
+    head whose map (``probs[..., :-1]``) is a slice of the softmax's output."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.GptOssConfig(
+        vocab_size=60, hidden_size=48, intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=6, num_key_value_heads=2, head_dim=8, num_local_experts=2,
+        num_experts_per_tok=1, max_position_embeddings=32, layer_types=["full_attention"] * 2,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        attn_implementation="eager",
+    )  # fmt: skip
+    model = transformers.GptOssForCausalLM(config).eval()
+    with torch.no_grad():  # sinks that take a real share of each row
+        for layer in model.model.layers:
+            layer.self_attn.sinks.normal_(0.0, 1.0)
+    return model
+
+
 def _decoder():
     torch.manual_seed(0)
     return Decoder().eval()
@@ -140,6 +160,10 @@ KINDS = {
         lambda: tiny_gpt2(seed=1, attn_implementation="sdpa"), 97, 4, "transformer.h.{}.attn",
         "transformer.h.{}.attn:scaled_dot_product_attention#0",
         _conv1d_rows("transformer.h.{}.attn.c_proj", 8),
+    ),
+    "gpt-oss-sinks": Kind(
+        _gpt_oss, 60, 6, "model.layers.{}.self_attn", "model.layers.{}.self_attn:matmul#1",
+        _linear_columns("model.layers.{}.self_attn.o_proj", 8), kv_heads=2,
     ),
     "transformer-decoder": Kind(
         _decoder, 40, 4, "dec.layers.{}.self_attn", "",

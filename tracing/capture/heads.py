@@ -120,10 +120,9 @@ def head_site_of_map(trace, rec, consumers: dict[int, list]) -> tuple[Site, int,
     if producer.kind == "op" and producer.op == "scaled_dot_product_attention":
         step = producer  # fused: its first output is already per head
     else:
-        mixes = [c for c in consumers.get(rec.id, ()) if c.op in ("matmul", "bmm", "einsum")]
-        if not mixes:
+        step = _values_mix(trace, rec, consumers)
+        if step is None:
             return None
-        step = mixes[0]
     if not step.outputs:
         return None
     out = step.outputs[0]
@@ -131,6 +130,34 @@ def head_site_of_map(trace, rec, consumers: dict[int, list]) -> tuple[Site, int,
     if parent is not None and out in parent.outputs:
         return step_site(trace, parent), parent.outputs.index(out), heads
     return step_site(trace, step), 0, heads
+
+
+MIXES = ("matmul", "bmm", "einsum")
+"""Ops that multiply an attention map with the values."""
+SAME_MAP = ("getitem", "to", "type_as", "type", "float", "dropout", "contiguous", "clone")
+"""Ops that pass a map on to the values unchanged per head: a cast, dropout, or a slice that
+keeps every head (GPT-OSS's attention sinks: the softmax runs over the keys and a sink
+column, ``probs[..., :-1]`` drops the sink, and that slice meets the values)."""
+
+
+def _values_mix(trace, rec, consumers: dict[int, list]):
+    """The op that multiplies map ``rec`` with the values: a direct consumer, else one
+    reached through :data:`SAME_MAP` ops that keep its (B, H) axes; None when none."""
+    frontier, seen = [rec.id], {rec.id}
+    for _ in range(4):
+        following = []
+        for rid in frontier:
+            for c in consumers.get(rid, ()):
+                if c.op in MIXES:
+                    return c
+                if c.op not in SAME_MAP or not c.outputs or c.outputs[0] in seen:
+                    continue
+                out = c.outputs[0]
+                if tuple(trace.tensor(out).shape[:2]) == tuple(rec.shape[:2]):
+                    seen.add(out)
+                    following.append(out)
+        frontier = following
+    return None
 
 
 def head_sites_in(trace, module: str | None = None) -> list[tuple[Site, int, int]]:

@@ -101,10 +101,14 @@ def _json_copy(value: Any) -> Any:
 
 def _looks_like_attention(path: str, module: nn.Module) -> bool:
     """The one attention heuristic: ``attention`` or ``attn`` in the module's type name
-    (ours, ``nn.MultiheadAttention``, Hugging Face ``*Attention``) or in its own name.
-    A softmax made inside such a module, or a 4-d second output it returns, is an
-    attention map."""
-    names = (type(module).__name__.lower(), path.rsplit(".", 1)[-1].lower())
+    (ours, ``nn.MultiheadAttention``, Hugging Face ``*Attention``) or in its own name;
+    an item of a list is named by the list (LongCat-Flash's ``LongcatFlashMLA`` modules are
+    ``self_attn.0`` and ``self_attn.1``). A softmax made inside such a module, or a 4-d
+    second output it returns, is an attention map."""
+    parts = path.split(".")
+    while len(parts) > 1 and parts[-1].isdigit():
+        parts.pop()
+    names = (type(module).__name__.lower(), parts[-1].lower())
     return any("attention" in n or "attn" in n for n in names)
 
 
