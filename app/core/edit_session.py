@@ -117,11 +117,12 @@ def head_edit(trace: Trace, attention: str, site, output: int, head: int, action
     ``attention`` that made the map when the site is an op in it (``Zero() at
     model.layers.1.self_attn head 4 (its per-head output …:scaled_dot_product_attention#0;
     query head 4; it shares key/value head 1 of 2 with query heads 3-5)``)."""
-    from tracing.capture.heads import kv_note
+    from tracing.capture.heads import heads_folded_at, kv_note
 
     via = attention if site.op is not None and site.module == attention else None
     note = kv_note(trace, site, head)
-    return Edit(site, action, head=head, output=output, via=via, note=note)
+    folded = heads_folded_at(trace, site, output)
+    return Edit(site, action, head=head, output=output, via=via, note=note, heads_folded=folded)
 
 
 # --------------------------------------------------------------------------- re-running

@@ -124,6 +124,25 @@ def _gpt_oss():
     return model
 
 
+def _folded():
+    """XGLM (eager): attention by ``bmm`` with the heads folded into the batch, ``(B·H, T,
+    S)`` maps and ``(B·H, T, D)`` per-head outputs (Bloom's the same, checked in
+    ``benchmarks/bench_attention_architectures.py``: its random weights are too small for
+    a head's zeroing to move the sweep's metric)."""
+
+    def build():
+        import transformers
+
+        torch.manual_seed(0)
+        config = transformers.XGLMConfig(
+            vocab_size=60, d_model=48, ffn_dim=64, num_layers=2, attention_heads=6,
+            attn_implementation="eager",
+        )  # fmt: skip
+        return transformers.XGLMForCausalLM(config).eval()
+
+    return build
+
+
 def _decoder():
     torch.manual_seed(0)
     return Decoder().eval()
@@ -164,6 +183,10 @@ KINDS = {
     "gpt-oss-sinks": Kind(
         _gpt_oss, 60, 6, "model.layers.{}.self_attn", "model.layers.{}.self_attn:matmul#1",
         _linear_columns("model.layers.{}.self_attn.o_proj", 8), kv_heads=2,
+    ),
+    "xglm-folded": Kind(
+        _folded(), 60, 6, "model.layers.{}.self_attn", "model.layers.{}.self_attn:bmm#1",
+        _linear_columns("model.layers.{}.self_attn.out_proj", 8),
     ),
     "transformer-decoder": Kind(
         _decoder, 40, 4, "dec.layers.{}.self_attn", "",

@@ -320,6 +320,7 @@ class Edit:
     on: str | None = None
     via: str | None = None  # the attention module addressed, when the site was found in it
     note: str = ""  # what else the resolution showed (a GQA head's key/value head)
+    heads_folded: int | None = None  # H, when the heads are folded into axis 0 as B·H
 
     def __post_init__(self):
         object.__setattr__(self, "site", parse_site(self.site))
@@ -368,7 +369,7 @@ class Edit:
         return text
 
     def to_meta(self) -> dict[str, Any]:
-        return {
+        meta = {
             "site": str(self.site),
             "action": self.action.describe(),
             "head": _index_meta(self.head),
@@ -378,6 +379,9 @@ class Edit:
             "via": self.via,
             "describe": self.describe(),
         }
+        if self.heads_folded:
+            meta["heads_folded"] = self.heads_folded
+        return meta
 
     # ---- applying
 
@@ -396,7 +400,9 @@ class Edit:
         """True where the selected heads and positions are, broadcastable to ``value``."""
         n = value.dim()
         mask = torch.ones([1] * n, dtype=torch.bool, device=value.device)
-        if self.head is not None:
+        if self.head is not None and self.heads_folded:
+            mask = mask & _folded_mask(value, self.heads_folded, self.head, site)
+        elif self.head is not None:
             axis = self.head_axis
             if axis is None:
                 if n < 4:
@@ -412,6 +418,20 @@ class Edit:
         if self.positions is not None:
             mask = mask & _axis_mask(value, self.position_axis, self.positions, "positions", site)
         return mask
+
+
+def _folded_mask(value: torch.Tensor, heads: int, index: Any, site: Site) -> torch.Tensor:
+    """Rows of a ``(B·H, T, ...)`` value (the heads folded into the batch, batch outer, as
+    ``bmm`` attention makes them: BART, MVP, Bloom) that belong to the selected heads:
+    row ``b·H + h`` is head ``h`` of batch item ``b``."""
+    rows = value.shape[0] if value.dim() else 0
+    if rows % heads:
+        raise EditError(
+            f"head= at {site}: axis 0 of shape {tuple(value.shape)} is not the batch times "
+            f"{heads} heads"
+        )
+    picks = _axis_mask(torch.empty(heads), 0, index, "head", site).view(heads)
+    return picks.repeat(rows // heads).view([rows] + [1] * (value.dim() - 1))
 
 
 def _axis_mask(value: torch.Tensor, axis: int, index: Any, what: str, site: Site):

@@ -26,6 +26,7 @@ trace records that per-head output as the call's ``head_outputs``
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -111,7 +112,7 @@ def head_site_of_map(trace, rec, consumers: dict[int, list]) -> tuple[Site, int,
     (see the module doc). None when there is none."""
     steps = trace.steps
     producer = steps[rec.producer]
-    heads = int(rec.shape[1]) if len(rec.shape) == 4 else 0
+    heads = int(rec.shape[1]) if len(rec.shape) == 4 else folded_heads(trace, rec) or 0
     if producer.kind == "op" and producer.op == MHA_OP:
         if producer.parent is None:
             return None
@@ -140,6 +141,17 @@ keeps every head (GPT-OSS's attention sinks: the softmax runs over the keys and 
 column, ``probs[..., :-1]`` drops the sink, and that slice meets the values)."""
 
 
+REFOLD = ("view", "reshape")
+"""Views that fold a map's heads into the batch or unfold them, ``(B, H, T, S)`` <->
+``(B·H, T, S)`` (XGLM, Bloom): the same rows, batch outer, so each head stays a head."""
+
+
+def _refolds(shape: tuple, like: tuple) -> bool:
+    if len(shape) + len(like) != 7 or shape[-2:] != like[-2:]:
+        return False
+    return math.prod(shape[:-2]) == math.prod(like[:-2])
+
+
 def _values_mix(trace, rec, consumers: dict[int, list]):
     """The op that multiplies map ``rec`` with the values: a direct consumer, else one
     reached through :data:`SAME_MAP` ops that keep its (B, H) axes; None when none."""
@@ -150,24 +162,54 @@ def _values_mix(trace, rec, consumers: dict[int, list]):
             for c in consumers.get(rid, ()):
                 if c.op in MIXES:
                     return c
-                if c.op not in SAME_MAP or not c.outputs or c.outputs[0] in seen:
+                if c.op not in SAME_MAP + REFOLD or not c.outputs or c.outputs[0] in seen:
                     continue
                 out = c.outputs[0]
-                if tuple(trace.tensor(out).shape[:2]) == tuple(rec.shape[:2]):
+                shape = tuple(trace.tensor(out).shape)
+                if shape[:2] == tuple(rec.shape[:2]) or (
+                    c.op in REFOLD and _refolds(shape, tuple(rec.shape))
+                ):
                     seen.add(out)
                     following.append(out)
         frontier = following
     return None
 
 
+def folded_heads(trace, rec) -> int | None:
+    """H, when tensor ``rec`` (an attention map, a per-head output) is ``(B·H, T, ...)``:
+    the heads folded into the batch, batch outer (BART, MVP, TrOCR, XGLM compute attention
+    with ``bmm`` so), proven by its first axis's name and the trace's letter sizes; None
+    otherwise."""
+    if len(rec.shape) != 3 or not rec.dims or rec.dims[0] != "B·H":
+        return None
+    letters = trace.meta.get("dim_letters") or {}
+    sizes = [(letters.get(c) or {}).get("size") for c in ("B", "H")]
+    if not all(isinstance(n, int) and n > 0 for n in sizes) or sizes[0] * sizes[1] != rec.shape[0]:
+        return None
+    return sizes[1]
+
+
+def heads_folded_at(trace, site: Site, k: int = 0) -> int | None:
+    """H when the per-head output at ``site`` (its output ``k``) is ``(B·H, T, D)``: the
+    heads folded into the batch, as ``bmm`` attention leaves them (BART, MVP, XGLM, Bloom),
+    proven by that axis's name and the trace's letter sizes; what an :class:`Edit` of a
+    head there needs as ``heads_folded``. None for a ``(B, H, T, D)`` one."""
+    steps = site_steps(trace, site)
+    if not steps or len(steps[0].outputs) <= k:
+        return None
+    return folded_heads(trace, trace.tensor(steps[0].outputs[k]))
+
+
 def head_sites_in(trace, module: str | None = None) -> list[tuple[Site, int, int]]:
     """(site, output index, heads) of each attention layer's per-head output, in the order
-    they ran; only those at or inside ``module`` when given."""
+    they ran; only those at or inside ``module`` when given. A ``(B·H, T, S)`` map's output
+    is ``(B·H, T, D)``, its heads folded into the batch (:func:`heads_folded_at`)."""
     consumers = consumers_of(trace)
     found: list[tuple[Site, int, int]] = []
     for rec in trace.tensors:
-        # a (B·H, T, S) map (MVP, TrOCR) makes a (B·H, T, D) output: no heads axis to edit
-        if rec.role != "attention" or rec.producer is None or len(rec.shape) != 4:
+        if rec.role != "attention" or rec.producer is None:
+            continue
+        if len(rec.shape) != 4 and folded_heads(trace, rec) is None:
             continue
         path = trace.steps[rec.producer].module
         if module is not None and module and path != module and not path.startswith(module + "."):
@@ -235,7 +277,7 @@ def resolve_head_edit(trace, edit):
     return Edit(
         target, edit.action, head=edit.head, positions=edit.positions, output=k,
         position_axis=edit.position_axis, via=str(edit.site),
-        note=kv_note(trace, site, edit.head),
+        note=kv_note(trace, site, edit.head), heads_folded=heads_folded_at(trace, site, k),
     )  # fmt: skip
 
 

@@ -40,7 +40,13 @@ import torch
 from torch import nn
 
 from tracing.capture.edits import Action, Edit, EditError, EditPlan, Patch, as_edit
-from tracing.capture.heads import consumers_of, head_site_of_map, head_sites_in
+from tracing.capture.heads import (
+    consumers_of,
+    folded_heads,
+    head_site_of_map,
+    head_sites_in,
+    heads_folded_at,
+)
 from tracing.runs.edit_run import run_edited
 from tracing.sites import Site
 
@@ -153,7 +159,7 @@ def head_site_for_map(trace, step_index: int) -> tuple[Site, int] | None:
     step = trace.steps[step_index]
     for rid in step.outputs:
         rec = trace.tensor(rid)
-        if rec.role == "attention" and len(rec.shape) == 4:  # (B·H, T, S): no heads axis
+        if rec.role == "attention" and (len(rec.shape) == 4 or folded_heads(trace, rec)):
             found = head_site_of_map(trace, rec, consumers_of(trace))
             return None if found is None else found[:2]
     return None
@@ -208,9 +214,13 @@ def _grid(trace, over: str | Sequence, clean_values: dict, action: Action | None
         sites = [(site, k) for site, k, _ in found]
         rows = _head_rows(trace, [site for site, _ in sites])
         columns = [f"head {h}" for h in range(heads)]
+        folded = [heads_folded_at(trace, s, k) for s, k, _ in found]
         cells = [
-            [Edit(s, source, head=h, output=k) if h < n else None for h in range(heads)]
-            for s, k, n in found
+            [
+                Edit(s, source, head=h, output=k, heads_folded=f) if h < n else None
+                for h in range(heads)
+            ]
+            for (s, k, n), f in zip(found, folded, strict=True)
         ]
         return rows, columns, cells, [(site, k, _ALL) for site, k in sites]
     if isinstance(over, str) and over in ("layers", "positions"):
@@ -236,6 +246,11 @@ def _grid(trace, over: str | Sequence, clean_values: dict, action: Action | None
 _ALL = slice(None)  # every head: the clean run keeps a head site's whole per-head output
 
 
+def _folded(trace, site: Site, k: int, head) -> int | None:
+    """``heads_folded`` for a head edit at ``site`` (None when no head is selected)."""
+    return None if head is None else heads_folded_at(trace, site, k)
+
+
 def _head_rows(trace, sites: list[Site]) -> list[str]:
     """``layer i`` when there is one attention per block; the attention modules' paths
     when there are more (a decoder's self- and cross-attention) or no blocks."""
@@ -257,6 +272,7 @@ def _patch_edit(item: Any, source: Patch) -> Edit:
     return Edit(
         edit.site, source, head=edit.head, positions=edit.positions, output=edit.output,
         head_axis=edit.head_axis, position_axis=edit.position_axis, on=edit.on,
+        heads_folded=edit.heads_folded,
     )  # fmt: skip
 
 
@@ -309,7 +325,12 @@ def sweep(
         if action is None:  # the clean values to patch from, kept in one clean run
             store: dict[str, torch.Tensor] = {}
             keeper = _Keep(store)
-            keep_plan = EditPlan.of([Edit(site, keeper, output=k, head=h) for site, k, h in keep])
+            keep_plan = EditPlan.of(
+                [
+                    Edit(s, keeper, output=k, head=h, heads_folded=_folded(structure, s, k, h))
+                    for s, k, h in keep
+                ]
+            )
             keep_plan.check_model(model)
             clean_output = run_edited(model, *clean_args, edits=keep_plan)
             clean_values.update(store)

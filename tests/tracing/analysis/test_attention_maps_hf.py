@@ -156,12 +156,34 @@ def test_a_linear_attention_state_returned_as_weights_is_not_a_map():
     assert states and all(r.role != "attention" for r in states)
 
 
-def test_heads_folded_into_the_batch_have_no_head_sites_to_patch():
-    from tracing.capture.edits import EditError
+def test_heads_folded_into_the_batch_edit_by_the_attention_module_path():
+    """MVP's (B·H, T, D) per-head output: head h is rows b·H + h; zeroing it by the
+    attention module's path equals zeroing head h's input columns of out_proj, and a heads
+    sweep has a row per layer."""
+    import copy
+
+    from tracing.edits import Edit, Zero
+
     from tracing.runs.patching import head_sites, sweep
 
     model, ids = mvp()
     trace = tracing.trace(model, ids, capture="shapes")
-    assert len(trace.attention_maps()) == 2 and head_sites(trace) == []
-    with pytest.raises(EditError, match="no attention maps with a heads axis"):
-        sweep(model, ids, ids.flip(1), over="heads")
+    assert [str(s) for s, _ in head_sites(trace)] == [
+        f"model.decoder.layers.{i}.self_attn@0:bmm#1" for i in range(2)
+    ]
+    edited = tracing.trace(
+        model,
+        ids,
+        capture="values",
+        edits=[Edit("model.decoder.layers.1.self_attn", Zero(), head=4)],
+    )
+    assert edited.meta["edits"][0]["heads_folded"] == 6
+    surgery = copy.deepcopy(model)
+    D = surgery.config.d_model // 6
+    with torch.no_grad():
+        surgery.model.decoder.layers[1].self_attn.out_proj.weight[:, 4 * D : 5 * D] = 0
+        want, plain = surgery(ids).logits, model(ids).logits
+    assert not torch.allclose(want, plain)
+    torch.testing.assert_close(edited.value(edited.steps[0].outputs[0]), want, atol=2e-6, rtol=0)
+    result = sweep(model, ids, ids.flip(1), over="heads", action=Zero())
+    assert result.rows == ["layer 0", "layer 1"] and len(result.columns) == 6
