@@ -470,6 +470,18 @@ def _bench_model(args: argparse.Namespace, say, repeat: int, warmup: int) -> int
 
 
 def run(args: argparse.Namespace) -> int:
+    """The bench, with what is alive before it (torch, the app's modules) frozen out of
+    the garbage collector: the untimed full collections between rounds then scan only what
+    the rounds made (seconds fewer of them in all, the figures the same)."""
+    gc.collect()
+    gc.freeze()
+    try:
+        return _run(args)
+    finally:
+        gc.unfreeze()
+
+
+def _run(args: argparse.Namespace) -> int:
     import torch
 
     from app.cli import UserError
