@@ -136,8 +136,26 @@ def _per_head_output(trace, rec):
             continue
         if s.op in ("matmul", "bmm", "einsum"):
             return s
-        if s.op in ("getitem", "to", "type_as", "dropout", "contiguous", "float"):
+        if s.op in ("getitem", "to", "type_as", "dropout", "contiguous", "float", "masked_fill"):
             same.add(s.outputs[0])
+        elif s.op in ("view", "reshape") and _refolds(trace, s, rec):
+            same.add(s.outputs[0])  # (B, H, T, S) <-> (B·H, T, S): XGLM, Bloom
+    return None
+
+
+def _refolds(trace, step, rec) -> bool:
+    """A view of map ``rec`` that folds its heads into the batch or unfolds them."""
+    shape, like = tuple(trace.tensor(step.outputs[0]).shape), tuple(rec.shape)
+    return {len(shape), len(like)} == {3, 4} and shape[-2:] == like[-2:]
+
+
+def _heads(trace, rec) -> int | None:
+    """H of map ``rec``: ``(B, H, T, S)``, or ``(B·H, T, S)`` with the trace's B."""
+    if len(rec.shape) == 4:
+        return rec.shape[1]
+    B = ((trace.meta.get("dim_letters") or {}).get("B") or {}).get("size")
+    if len(rec.shape) == 3 and B and rec.shape[0] % B == 0:
+        return rec.shape[0] // B
     return None
 
 
@@ -183,16 +201,21 @@ def head_plan(model, trace):
     maps = [r for r in trace.tensors if r.role == "attention" and r.producer is not None]
     if not maps:
         return "no attention map in the trace"
-    path = trace.steps[maps[-1].producer].module
+
+    def owner(module: str) -> str:  # CPM-Ant's softmax runs in an nn.Softmax child
+        softmax = isinstance(model.get_submodule(module), nn.Softmax)
+        return module.rpartition(".")[0] if softmax else module
+
+    path = owner(trace.steps[maps[-1].producer].module)
     for rec in maps:  # the last module's maps (a softmax, the view it returns...)
-        if trace.steps[rec.producer].module != path or len(rec.shape) != 4:
+        if owner(trace.steps[rec.producer].module) != path or _heads(trace, rec) is None:
             continue
         step = _per_head_output(trace, rec)
         if step is not None:
             break
     else:
-        return f"no per-head output (B, H, T, D) after a map at {path}"
-    H = rec.shape[1]
+        return f"no per-head output after a map at {path}"
+    H = _heads(trace, rec)
     D = trace.tensor(step.outputs[0]).shape[-1]
     found = _projection(model, trace, step)
     if isinstance(found, str):

@@ -135,10 +135,13 @@ def head_site_of_map(trace, rec, consumers: dict[int, list]) -> tuple[Site, int,
 
 MIXES = ("matmul", "bmm", "einsum")
 """Ops that multiply an attention map with the values."""
-SAME_MAP = ("getitem", "to", "type_as", "type", "float", "dropout", "contiguous", "clone")
-"""Ops that pass a map on to the values unchanged per head: a cast, dropout, or a slice that
-keeps every head (GPT-OSS's attention sinks: the softmax runs over the keys and a sink
-column, ``probs[..., :-1]`` drops the sink, and that slice meets the values)."""
+SAME_MAP = (
+    "getitem", "to", "type_as", "type", "float", "dropout", "contiguous", "clone", "masked_fill",
+)  # fmt: skip
+"""Ops that pass a map on to the values per head: a cast, dropout, a mask filled in after
+the softmax (CPM-Ant), or a slice that keeps every head (GPT-OSS's attention sinks: the
+softmax runs over the keys and a sink column, ``probs[..., :-1]`` drops the sink, and that
+slice meets the values)."""
 
 
 REFOLD = ("view", "reshape")

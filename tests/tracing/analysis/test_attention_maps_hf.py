@@ -187,3 +187,22 @@ def test_heads_folded_into_the_batch_edit_by_the_attention_module_path():
     torch.testing.assert_close(edited.value(edited.steps[0].outputs[0]), want, atol=2e-6, rtol=0)
     result = sweep(model, ids, ids.flip(1), over="heads", action=Zero())
     assert result.rows == ["layer 0", "layer 1"] and len(result.columns) == 6
+
+
+def test_a_head_of_cpmant_edits_by_its_attention_module_path():
+    """CPM-Ant's map is made in an nn.Softmax child and masked after it; zeroing head h by
+    the attention module's path equals zeroing head h's columns of attention_out."""
+    import copy
+
+    from tracing.edits import Edit, Zero
+
+    model, ids = cpmant()
+    path = "cpmant.encoder.layers.1.self_att.self_attention"
+    edited = tracing.trace(model, ids, capture="values", edits=[Edit(path, Zero(), head=2)])
+    assert edited.meta["edits"][0]["site"] == f"{path}:matmul#1"
+    surgery = copy.deepcopy(model)
+    with torch.no_grad():
+        surgery.get_submodule(path).attention_out.weight[:, 2 * 8 : 3 * 8] = 0
+        want, plain = surgery(ids).logits, model(ids).logits
+    assert not torch.allclose(want, plain)
+    torch.testing.assert_close(edited.value(edited.steps[0].outputs[0]), want, atol=2e-6, rtol=0)
