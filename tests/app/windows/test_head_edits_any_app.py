@@ -21,7 +21,7 @@ pytestmark = pytest.mark.gui
 pytest.importorskip("transformers")
 
 
-@pytest.fixture(params=["tutorial", "nanogpt-sdpa", "llama-sdpa-gqa", "gpt2-eager"])
+@pytest.fixture(params=["tutorial", "nanogpt-sdpa", "llama-sdpa-gqa", "gpt2-eager", "xglm-folded"])
 def window(qtbot, tmp_path, request):
     kind = KINDS[request.param]
     model = kind.build()
