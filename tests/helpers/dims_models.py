@@ -68,3 +68,37 @@ def build(kind: str, **over):
     model = tf.AutoModelForCausalLM.from_config(config).eval()
     b, t = over.get("B", SIZES["B"]), over.get("T", SIZES["T"])
     return model, torch.randint(0, config.vocab_size, (b, t))
+
+
+SMALL = dict(vocab_size=101, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+"""The vocabulary and special tokens of :func:`from_config`'s models (V = 101)."""
+
+
+def from_config(config_class, model_class, **kwargs):
+    """(model, token ids (B=3, T=11)) of ``model_class`` built from ``config_class(**SMALL,
+    **kwargs)``, eager attention, seeded random weights (an architecture ``build`` above
+    does not list, with exactly the sizes a test gives)."""
+    import warnings
+
+    config = config_class(**{**SMALL, **kwargs})
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = model_class(config).eval()
+    return model, torch.randint(3, SMALL["vocab_size"], (SIZES["B"], SIZES["T"]))
+
+
+def steps_of(trace, suffix: str, min_rank: int = 1) -> list[tuple[str, str, str]]:
+    """``(module below it, op, "(B,T,C) ...")`` for every op of the first call of the module
+    whose path ends in ``suffix`` (its first output of rank ``min_rank`` or more)."""
+    first = next(s for s in trace.steps if s.kind == "module" and s.module.endswith(suffix))
+    return [
+        (
+            s.module[len(first.module) :].lstrip("."),
+            s.op,
+            " ".join("(" + ",".join(trace.tensor(i).dims or ()) + ")" for i in s.outputs),
+        )
+        for s in trace.steps[first.index : first.end + 1]
+        if s.kind == "op" and s.outputs and len(trace.tensor(s.outputs[0]).shape) >= min_rank
+    ]

@@ -12,10 +12,9 @@ in an attention module, against what each returns with ``output_attentions=True`
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
+from helpers.dims_models import from_config
 
 import tracing
 
@@ -23,17 +22,6 @@ pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 B, T = 3, 11
-SMALL = dict(vocab_size=101, pad_token_id=0, bos_token_id=1, eos_token_id=2)
-
-
-def _build(config_class, model_class, **kwargs):
-    config = config_class(**SMALL, **kwargs)
-    config._attn_implementation = "eager"
-    torch.manual_seed(0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = model_class(config).eval()
-    return model, torch.randint(3, 101, (B, T))
 
 
 def _eager(model, ids) -> tuple[torch.Tensor, ...]:
@@ -44,7 +32,7 @@ def _eager(model, ids) -> tuple[torch.Tensor, ...]:
 def mvp():
     from transformers import MvpConfig, MvpForCausalLM
 
-    return _build(
+    return from_config(
         MvpConfig, MvpForCausalLM, d_model=48, decoder_layers=2, encoder_layers=1,
         decoder_attention_heads=6, encoder_attention_heads=6, decoder_ffn_dim=40,
         encoder_ffn_dim=40, max_position_embeddings=32, use_cache=False,
@@ -54,7 +42,7 @@ def mvp():
 def trocr():
     from transformers import TrOCRConfig, TrOCRForCausalLM
 
-    return _build(
+    return from_config(
         TrOCRConfig, TrOCRForCausalLM, d_model=48, decoder_layers=2, decoder_attention_heads=6,
         decoder_ffn_dim=40, max_position_embeddings=32, use_cache=False,
     )  # fmt: skip
@@ -63,7 +51,7 @@ def trocr():
 def cpmant():
     from transformers import CpmAntConfig, CpmAntForCausalLM
 
-    return _build(
+    return from_config(
         CpmAntConfig, CpmAntForCausalLM, hidden_size=48, num_attention_heads=6, dim_head=8,
         dim_ff=40, num_hidden_layers=2, prompt_length=5, prompt_types=3, use_cache=False,
     )  # fmt: skip
@@ -72,7 +60,7 @@ def cpmant():
 def deepseek_v4():
     from transformers import DeepseekV4Config, DeepseekV4ForCausalLM
 
-    return _build(
+    return from_config(
         DeepseekV4Config, DeepseekV4ForCausalLM, hidden_size=96, num_attention_heads=6,
         num_key_value_heads=1, head_dim=20, qk_rope_head_dim=8, q_lora_rank=26,
         intermediate_size=200, moe_intermediate_size=40, num_hidden_layers=2,
@@ -140,7 +128,7 @@ def test_hyper_connections_and_compressor_gates_are_not_maps():
 def test_a_linear_attention_state_returned_as_weights_is_not_a_map():
     from transformers import MiniMaxConfig, MiniMaxForCausalLM
 
-    model, ids = _build(
+    model, ids = from_config(
         MiniMaxConfig, MiniMaxForCausalLM, hidden_size=96, num_attention_heads=6,
         num_key_value_heads=2, head_dim=16, intermediate_size=200, num_hidden_layers=2,
         layer_types=["full_attention", "linear_attention"], num_local_experts=5,

@@ -4,10 +4,9 @@ n-gram streams (``Ng``), its relative-position buckets (``Nb``) and its decoder'
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
+from helpers.dims_models import SMALL, from_config
 
 import tracing
 
@@ -15,17 +14,11 @@ pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 B, T = 3, 11
-SMALL = dict(vocab_size=101, pad_token_id=0, bos_token_id=1, eos_token_id=2, use_cache=False)
 
 
 def _trace(config_class, model_class, **kwargs):
-    config = config_class(**SMALL, **kwargs)
-    config._attn_implementation = "eager"
-    torch.manual_seed(0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = model_class(config).eval()
-    return tracing.trace(model, torch.randint(3, 101, (B, T)), capture="shapes")
+    model, ids = from_config(config_class, model_class, **{"use_cache": False, **kwargs})
+    return tracing.trace(model, ids, capture="shapes")
 
 
 def _axes(trace) -> list[tuple[str, int]]:
@@ -111,8 +104,8 @@ def test_jetmoe_query_heads_are_its_top_k_experts_times_its_key_value_heads(head
     from transformers import JetMoeConfig, JetMoeForCausalLM
 
     config = JetMoeConfig(
-        **SMALL, hidden_size=96, num_hidden_layers=1, num_key_value_heads=2, kv_channels=16,
-        num_local_experts=5, num_experts_per_tok=3, intermediate_size=200,
+        **SMALL, use_cache=False, hidden_size=96, num_hidden_layers=1, num_key_value_heads=2,
+        kv_channels=16, num_local_experts=5, num_experts_per_tok=3, intermediate_size=200,
         max_position_embeddings=40,
     )  # fmt: skip
     config._attn_implementation = "eager"

@@ -7,26 +7,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers.dims_models import steps_of
 from helpers.own_models import NANOGPT, TUTORIAL_FIXED, load
 from test_dims_evidence import DecoderLM
 
 import tracing
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def steps_of(trace, suffix: str) -> list[tuple[str, str, str]]:
-    """``(module below it, op, "(B,T,C) ...")`` for every op of the first call ending so."""
-    first = next(s for s in trace.steps if s.kind == "module" and s.module.endswith(suffix))
-    return [
-        (
-            s.module[len(first.module) :].lstrip("."),
-            s.op,
-            " ".join("(" + ",".join(trace.tensor(i).dims or ()) + ")" for i in s.outputs),
-        )
-        for s in trace.steps[first.index : first.end + 1]
-        if s.kind == "op" and s.outputs
-    ]
 
 
 def test_nanogpt_attention_and_mlp():
