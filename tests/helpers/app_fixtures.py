@@ -255,3 +255,22 @@ def tiny_trace(
         },
         values=values,
     )
+
+
+def window_on_live_model(qtbot, tmp_path, model, args: tuple):
+    """A main window (its own settings file) showing a ``values`` trace of ``model(*args)``,
+    the live model kept, as ``tracing.show`` opens it: edits re-run that object."""
+    from PySide6.QtCore import QSettings
+
+    from app.core import session
+    from app.core.user_model import LoadedModel
+    from app.windows.main_window import MainWindow
+
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    w = MainWindow(settings=settings)
+    qtbot.addWidget(w)
+    source = session.ModelSource("live", live=LoadedModel(model, args=args))
+    request = session.TraceRequest("", source, capture="values")
+    w._pending_request = request
+    w._on_trace_finished(session.run_trace(request))
+    return w

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers.app_fixtures import window_on_live_model
 from helpers.head_models import KINDS, ids, surgery
-from PySide6.QtCore import QSettings
 
-from app.core import edit_session, session
-from app.core.user_model import LoadedModel
-from app.windows.main_window import MainWindow
+from app.core import edit_session
 from tracing.runs.patching import output_logits
 from tracing.sites import site_steps
 
@@ -26,13 +24,7 @@ def window(qtbot, tmp_path, request):
     kind = KINDS[request.param]
     model = kind.build()
     x = ids(kind.vocab, shape=(1, 6))
-    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-    w = MainWindow(settings=settings)
-    qtbot.addWidget(w)
-    source = session.ModelSource("live", live=LoadedModel(model, args=(x,)))
-    req = session.TraceRequest("", source, capture="values")
-    w._pending_request = req
-    w._on_trace_finished(session.run_trace(req))
+    w = window_on_live_model(qtbot, tmp_path, model, (x,))
     return w, kind, model, x
 
 

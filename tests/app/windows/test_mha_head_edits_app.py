@@ -8,12 +8,10 @@ import copy
 
 import pytest
 import torch
-from PySide6.QtCore import QSettings
+from helpers.app_fixtures import window_on_live_model
 from torch import nn
 
-from app.core import edit_session, session
-from app.core.user_model import LoadedModel
-from app.windows.main_window import MainWindow
+from app.core import edit_session
 from tracing.sites import site_steps
 
 pytestmark = pytest.mark.gui
@@ -37,13 +35,7 @@ def window(qtbot, tmp_path):
     torch.manual_seed(0)
     model = Decoder().eval()
     ids = torch.tensor([[1, 5, 7, 2, 9]])
-    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-    w = MainWindow(settings=settings)
-    qtbot.addWidget(w)
-    source = session.ModelSource("live", live=LoadedModel(model, args=(ids,)))
-    request = session.TraceRequest("", source, capture="values")
-    w._pending_request = request
-    w._on_trace_finished(session.run_trace(request))
+    w = window_on_live_model(qtbot, tmp_path, model, (ids,))
     return w, model, ids
 
 
