@@ -39,6 +39,9 @@ from tracing.safe_text import csv_cell, inert_document, shown
 NAME_CUT = 1000
 """Longest module path, type, op or tensor name a report shows (then a cut marker)."""
 
+MAX_TOKEN_STRINGS = 256
+"""Most prompt tokens a report spells out as their tokenizer's strings (then ``…``)."""
+
 FORMATS: tuple[str, ...] = ("md", "csv", "json", "html", "graphml")
 """Report formats, by the name ``render`` and ``scratchformer report --format`` take."""
 
@@ -256,6 +259,12 @@ def _compute(trace: Trace) -> Report:
         "parameters": modules[""].params_total if "" in modules else None,
         "torch": meta.get("torch_version", meta.get("torch", "")),
     }
+    if meta.get("tokenizer"):  # the model's own tokenizer: the prompt as it was split
+        from tracing.token_names import prompt_labels
+
+        labels = prompt_labels(meta)
+        if labels is not None:
+            summary["token_strings"] = labels[:MAX_TOKEN_STRINGS]
     if "" in compute_by_path:  # torchinfo's total, when the trace kept it
         summary["mult_adds"] = compute_by_path[""][0]
     from tracing.analysis.phases import phases
@@ -462,6 +471,9 @@ def _summary_lines(report: Report) -> list[tuple[str, str]]:
         lines.append(("mult-adds", f"{s['mult_adds']:,} ({NOTE})"))
     if s.get("tokens") is not None:
         lines.append(("tokens", str(s["tokens"])))
+    if s.get("token_strings"):
+        more = s["tokens"] is not None and s["tokens"] > len(s["token_strings"])
+        lines.append(("token strings", " ".join(s["token_strings"]) + (" …" if more else "")))
     if s.get("text"):
         lines.append(("text", repr(s["text"])))
     lines.append(

@@ -55,6 +55,33 @@ def test_trace_command_on_a_folder_keeps_the_token_strings(folder, tmp_path, cap
     assert len(trace.attention_maps()) == 2
 
 
+def test_the_report_spells_the_prompt_as_the_tokenizer_split_it(folder, tmp_path, capsys):
+    """``report`` of a folder model's trace: the prompt's tokens as their strings (a model
+    of ours keeps its byte report: no such line)."""
+    import json
+
+    from tokenizers import Tokenizer
+
+    out = tmp_path / "t.sft"
+    assert (
+        main(["trace", "--model", str(folder), "--prompt", PROMPT, "-o", str(out), "--quiet"]) == 0
+    )
+    assert main(["report", str(out), "--format", "json", "-o", str(tmp_path / "r.json")]) == 0
+    summary = json.loads((tmp_path / "r.json").read_text())["summary"]
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    split = tok.encode(PROMPT).tokens
+    assert [s.replace("␣", "Ġ") for s in summary["token_strings"][-len(split) :]] == split
+    assert main(["report", str(out), "--format", "md", "-o", str(tmp_path / "r.md")]) == 0
+    assert (
+        "**token strings**: " + " ".join(summary["token_strings"])
+        in (tmp_path / "r.md").read_text()
+    )
+    demo = tmp_path / "demo.sft"
+    assert main(["trace", "-o", str(demo), "--quiet"]) == 0
+    assert main(["report", str(demo), "--format", "md", "-o", str(tmp_path / "d.md")]) == 0
+    assert "token strings" not in (tmp_path / "d.md").read_text()
+
+
 def test_config_alone_builds_random_weights_and_traces_on_meta(folder, tmp_path, capsys):
     import tracing
 
