@@ -16,8 +16,9 @@ to a small value that matches no other, so that a name can only be right by evid
   heads 4 × head width 48 (= I), groups 1, chunk Q=36 (longer than T: one chunk, as at
   real lengths' first chunk); RecurrentGemma's U=120;
 - linear attention: key heads Hk=9, value heads Hv=18, key and value head widths
-  Dk=20 and Dvl=26; Inkling's sliding-window layers 30 heads, 15 key/value heads, width
-  22, relative features 17 over 50 (45 in the window); a sparse-attention indexer's
+  Dk=23 (not 20, latent attention's Dn+R in Kimi-Linear's other layers) and Dvl=26;
+  Inkling's sliding-window layers 30 heads, 15 key/value heads, width 22, relative
+  features 17 over 50 (45 in the window); a sparse-attention indexer's
   21 heads of width 34;
 - hyper-connections (DeepSeek-V4): 7 streams (its default 4 gives Hc·Hc = 16 = D and
   (Hc+2)·Hc = 24, the query latent rank);
@@ -80,12 +81,14 @@ _SET = {
 }  # fmt: skip
 
 
-def shrink(config, depth: int = 0, layout: bool = True, full: bool = True):
+def shrink(config, depth: int = 0, layout: bool = True, full: bool = True, keep=frozenset()):
     """``config`` (and its sub-configs: ``text_config``...) at the survey's sizes: those of
     :func:`survey_kwargs` for each (so what the constructor was given is not undone after,
     as ``_SET``'s ``head_dim=16`` once undid latent attention's ``head_dim=8``). ``layout``:
     also a hybrid's layer pattern (not for a config built with it: its pattern is set)."""
     for name, value in survey_kwargs(config, layout, full).items():
+        if name in keep:
+            continue
         with contextlib.suppress(AttributeError, TypeError, ValueError):
             setattr(config, name, value)
     for value in list(vars(config).values()):
@@ -143,7 +146,7 @@ _INDEXER = {"index_n_heads": 21, "index_head_dim": 34}  # sparse attention's ind
 _STREAMS = {"hc_mult": 7}  # hyper-connections: 4 streams would make Hc·Hc == D (16)
 _LINEAR = {  # linear attention (gated delta rule, KDA): its own heads and head widths
     "linear_num_key_heads": 9, "linear_num_heads": 9, "linear_num_value_heads": 18,
-    "linear_key_head_dim": 20, "linear_head_dim": 20, "linear_value_head_dim": 26,
+    "linear_key_head_dim": 23, "linear_head_dim": 23, "linear_value_head_dim": 26,
 }  # fmt: skip
 
 
@@ -247,8 +250,11 @@ def build(model_type: str):
 
     defaults = AutoConfig.for_model(model_type)
     try:  # sizes given to the constructor: what it derives from them follows
-        config = AutoConfig.for_model(model_type, **survey_kwargs(defaults))
-        config = shrink(config, layout=False)
+        kwargs = survey_kwargs(defaults)
+        derived = _derived(model_type, kwargs, defaults)
+        kwargs = {k: v for k, v in kwargs.items() if k not in derived}
+        config = AutoConfig.for_model(model_type, **kwargs)
+        config = shrink(config, layout=False, keep=derived)
     except Exception:  # a config that refuses them: the basic ones set after (ZAYA allows
         config = shrink(defaults, full=False)  # top-1 routing only: no MoE sizes forced)
     torch.manual_seed(0)
@@ -258,6 +264,25 @@ def build(model_type: str):
     vocab = model.get_input_embeddings().num_embeddings if model.get_input_embeddings() else 101
     ids = torch.randint(3, min(vocab, 101), (B, T))
     return model, ids
+
+
+_HEADS = ("num_attention_heads", "n_head", "n_heads", "num_heads")
+
+
+def _derived(model_type: str, kwargs: dict, defaults) -> set[str]:
+    """The head counts a config's constructor derives from its other sizes when not given
+    one: JetMoE's heads are its key/value heads × top-k (2 × 2 = 4). Forcing the survey's
+    6 on it makes a config no checkpoint has (its attention still runs 4 heads)."""
+    from transformers import AutoConfig
+
+    out = set()
+    for name in (k for k in _HEADS if k in kwargs):
+        rest = {k: v for k, v in kwargs.items() if k != name}
+        with contextlib.suppress(Exception):
+            value = _attr(AutoConfig.for_model(model_type, **rest), name)
+            if isinstance(value, int) and value not in (kwargs[name], _attr(defaults, name)):
+                out.add(name)
+    return out
 
 
 def _attentions(model, ids):

@@ -132,10 +132,23 @@ def dims_hover(
     for d in dims:
         used.extend(x for x in letters_of(d, legend) if x not in used)
     lines.extend(by_letter[x].line() for x in used)
+    for d in dict.fromkeys(dims):  # Q[:i] once, however many axes it names
+        cut = _SLICE.fullmatch(d)
+        if cut:
+            size = shape[list(dims).index(d)]
+            lines.append(
+                f"{d} = {size} · {cut.group(1)} cut by the slice [{cut.group(2)}] "
+                "its source line writes"
+            )
     unnamed = [s for d, s in zip(dims, shape) if d in ("", "?")]
     if unnamed:
         lines.append(f"?: no evidence names an axis of size {', '.join(map(str, unnamed))}")
     return "\n".join(lines)
+
+
+_SLICE = re.compile(r"(.+)\[([^\[\]]*:[^\[\]]*)\]")
+"""An axis named as the slice its line writes: ``Q[:i]``, ``i`` positions of ``Q`` (a loop's
+``i``, another size at each step)."""
 
 
 def letters_used(trace: Any, legend: Sequence[LegendRow] | None) -> set[str]:

@@ -212,8 +212,8 @@ class _Namer:
                 return hint
         if pair == (1, 1) or (pair[0] == 1 and "1" in cands):
             return "1"  # a size-one axis nothing carried a letter to (KV == 1 included)
-        if hints[0] == CUT:
-            return CUT  # a part of a named axis no letter is a part of, carried along
+        if hints[0] == CUT or _is_slice(hints[0]):
+            return hints[0]  # a part of a named axis no letter is a part of, carried along
         if pair[1] is None and any(_moves(c) for c in cands):
             return "?"  # no second pass for this tensor: names that move need the ops
         if len(cands) == 1:
@@ -248,7 +248,7 @@ class _Namer:
                 if shaped is not None:
                     return shaped
             if primary is not None and op in _SLICES:
-                sliced = self._sliced(primary, rid)
+                sliced = self._sliced(primary, rid, step if op == "getitem" else None)
                 if sliced is None and op in ("getitem", "select", "unbind"):
                     sliced = self._indexed(primary, rid, step)
                 if sliced is not None:
@@ -281,20 +281,28 @@ class _Namer:
                 out[axis] = _summed(names)
         return out
 
-    def _sliced(self, src: int, rid: int) -> list[str | None] | None:
+    def _sliced(self, src: int, rid: int, step: Step | None = None) -> list[str | None] | None:
         """A slice or split keeps every axis it leaves whole and names a cut one when it is a
         half or undoes a coefficient: rotary halves of ``D`` are ``D/2`` (whatever else is
         that size), the thirds of a fused ``3C`` are ``C``; any other part (a rotary width
         ``R`` of ``D``) is left to the letters that fit it, when one is a part of the cut
         name (its letters among the name's, or the two in one expression of the table:
         ``D-R``); a part no such letter fits is :data:`CUT` (a chunk of ``Q`` cut to the
-        loop's ``i`` tokens is not the heads ``Hk`` because ``i`` is 9 once)."""
+        loop's ``i`` tokens is not the heads ``Hk`` because ``i`` is 9 once). Where the
+        step's line writes that cut (``attn[..., :i, :i]``), it is named as written:
+        ``Q[:i]``, see :func:`_slice_name`."""
         ins, outs = self.pairs[src], self.pairs[rid]
         if len(ins) != len(outs):
             return None
         names = self._get(src)
         out: list[str | None] = []
-        for name, (a1, a2), (b1, b2) in zip(names, ins, outs):
+        written = _written_slices(step, len(ins)) if step is not None else None
+        for axis, (name, (a1, a2), (b1, b2)) in enumerate(zip(names, ins, outs)):
+            if (a1, a2) != (b1, b2) and name and written and ":" in written[axis]:
+                sliced = self._slice_name(name, written[axis], (b1, b2))
+                if sliced is not None:
+                    out.append(sliced)
+                    continue
             if (a1, a2) == (b1, b2) or name is None:
                 out.append(name if (a1, a2) == (b1, b2) else None)
                 continue
@@ -310,6 +318,19 @@ class _Namer:
             else:
                 out.append(self._part(name, (b1, b2)))
         return out
+
+    def _slice_name(self, name: str, entry: str, pair: Pair) -> str | None:
+        """An axis cut from ``name`` by a slice the line writes (``entry``), where no letter
+        fits the cut: named as written, ``Q[:i]`` for ``attn[..., :i, :i]`` of a chunk axis
+        ``Q`` (a loop's ``i`` has another size at each step, which no letter can have).
+        Else what :meth:`_part` says: a letter that fits names it (``R`` of ``D``)."""
+        part = self._part(name, pair)
+        written = _SLICE_TEXT.fullmatch(entry) and entry.replace(":", "").strip()
+        if name == CUT or _is_slice(name) or pair[0] == 1 or not written:
+            return part
+        if part == CUT or (part is None and name != "?" and not self.table.candidates(pair)):
+            return f"{name}[{entry.replace(' ', '')}]"
+        return part
 
     def _part(self, name: str, pair: Pair) -> str | None:
         """What a cut of ``name`` to ``pair`` may be called: ``None`` (let the letters that
@@ -357,8 +378,11 @@ class _Namer:
             if len(written) != 1:
                 return None
             kept, names = written.pop(), self._get(src)
+            entries = _written_slices(step, len(ins)) or [":"] * len(ins)
             return [
-                names[i] if _same(ins[i], out) else names[i] and self._part(names[i], out)
+                names[i]
+                if _same(ins[i], out)
+                else names[i] and self._slice_name(names[i], entries[i], out)
                 for i, out in zip(kept, outs)
             ]
         written = {kept for kept in _subscripts(step, len(ins)) if kept in fits}
@@ -528,6 +552,8 @@ class _Namer:
         return [None] * len(parts)
 
     def _merge(self, parts: list[str], pair: Pair) -> str | None:
+        if any(_is_slice(p) for p in parts):
+            return CUT  # Q[:i] merged with another axis: no letter by size
         kept = [p for p in parts if p != "1"]
         joined = "·".join(f"({p})" if ("+" in p or "-" in p) else p for p in kept)
         aliases = self.table.candidates(pair)
@@ -573,10 +599,19 @@ def _subscripts(step: Step, ndim: int) -> list[tuple[int, ...]]:
     """The axes each subscript on the step's line keeps, for those of slices and single
     indices only: ``[:, :, i]`` of a 4-D tensor -> ``(0, 1, 3)`` (the axes it does not
     name are kept whole), ``[..., i, :]`` -> ``(0, 1, 3)``."""
+    return [tuple(k for k, e in enumerate(s) if ":" in e) for s in _subscript_entries(step, ndim)]
+
+
+def _subscript_entries(step: Step, ndim: int) -> list[list[str]]:
+    """Each subscript on the step's line, one entry per axis of an ``ndim`` tensor:
+    ``[..., i, :i]`` of a 5-D tensor -> ``[":", ":", ":", "i", ":i"]``."""
     text = step.source.text if step.source is not None else ""
     out = []
-    for inside in _SUBSCRIPT.findall(text):
-        entries = [e.strip() for e in inside.split(",")]
+    for match in _SUBSCRIPT.finditer(text):
+        before = text[: match.start()]
+        if before.count("[") != before.count("]"):
+            continue  # inside another subscript (``x[..., : x.shape[-1] // 2]``'s ``[-1]``)
+        entries = [e.strip() for e in match.group(1).split(",")]
         if any(e == "None" or not e for e in entries) or entries.count("...") > 1:
             continue
         if "..." in entries:
@@ -584,8 +619,23 @@ def _subscripts(step: Step, ndim: int) -> list[tuple[int, ...]]:
             entries[at : at + 1] = [":"] * (ndim - len(entries) + 1)
         entries += [":"] * (ndim - len(entries))
         if len(entries) == ndim:
-            out.append(tuple(k for k, e in enumerate(entries) if ":" in e))
+            out.append(entries)
     return out
+
+
+def _written_slices(step: Step, ndim: int) -> list[str] | None:
+    """The one subscript of the step's line that fits an ``ndim`` tensor, per axis;
+    ``None`` when there is none or several (which of them this step is, the line cannot say)."""
+    found = {tuple(e) for e in _subscript_entries(step, ndim)}
+    return list(found.pop()) if len(found) == 1 else None
+
+
+_SLICE_TEXT = re.compile(r"[A-Za-z_0-9+\-*/ ]*:[A-Za-z_0-9+\-*/ ]*")
+
+
+def _is_slice(name: str | None) -> bool:
+    """A name of :func:`_slice_name` (``Q[:i]``), carried as it is: no size rule gives it."""
+    return bool(name) and name.endswith("]") and "[" in name
 
 
 CUT = "~"
