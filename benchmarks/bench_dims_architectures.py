@@ -120,7 +120,7 @@ def _limit(seconds: int):
 _MLA = {"qk_rope_head_dim": 8, "qk_nope_head_dim": 12, "v_head_dim": 10, "kv_lora_rank": 28}
 _MOE = {
     "num_local_experts": 5, "num_experts": 5, "n_routed_experts": 5, "moe_num_experts": 5,
-    "num_experts_per_tok": 2, "moe_topk": 2, "moe_intermediate_size": 40,
+    "num_experts_per_tok": 3, "moe_topk": 3, "moe_intermediate_size": 40,
     "n_group": 1, "topk_group": 1, "shared_expert_intermediate_size": 56,
     "shared_intermediate_size": 56, "moe_shared_expert_intermediate_size": 56,
 }  # fmt: skip

@@ -95,6 +95,7 @@ class Table:
         self.every: list[tuple[str, Pair]] = []  # also the expressions a letter's pair hides
         self.by_pair: dict[Pair, list[str]] = {}
         self.by_size: dict[int, list[str]] = {}
+        self.hidden: dict[Pair, list[str]] = {}  # expressions a letter of their pair hides
         base: set[Pair] = set()
         for name in names:
             pair = self.pair(name)
@@ -103,6 +104,7 @@ class Table:
             self.every.append((name, pair))
             is_letter = name in LETTERS or name in ("1", "0")
             if not is_letter and pair in base:
+                self.hidden.setdefault(pair, []).append(name)
                 continue  # ``H·D`` when it is C: the letter names it
             if is_letter:
                 base.add(pair)
@@ -174,7 +176,8 @@ class _Namer:
                 producer = self.tensors[rid].producer
                 if self.names[rid] is None and producer in (step.index, None):
                     carried = self.carried(step, k, rid)
-                    self.name(rid, carried, step.module, text, self._comment(text, rid))
+                    written = self._comment(text, rid) or _literal_sizes(step, k, self.tensors)
+                    self.name(rid, carried, step.module, text, written)
         for rid, record in enumerate(self.tensors):
             if self.names[rid] is None:
                 self.name(rid, [None] * len(record.shape), "", "")
@@ -217,10 +220,29 @@ class _Namer:
         if pair[1] is None and any(_moves(c) for c in cands):
             return "?"  # no second pass for this tensor: names that move need the ops
         if len(cands) == 1:
-            return cands[0]
+            return self._letter_or_hidden(cands[0], pair, context, text, leaf)
         if not cands:
             return "?"
         return _tie_break(cands, context, text, self.attrs, leaf) or "?"
+
+    def _letter_or_hidden(self, letter: str, pair: Pair, context, text, leaf) -> str:
+        """The one letter of an axis's sizes, unless the words of its module and line point
+        at an expression of another family that the letter hides (top-k ``K`` = 3 in
+        ``self_attn``, where ``H/KV`` is 3 too: the query heads per key/value head)."""
+        if letter not in LETTERS or letter == "C":
+            return letter  # C is H·D by definition: the model width names it
+        hidden = [
+            h for h in self.table.hidden.get(pair, ()) if _family(h) not in (_family(letter),)
+        ]
+        if hidden:
+            picked = _tie_break([letter, *hidden], context, text, self.attrs, leaf)
+            if picked in hidden and _family(picked) != "input":
+                return picked
+        pointed = {_KIN.get(f, f) for f in _pointed(context, text)}
+        family = _KIN.get(_family(letter), _family(letter))
+        if not leaf and pointed and family in _KIN.values() and family not in pointed:
+            return "?"  # the top-k K's size inside the rotary embedding: the size alone
+        return letter
 
     # ---- what an op carries from its inputs, per output axis
 
@@ -253,6 +275,12 @@ class _Namer:
                     sliced = self._indexed(primary, rid, step)
                 if sliced is not None:
                     return sliced
+            if primary is not None and op == "getitem" and "None" in text_of(step):
+                grown = self._grown(primary, rid, step)
+                if grown is not None:
+                    return grown
+            if primary is not None and op == "view_as_real":  # a complex axis: its 2 parts
+                return [*self._get(primary), "2"][-n:]
             if primary is not None and op == "repeat":
                 return self._repeated(primary, rid)
         except (IndexError, KeyError, ValueError):
@@ -343,6 +371,8 @@ class _Namer:
         if not cands or pair[0] == 1 or any(_moves(c) for c in cands) or _moves(name):
             return None
         mine = set(letters_in(name))
+        if not mine:
+            return CUT  # a cut of a number the code writes (mRoPE's 4 streams) is no letter
         if mine & {"H", "D"}:
             mine.add("C")  # C is H·D: a fused projection's query part
         kin = _kin(name)
@@ -391,6 +421,28 @@ class _Namer:
         names = self._get(src)
         picks = [{names[kept[j]] for kept in fits} for j in range(len(outs))]
         return [pick.pop() if len(pick) == 1 else None for pick in picks]  # what all agree on
+
+    def _grown(self, src: int, rid: int, step: Step) -> list[str | None] | None:
+        """``x[..., None]`` and ``x[:, None, :]``: the input's axes in order, a ``1`` where
+        the subscript writes ``None`` (the one subscript on the line that fits both ranks)."""
+        n_in, n_out = len(self.tensors[src].shape), len(self.tensors[rid].shape)
+        names, found = self._get(src), set()
+        for match in _SUBSCRIPT.finditer(text_of(step)):
+            entries = [e.strip() for e in match.group(1).split(",")]
+            if entries.count("None") != n_out - n_in or entries.count("...") > 1:
+                continue
+            if any(e != "None" and e != "..." and e.strip(":") for e in entries):
+                continue  # only whole axes and new ones: a slice or index is for other rules
+            if "..." in entries:
+                at = entries.index("...")
+                entries[at : at + 1] = [":"] * (n_out - len(entries) + 1)
+            entries += [":"] * (n_out - len(entries))
+            if len(entries) == n_out:
+                found.add(tuple(entries))
+        if len(found) != 1:
+            return None
+        it = iter(names)
+        return ["1" if e == "None" else next(it, None) for e in found.pop()]
 
     def _get(self, rid: int) -> list[str | None]:
         names = self.names[rid]
@@ -595,6 +647,11 @@ class _Namer:
 _SUBSCRIPT = re.compile(r"\[([^\[\]]*)\]")
 
 
+def text_of(step: Step) -> str:
+    """The source line a step ran, or ``""``."""
+    return step.source.text if step.source is not None else ""
+
+
 def _subscripts(step: Step, ndim: int) -> list[tuple[int, ...]]:
     """The axes each subscript on the step's line keeps, for those of slices and single
     indices only: ``[:, :, i]`` of a 4-D tensor -> ``(0, 1, 3)`` (the axes it does not
@@ -684,14 +741,7 @@ def _tie_break(cands: list[str], context: str, text: str, attrs, leaf: bool = Fa
     heads, not experts; ``router``: experts; ``rot``: the rotary width); ``None`` when they
     do not decide. (A module's own attributes do not: GPT-NeoX's attention declares its
     rotary width, not its heads, yet both live there.)"""
-    words = set(context.lower().replace("_", ".").split(".")) | set(
-        "".join(ch if ch.isalnum() else " " for ch in text.lower()).split()
-    )
-    pointed = {
-        family
-        for family, hints in _WORDS.items()
-        if any(w in words or (len(w) > 3 and w in context.lower()) for w in hints)
-    }
+    pointed = _pointed(context, text)
     for family in (f for f in _WORDS if f in pointed):  # in _WORDS' order of precedence
         hits = [c for c in cands if _family(c) == family]
         if len(hits) == 1:
@@ -703,6 +753,24 @@ def _tie_break(cands: list[str], context: str, text: str, attrs, leaf: bool = Fa
     if not leaf and len(rest) == 1 and len(rest) < len(cands):
         return rest[0]
     return None
+
+
+_KIN = {"rotary": "attention", "attention": "attention", "experts": "ffn", "ffn": "ffn"}
+_KIN |= {"vocab": "vocab"}
+"""Families one module may hold (a head's rotary part, an expert's feed-forward width),
+for :meth:`_Namer._letter_or_hidden`'s check of a lone letter against the words."""
+
+
+def _pointed(context: str, text: str) -> set[str]:
+    """The letter families the words of a module path and source line point at."""
+    words = set(context.lower().replace("_", ".").split(".")) | set(
+        "".join(ch if ch.isalnum() else " " for ch in text.lower()).split()
+    )
+    return {
+        family
+        for family, hints in _WORDS.items()
+        if any(w in words or (len(w) > 3 and w in context.lower()) for w in hints)
+    }
 
 
 def _kin(name: str) -> str:
@@ -873,6 +941,38 @@ def sizes_from_source(
         for letter, sizes in seen.items()
         if len(sizes) == 1 and letter in where
     }
+
+
+_SIZED_BY_LITERALS = _SHAPED_BY_ARGS | {"expand", "new_zeros", "new_ones", "new_empty", "topk"}
+
+
+def _literal_sizes(step: Step, k: int, tensors: Sequence[TensorRecord]) -> list[str | None] | None:
+    """An axis whose size the line writes as a number, named by it: mRoPE's
+    ``position_ids.expand(3, b, -1)`` is ``(3, B, T)`` (its three position streams, not the
+    top-k 3 that is the same size), ``x.reshape(*x.shape[:-1], -1, 2)`` ends in ``2`` (the
+    pairs of a complex rotation). A starred argument stands for the axes between: those
+    before it count from the left, those after from the right."""
+    if k or step.op not in _SIZED_BY_LITERALS or step.source is None:
+        return None
+    shape = tensors[step.outputs[0]].shape
+    if step.op == "topk":  # x.topk(2, dim=-1): the k it keeps, on the last axis
+        for args in _call_args(step.source.text, step.op):
+            if len(args) == 1 and args[0].isdigit() and shape and int(args[0]) == shape[-1] > 1:
+                return [None] * (len(shape) - 1) + [args[0]]
+        return None
+    for args in _call_args(step.source.text, step.op):
+        starred = [i for i, a in enumerate(args) if a.startswith("*")]
+        if len(starred) > 1 or (not starred and len(args) != len(shape)):
+            continue
+        at = starred[0] if starred else len(args)
+        places = list(range(at)) + [len(shape) - (len(args) - i) for i in range(at + 1, len(args))]
+        out: list[str | None] = [None] * len(shape)
+        for arg, place in zip((a for i, a in enumerate(args) if i != at), places):
+            if 0 <= place < len(shape) and arg.isdigit() and int(arg) == shape[place] > 1:
+                out[place] = arg
+        if any(out):
+            return out
+    return None
 
 
 def _call_args(text: str, op: str) -> list[list[str]]:
