@@ -10,7 +10,10 @@ to a small value that matches no other, so that a name can only be right by evid
 
 - attention: 2 layers, C=96, H=6, 2 key/value heads, D=16, F=200, V=101, N=64 positions;
   latent attention R=8 (its ``head_dim``), Dn=12, Dv=10, Lkv=28, Lq=24, its keys and
-  values per query head (KV = H); experts E=5, top-K=2, FE=40, the shared expert FS=56;
+  values per query head (KV = H); experts E=5, top-K=3, FE=40, the shared expert FS=56
+  (top-2 would be KV's size, and hid names that were K only by size: a complex rotation's
+  pairs, Inkling's two shared experts; top-3 is H/KV's, which the words of the module
+  tell apart);
 - state-space mixers: state S=14, conv kernel W=19 (not 7, the width of Inkling's routing
   scores, 5 experts + 2 shared), dt rank Dt=13, inner width I = expand × C = 192, Mamba-2
   heads 4 × head width 48 (= I), groups 1, chunk Q=36 (longer than T: one chunk, as at

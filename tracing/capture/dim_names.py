@@ -266,7 +266,7 @@ class _Namer:
                 if moved is not None:
                     return moved
             if primary is not None and op in _RESHAPES:
-                shaped = self._reshape(primary, rid)
+                shaped = self._reshape(primary, rid, _literal_sizes(step, k, self.tensors))
                 if shaped is not None:
                     return shaped
             if primary is not None and op in _SLICES:
@@ -281,6 +281,8 @@ class _Namer:
                     return grown
             if primary is not None and op == "view_as_real":  # a complex axis: its 2 parts
                 return [*self._get(primary), "2"][-n:]
+            if primary is not None and op == "view_as_complex":  # pairs become one number
+                return self._get(primary)[:-1][-n:]
             if primary is not None and op == "repeat":
                 return self._repeated(primary, rid)
         except (IndexError, KeyError, ValueError):
@@ -482,7 +484,7 @@ class _Namer:
         names[a], names[b] = names[b], names[a]
         return names
 
-    def _reshape(self, src: int, rid: int) -> list[str | None] | None:
+    def _reshape(self, src: int, rid: int, written=None) -> list[str | None] | None:
         """Carry names through a view: kept axes keep theirs, a split factors a product
         (``KV·D`` -> ``KV, D``; ``C`` -> ``H, D``), a merge multiplies (``B, T`` -> ``B·T``)."""
         in_pairs, out_pairs = self.pairs[src], self.pairs[rid]
@@ -508,6 +510,8 @@ class _Namer:
                 out[gj[0]] = parts[0]
             elif len(gi) == 1 and parts[0]:
                 split = self._split(parts[0], [out_pairs[g] for g in gj])
+                if written and len(gj) == 2 and None in split:  # reshape(..., -1, 2)
+                    split = self._split_by_number(parts[0], [written[g] for g in gj], gj, out_pairs)
                 for g, name in zip(gj, split):
                     out[g] = name
             elif len(gj) == 1 and all(parts):
@@ -575,6 +579,17 @@ class _Namer:
                 return [None] * len(pairs)
             out.append(name)
         return out if at == len(factors) else [None] * len(pairs)
+
+    def _split_by_number(self, name, numbers, places, pairs) -> list[str | None]:
+        """A split whose one part the line writes as a number: ``C`` into ``(C/2, 2)``."""
+        for at in (0, 1):
+            if numbers[at] is None or numbers[1 - at] is not None:
+                continue
+            whole = f"({name})" if any(ch in name for ch in "+-/·") else name
+            rest = f"{whole}/{numbers[at]}"
+            if self.table.fits(rest, pairs[places[1 - at]]):
+                return [rest, numbers[at]] if at == 1 else [numbers[at], rest]
+        return [None, None]
 
     def _split(self, name: str, parts: list[Pair]) -> list[str | None]:
         s1 = self.table.sizes1
@@ -952,9 +967,9 @@ def _literal_sizes(step: Step, k: int, tensors: Sequence[TensorRecord]) -> list[
     top-k 3 that is the same size), ``x.reshape(*x.shape[:-1], -1, 2)`` ends in ``2`` (the
     pairs of a complex rotation). A starred argument stands for the axes between: those
     before it count from the left, those after from the right."""
-    if k or step.op not in _SIZED_BY_LITERALS or step.source is None:
+    if (k and step.op != "topk") or step.op not in _SIZED_BY_LITERALS or step.source is None:
         return None
-    shape = tensors[step.outputs[0]].shape
+    shape = tensors[step.outputs[k]].shape
     if step.op == "topk":  # x.topk(2, dim=-1): the k it keeps, on the last axis
         for args in _call_args(step.source.text, step.op):
             if len(args) == 1 and args[0].isdigit() and shape and int(args[0]) == shape[-1] > 1:

@@ -196,6 +196,19 @@ def test_experts_equal_to_heads_keep_their_letter():
     assert same_names(distinct, same) == []
 
 
+def test_top_k_equal_to_query_heads_per_key_value_head_keeps_both_names():
+    """Mixtral, H=6 over KV=2 (H/KV = 3): top-3 routing against top-4. The attention's
+    grouped axis stays H/KV (the words of ``self_attn`` point at heads, not experts), the
+    router's stays K."""
+    distinct = tracing.trace(*build("mixtral", num_experts_per_tok=4), capture="shapes")
+    same = tracing.trace(*build("mixtral", num_experts_per_tok=3), capture="shapes")
+    assert same.meta["dim_letters"]["K"]["size"] == 3
+    assert same_names(distinct, same) == []
+    grouped = [r.dims for r in same.tensors if r.dims and "H/KV" in r.dims]
+    assert ("B", "KV", "H/KV", "T", "D") in grouped
+    assert any(r.dims == ("B·T", "K") for r in same.tensors)
+
+
 class DecoderLM(nn.Module):
     """``nn.TransformerDecoder`` (batch first) between an embedding and an LM head."""
 
