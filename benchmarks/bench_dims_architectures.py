@@ -8,7 +8,8 @@ Each architecture of ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` is built from its own
 shrunk with random weights and fed token ids of B=3, T=11. Every size the config has is set
 to a small value that matches no other, so that a name can only be right by evidence:
 
-- attention: 2 layers, C=96, H=6, 2 key/value heads, D=16, F=200, V=101, N=64 positions;
+- attention: 2 layers, C=96, H=6, 2 key/value heads, D=16, F=200, V=101, N=76 positions
+  (not 64: that is 2KV·D, and the chunk length linear-attention models fix in code);
   latent attention R=8 (its ``head_dim``), Dn=12, Dv=10, Lkv=28, Lq=24, its keys and
   values per query head (KV = H); experts E=5, top-K=3, FE=40, the shared expert FS=56
   (top-2 would be KV's size, and hid names that were K only by size: a complex rotation's
@@ -79,7 +80,7 @@ _SET = {
     "encoder_ffn_dim": 200, "vocab_size": 101,
     "num_hidden_layers": 2, "n_layer": 2, "n_layers": 2, "num_layers": 2,
     "decoder_layers": 2, "encoder_layers": 2, "num_decoder_layers": 2,
-    "max_position_embeddings": 64, "n_positions": 64, "n_ctx": 64,
+    "max_position_embeddings": 76, "n_positions": 76, "n_ctx": 76,
     "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "decoder_start_token_id": 1,
 }  # fmt: skip
 

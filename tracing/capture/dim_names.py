@@ -111,6 +111,9 @@ class Table:
             self.by_pair.setdefault(pair, []).append(name)
             self.by_size.setdefault(pair[0], []).append(name)
 
+        width = self.pair("C") if "C" in sizes1 else None
+        self.hidden.pop(width, None)  # C is H·D by definition: what C hides stays hidden
+
     def pair(self, name: str) -> Pair | None:
         v1 = size_of(name, self.sizes1)
         if v1 is None:
@@ -229,12 +232,14 @@ class _Namer:
         """The one letter of an axis's sizes, unless the words of its module and line point
         at an expression of another family that the letter hides (top-k ``K`` = 3 in
         ``self_attn``, where ``H/KV`` is 3 too: the query heads per key/value head)."""
-        if letter not in LETTERS or letter == "C":
+        if letter == "C":
             return letter  # C is H·D by definition: the model width names it
-        hidden = [
-            h for h in self.table.hidden.get(pair, ()) if _family(h) not in (_family(letter),)
+        hidden = [  # a ratio or a half (H/KV, R/2): a product (2KV·D) is a fused width,
+            h  # which a weight carries, not a size alone
+            for h in self.table.hidden.get(pair, ())
+            if "/" in h and "·" not in h and _family(h) != _family(letter)
         ]
-        if hidden:
+        if hidden and letter in LETTERS:
             picked = _tie_break([letter, *hidden], context, text, self.attrs, leaf)
             if picked in hidden and _family(picked) != "input":
                 return picked
@@ -269,6 +274,10 @@ class _Namer:
                 shaped = self._reshape(primary, rid, _literal_sizes(step, k, self.tensors))
                 if shaped is not None:
                     return shaped
+            if op == "getitem" and len(step.inputs) == 2:
+                gathered = self._gathered(step.inputs[0], step.inputs[1], rid)
+                if gathered is not None:
+                    return gathered
             if primary is not None and op in _SLICES:
                 sliced = self._sliced(primary, rid, step if op == "getitem" else None)
                 if sliced is None and op in ("getitem", "select", "unbind"):
@@ -423,6 +432,18 @@ class _Namer:
         names = self._get(src)
         picks = [{names[kept[j]] for kept in fits} for j in range(len(outs))]
         return [pick.pop() if len(pick) == 1 else None for pick in picks]  # what all agree on
+
+    def _gathered(self, src: int, index: int, rid: int) -> list[str | None] | None:
+        """``x[idx]`` with an index tensor: the index's axes, then the rest of ``x``'s
+        (Phi-MoE's ``hidden_states[perm // num_top_k]``: ``(B·T·2, C)`` from ``(B·T, C)``)."""
+        ins, idx, outs = self.pairs[src], self.pairs[index], self.pairs[rid]
+        if self.tensors[index].dtype not in _INDEX_DTYPES or not idx:
+            return None
+        if len(outs) != len(idx) + len(ins) - 1:
+            return None
+        if not all(_same(a, b) for a, b in zip([*idx, *ins[1:]], outs)):
+            return None
+        return [*self._get(index), *self._get(src)[1:]]
 
     def _grown(self, src: int, rid: int, step: Step) -> list[str | None] | None:
         """``x[..., None]`` and ``x[:, None, :]``: the input's axes in order, a ``1`` where
@@ -628,6 +649,8 @@ class _Namer:
             return "C"  # D = C / H (even where another letter has C's size: N == C)
         if joined in aliases or not aliases:
             return joined
+        if any(p.isdigit() for p in kept) and self.table.fits(joined, pair):
+            return joined  # B·T·2, PhiMoE's two routing choices, not B·T·KV by size
         kin = (
             [a for a in aliases if _family(a) == _family(kept[0])] if len(aliases) > 1 else aliases
         )
@@ -659,6 +682,7 @@ class _Namer:
         return out
 
 
+_INDEX_DTYPES = frozenset({"int64", "int32", "int16", "uint8", "int8"})
 _SUBSCRIPT = re.compile(r"\[([^\[\]]*)\]")
 
 
@@ -718,8 +742,10 @@ has (shown ``?``), carried through the ops so that no letter is given it by size
 def _summed(names: list[str]) -> str:
     """The parts of a ``cat`` added up, like terms counted: ``Hk·Dk``, ``Hk·Dk``, ``Hv·Dvl``
     -> ``2Hk·Dk+Hv·Dvl``."""
+    if all(name.isdigit() for name in names):
+        return str(sum(int(name) for name in names))  # two size-one parts: 2 (not 11)
     if any(name.isdigit() for name in names):
-        return "+".join(names)  # 1+1: two size-one parts (not 21)
+        return "+".join(names)
     counts: dict[str, int] = {}
     for name in names:
         counts[name] = counts.get(name, 0) + 1
