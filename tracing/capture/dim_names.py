@@ -63,7 +63,9 @@ _WORDS = {  # words in a module path or source line -> the letter family they po
     "rotary": ("rot", "rope", "rotary", "cos", "sin", "inv_freq"),
     "experts": ("expert", "experts", "moe", "router", "gate", "routing", "top_k"),
     "attention": ("attn", "attention", "self_attn", "head", "heads", "query", "key", "value"),
-    "ffn": ("mlp", "ffn", "fc", "ff", "feed", "feed_forward", "intermediate", "linear1", "linear2"),
+    "ffn": ("mlp", "ffn", "fc", "ff", "feed", "feed_forward", "intermediate", "linear1", "linear2")
+    + ("fc1", "fc2", "c_fc", "up_proj", "down_proj", "w1", "w2", "w3", "wi", "wo")
+    + ("dense_h_to_4h", "dense_4h_to_h", "fc_in", "fc_out"),
     "vocab": ("lm_head", "embed", "wte", "token", "logits", "unembed", "vocab", "tok"),
 }
 
@@ -796,6 +798,10 @@ def _tie_break(cands: list[str], context: str, text: str, attrs, leaf: bool = Fa
     return None
 
 
+_PATH_ONLY = frozenset({"gate"})
+"""Words that point at a family in a module path only: a router is ``mlp.gate``, but a line's
+``query_gate_states`` (a gated attention) or ``gate_proj`` is no expert."""
+
 _KIN = {"rotary": "attention", "attention": "attention", "experts": "ffn", "ffn": "ffn"}
 _KIN |= {"vocab": "vocab"}
 """Families one module may hold (a head's rotary part, an expert's feed-forward width),
@@ -804,8 +810,8 @@ for :meth:`_Namer._letter_or_hidden`'s check of a lone letter against the words.
 
 def _pointed(context: str, text: str) -> set[str]:
     """The letter families the words of a module path and source line point at."""
-    words = set(context.lower().replace("_", ".").split(".")) | set(
-        "".join(ch if ch.isalnum() else " " for ch in text.lower()).split()
+    words = set(context.lower().replace("_", ".").split(".")) | (
+        set("".join(ch if ch.isalnum() else " " for ch in text.lower()).split()) - _PATH_ONLY
     )
     return {
         family
