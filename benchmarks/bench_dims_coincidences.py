@@ -30,9 +30,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-import bench_dims_architectures as survey  # noqa: E402
+import bench_dims_architectures as survey
 
-import tracing  # noqa: E402
+import tracing
 
 VARIANTS = {
     "T == D": {"T": 16},

@@ -187,6 +187,12 @@ LETTERS: dict[str, Letter] = {
         ("top_k", "num_experts_per_tok"),
         "experts",
     ),
+    "Es": Letter(
+        "shared experts beside the routed ones (only when more than one)",
+        ("n_shared_experts", "num_shared_experts"),
+        ("n_shared_experts", "num_shared_experts"),
+        "experts",
+    ),
     "I": Letter(
         "inner width of a state-space mixer (Mamba's expand × C)",
         ("mamba_d_ssm", "d_inner", "mamba_intermediate_size"),
@@ -412,7 +418,8 @@ def expressions(sizes: Mapping[str, int]) -> list[str]:
     key/value head (``H/KV``), the fused
     projections (``3C``, ``(H+2KV)·D``, ``2F``), halves (``D/2``, ``R/2``), the part of a
     head that is not rotated (``D-R``), flattened batches (``B·T``, ``B·H``, ``B·T·K``),
-    ``2T``, ``T+1`` and ``T-1``, ``Pr+T`` (a learned prompt before the tokens), ``E+1`` (a
+    ``2T``, ``T+1`` and ``T-1``, ``Pr+T`` (a learned prompt before the tokens), ``E+Es``
+    (routed and shared experts' scores), ``E+1`` (a
     one-hot with a spare class), ``Lkv+R``.
     """
     heads = [c for c in ("H", "KV") if c in sizes]
@@ -438,7 +445,7 @@ def expressions(sizes: Mapping[str, int]) -> list[str]:
         "Dn+R",
         "Dn+Dv",
     ]
-    out += ["H·(Dn+R)", "H·(Dn+Dv)", "KV·(Dn+Dv)", "Lkv+R", "E+1"]
+    out += ["H·(Dn+R)", "H·(Dn+Dv)", "KV·(Dn+Dv)", "Lkv+R", "E+1", "E+Es"]
     out += ["Dn+D", "H·(Dn+D)", "Lkv+D"]  # latent attention whose rotary width is D
     out += STATE_SPACE_EXPRESSIONS
     out += ["B·T", "2T", "T+1", "T-1", "T+P", "Pr+T", "Nb·H", "Hw·Dw"]
@@ -536,6 +543,8 @@ def letter_sizes(
     for letter, same in SAME_AXIS.items():  # one axis, one letter
         if letter in found and same in found and found[letter].size == found[same].size:
             del found[letter]
+    if "Es" in found and found["Es"].size <= 1:
+        del found["Es"]  # one shared expert: no axis of them (its weights are a plain MLP's)
     return found
 
 

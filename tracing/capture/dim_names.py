@@ -63,9 +63,31 @@ _WORDS = {  # words in a module path or source line -> the letter family they po
     "rotary": ("rot", "rope", "rotary", "cos", "sin", "inv_freq"),
     "experts": ("expert", "experts", "moe", "router", "gate", "routing", "top_k"),
     "attention": ("attn", "attention", "self_attn", "head", "heads", "query", "key", "value"),
-    "ffn": ("mlp", "ffn", "fc", "ff", "feed", "feed_forward", "intermediate", "linear1", "linear2")
-    + ("fc1", "fc2", "c_fc", "up_proj", "down_proj", "w1", "w2", "w3", "wi", "wo")
-    + ("dense_h_to_4h", "dense_4h_to_h", "fc_in", "fc_out"),
+    "ffn": (
+        "mlp",
+        "ffn",
+        "fc",
+        "ff",
+        "feed",
+        "feed_forward",
+        "intermediate",
+        "linear1",
+        "linear2",
+        "fc1",
+        "fc2",
+        "c_fc",
+        "up_proj",
+        "down_proj",
+        "w1",
+        "w2",
+        "w3",
+        "wi",
+        "wo",
+        "dense_h_to_4h",
+        "dense_4h_to_h",
+        "fc_in",
+        "fc_out",
+    ),
     "vocab": ("lm_head", "embed", "wte", "token", "logits", "unembed", "vocab", "tok"),
 }
 
@@ -228,7 +250,21 @@ class _Namer:
             return self._letter_or_hidden(cands[0], pair, context, text, leaf)
         if not cands:
             return "?"
-        return _tie_break(cands, context, text, self.attrs, leaf) or "?"
+        families = {_family(c) for c in cands}
+        return (
+            _tie_break([*cands, *self._hidden(pair, families)], context, text, self.attrs, leaf)
+            or "?"
+        )
+
+    def _hidden(self, pair: Pair, families: set[str]) -> list[str]:
+        """The ratios and halves of other families that letters of ``pair`` hide (``R/2``
+        behind ``KV`` when both are 2): a product (``2KV·D``) is a fused width, which a
+        weight carries, not a size alone."""
+        return [
+            h
+            for h in self.table.hidden.get(pair, ())
+            if "/" in h and "·" not in h and _family(h) not in families
+        ]
 
     def _letter_or_hidden(self, letter: str, pair: Pair, context, text, leaf) -> str:
         """The one letter of an axis's sizes, unless the words of its module and line point
@@ -236,11 +272,7 @@ class _Namer:
         ``self_attn``, where ``H/KV`` is 3 too: the query heads per key/value head)."""
         if letter == "C":
             return letter  # C is H·D by definition: the model width names it
-        hidden = [  # a ratio or a half (H/KV, R/2): a product (2KV·D) is a fused width,
-            h  # which a weight carries, not a size alone
-            for h in self.table.hidden.get(pair, ())
-            if "/" in h and "·" not in h and _family(h) != _family(letter)
-        ]
+        hidden = self._hidden(pair, {_family(letter)})
         if hidden and letter in LETTERS:
             picked = _tie_break([letter, *hidden], context, text, self.attrs, leaf)
             if picked in hidden and _family(picked) != "input":
@@ -532,9 +564,11 @@ class _Namer:
             if len(gi) == 1 and len(gj) == 1:
                 out[gj[0]] = parts[0]
             elif len(gi) == 1 and parts[0]:
-                split = self._split(parts[0], [out_pairs[g] for g in gj])
-                if written and len(gj) == 2 and None in split:  # reshape(..., -1, 2)
+                split = [None] * len(gj)
+                if written and len(gj) == 2:  # reshape(..., -1, 2): the number the line writes
                     split = self._split_by_number(parts[0], [written[g] for g in gj], gj, out_pairs)
+                if None in split:
+                    split = self._split(parts[0], [out_pairs[g] for g in gj])
                 for g, name in zip(gj, split):
                     out[g] = name
             elif len(gj) == 1 and all(parts):
