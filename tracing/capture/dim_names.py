@@ -833,8 +833,9 @@ def _tie_break(cands: list[str], context: str, text: str, attrs, leaf: bool = Fa
 
 
 _PATH_ONLY = frozenset({"gate"})
-"""Words that point at a family in a module path only: a router is ``mlp.gate``, but a line's
-``query_gate_states`` (a gated attention) or ``gate_proj`` is no expert."""
+"""Words that point at a family only as a whole module of the path: a router is
+``mlp.gate``, but ``gate_proj``, ``self_attn.gate_bias`` or a line's ``query_gate_states``
+(a gated MLP or attention) is no expert."""
 
 _KIN = {"rotary": "attention", "attention": "attention", "experts": "ffn", "ffn": "ffn"}
 _KIN |= {"vocab": "vocab"}
@@ -844,13 +845,14 @@ for :meth:`_Namer._letter_or_hidden`'s check of a lone letter against the words.
 
 def _pointed(context: str, text: str) -> set[str]:
     """The letter families the words of a module path and source line point at."""
-    words = set(context.lower().replace("_", ".").split(".")) | (
-        set("".join(ch if ch.isalnum() else " " for ch in text.lower()).split()) - _PATH_ONLY
-    )
+    path = context.lower()
+    components = set(path.split("."))
+    words = (set(path.replace("_", ".").split(".")) - _PATH_ONLY) | components
+    words |= set("".join(ch if ch.isalnum() else " " for ch in text.lower()).split()) - _PATH_ONLY
     return {
         family
         for family, hints in _WORDS.items()
-        if any(w in words or (len(w) > 3 and w in context.lower()) for w in hints)
+        if any(w in words or (len(w) > 3 and w not in _PATH_ONLY and w in path) for w in hints)
     }
 
 
