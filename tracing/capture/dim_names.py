@@ -293,7 +293,7 @@ class _Namer:
         op = step.op
         try:
             if op == "linear" and len(step.inputs) >= 2:
-                return self._linear(step.inputs[0], step.inputs[1], n)
+                return self._linear(step.inputs[0], step.inputs[1], n, step.inputs[2:3])
             if op == "embedding" and len(step.inputs) >= 2:
                 ids, weight = step.inputs[0], step.inputs[1]
                 return [*self._get(ids), self._get(weight)[-1]][-n:]
@@ -511,9 +511,32 @@ class _Namer:
                 return i
         return next((i for i in step.inputs if self.names[i] is not None), None)
 
-    def _linear(self, x: int, weight: int, n: int) -> list[str | None]:
+    def _linear(self, x: int, weight: int, n: int, bias=()) -> list[str | None]:
         xs, ws = self._get(x), self._get(weight)
+        if len(ws) == 2 and ws[1] in (None, "?") and xs and self._named(xs[-1]):
+            if _same(self.pairs[weight][1], self.pairs[x][-1]):  # the axis it contracts with
+                self._rename(weight, 1, xs[-1])  # BERT's output.dense (C, F) where V is F's size
+                ws = self._get(weight)
+        for b in bias:  # the bias is one number per output feature: the weight's rows
+            if len(self.pairs[b]) == 1 and len(ws) == 2 and self._named(ws[0]):
+                if self._get(b)[0] in (None, "?") and _same(
+                    self.pairs[b][0], self.pairs[weight][0]
+                ):
+                    self._rename(b, 0, ws[0])
         return [*xs[:-1], ws[0] if len(ws) == 2 else None][-n:]
+
+    @staticmethod
+    def _named(name: str | None) -> bool:
+        return bool(name) and name not in ("?", CUT)
+
+    def _rename(self, rid: int, axis: int, name: str) -> None:
+        """One axis of an already named tensor, proven later (a weight's input axis by the
+        activation it contracts with)."""
+        names = list(self.names[rid] or ("?",) * len(self.tensors[rid].shape))
+        names[axis] = name
+        self.names[rid] = tuple(names)
+        shown = tuple("?" if n == CUT else n for n in names)
+        self.final[rid] = None if all(n == "?" for n in shown) else shown
 
     def _matmul(self, a: int, b: int, n: int) -> list[str | None]:
         da, db = self._get(a), self._get(b)

@@ -209,6 +209,34 @@ def test_top_k_equal_to_query_heads_per_key_value_head_keeps_both_names():
     assert any(r.dims == ("B·T", "K") for r in same.tensors)
 
 
+def test_bert_output_projection_reads_f_where_the_vocabulary_is_as_wide():
+    """BERT as a causal LM, F == V == 200: its ``output.dense`` weight has no word that says
+    feed-forward, but its input axis contracts with the ``intermediate`` activation (F)."""
+    import transformers as tf
+
+    from helpers.dims_models import from_config
+
+    sizes = dict(hidden_size=96, num_attention_heads=6, num_hidden_layers=1, is_decoder=True)
+    distinct = tracing.trace(
+        *from_config(tf.BertConfig, tf.BertLMHeadModel, intermediate_size=200, **sizes),
+        capture="shapes",
+    )
+    same = tracing.trace(
+        *from_config(
+            tf.BertConfig, tf.BertLMHeadModel, intermediate_size=101, **sizes
+        ),  # F == V == 101
+        capture="shapes",
+    )
+    assert same.meta["dim_letters"]["F"]["size"] == same.meta["dim_letters"]["V"]["size"]
+    assert same_names(distinct, same) == []
+    weights = {
+        s.module: same.tensors[s.inputs[1]].dims
+        for s in same.steps
+        if s.op == "linear" and s.module.endswith("output.dense")
+    }
+    assert ("C", "F") in weights.values()
+
+
 class DecoderLM(nn.Module):
     """``nn.TransformerDecoder`` (batch first) between an embedding and an LM head."""
 
