@@ -513,16 +513,15 @@ class _Namer:
 
     def _linear(self, x: int, weight: int, n: int, bias=()) -> list[str | None]:
         xs, ws = self._get(x), self._get(weight)
-        if len(ws) == 2 and ws[1] in (None, "?") and xs and self._named(xs[-1]):
-            if _same(self.pairs[weight][1], self.pairs[x][-1]):  # the axis it contracts with
-                self._rename(weight, 1, xs[-1])  # BERT's output.dense (C, F) where V is F's size
-                ws = self._get(weight)
+        contracts = len(ws) == 2 and ws[1] in (None, "?") and xs and self._named(xs[-1])
+        if contracts and _same(self.pairs[weight][1], self.pairs[x][-1]):
+            self._rename(weight, 1, xs[-1])  # BERT's output.dense (C, F) where V is F's size
+            ws = self._get(weight)
         for b in bias:  # the bias is one number per output feature: the weight's rows
-            if len(self.pairs[b]) == 1 and len(ws) == 2 and self._named(ws[0]):
-                if self._get(b)[0] in (None, "?") and _same(
-                    self.pairs[b][0], self.pairs[weight][0]
-                ):
-                    self._rename(b, 0, ws[0])
+            known = len(ws) == 2 and self._named(ws[0]) and len(self.pairs[b]) == 1
+            open_axis = known and self._get(b)[0] in (None, "?")
+            if open_axis and _same(self.pairs[b][0], self.pairs[weight][0]):
+                self._rename(b, 0, ws[0])
         return [*xs[:-1], ws[0] if len(ws) == 2 else None][-n:]
 
     @staticmethod

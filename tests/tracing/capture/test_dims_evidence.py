@@ -213,7 +213,6 @@ def test_bert_output_projection_reads_f_where_the_vocabulary_is_as_wide():
     """BERT as a causal LM, F == V == 200: its ``output.dense`` weight has no word that says
     feed-forward, but its input axis contracts with the ``intermediate`` activation (F)."""
     import transformers as tf
-
     from helpers.dims_models import from_config
 
     sizes = dict(hidden_size=96, num_attention_heads=6, num_hidden_layers=1, is_decoder=True)
