@@ -196,6 +196,11 @@ def survey_kwargs(defaults, layout: bool = True, full: bool = True) -> dict:
         out.update(num_heads=4, head_dim=48)
     if isinstance(getattr(defaults, "rotary_dim", None), int):
         out["rotary_dim"] = 8
+    if "per_layer_config" in have:  # Gemma-4's full-attention layers: their own head width
+        out["global_head_dim"] = 52  # (its 512 is the per-layer inputs' 2 layers × 256)
+    if "hidden_size_per_layer_input" in have:  # Gemma-4's per-layer input embeddings: a
+        out.update(hidden_size_per_layer_input=18, vocab_size_per_layer_input=101)  # width,
+        # and the vocabulary (the model's own, as its default is)
     if layout:
         out.update(_hybrid_layers(defaults, have))
     if "use_cache" in have:

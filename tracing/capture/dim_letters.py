@@ -68,6 +68,18 @@ LETTERS: dict[str, Letter] = {
         (),
         "vocab",
     ),
+    "Cp": Letter(
+        "width of the per-layer input embeddings (Gemma-3n, Gemma-4)",
+        ("hidden_size_per_layer_input",),
+        (),
+        "vocab",
+    ),
+    "Vp": Letter(
+        "vocabulary of the per-layer input embeddings (only when not V)",
+        ("vocab_size_per_layer_input",),
+        (),
+        "vocab",
+    ),
     "H": Letter(
         "attention (query) heads",
         (
@@ -108,6 +120,12 @@ LETTERS: dict[str, Letter] = {
     "Dw": Letter(
         "head width of the sliding-window layers (only when not D)",
         ("swa_head_dim",),
+        (),
+        "attention",
+    ),
+    "Dg": Letter(
+        "head width of the full-attention layers, where each layer has its own (Gemma-4)",
+        (),
         (),
         "attention",
     ),
@@ -536,6 +554,10 @@ def letter_sizes(
         if inner is not None:
             found["I"] = inner
     head = found["D"].size if "D" in found else None
+    if "Dg" not in found:
+        per_layer = _per_layer_head_dim(config, head)
+        if per_layer is not None:
+            found["Dg"] = per_layer
     if "R" not in found:
         rotary = _rotary_from_config(config, head)
         if rotary is not None:
@@ -550,11 +572,31 @@ def letter_sizes(
 
 SAME_AXIS = {
     "KV": "H", "R": "D", "Dv": "D", "Hv": "Hk", "Dvl": "Dk", "F": "I",
-    "Hw": "H", "KVw": "KV", "Dw": "D", "Ce": "C", "Co": "C",
+    "Hw": "H", "KVw": "KV", "Dw": "D", "Ce": "C", "Co": "C", "Vp": "V",
 }  # fmt: skip
 """A letter that is given only when its size differs from its partner's: equal, they are
 one axis (all heads are key/value heads; the whole head is rotated; Mamba's
 ``intermediate_size`` is its inner width, expand × C)."""
+
+
+def _per_layer_head_dim(config: Any, head: int | None) -> Sized | None:
+    """``Dg``: the one head width that ``config.per_layer_config`` gives some layers (Gemma-4's
+    full-attention layers, 512 wide where the sliding ones are 256), when it is not ``D``."""
+    per_layer = _get(config, "per_layer_config") if config is not None else None
+    if per_layer is None or head is None:
+        return None
+    layers = per_layer.values() if isinstance(per_layer, Mapping) else per_layer
+    widths = set()
+    with contextlib.suppress(Exception):  # a config's own view of its layers, read as given
+        for layer in layers:
+            widths.add(_get(layer, "head_dim"))
+    widths.discard(head)
+    if len(widths) != 1:
+        return None
+    width = widths.pop()
+    if not isinstance(width, int) or isinstance(width, bool) or width <= 0:
+        return None
+    return Sized(width, "config.per_layer_config[…].head_dim")
 
 
 def _inner_from_config(config: Any, c: int) -> Sized | None:

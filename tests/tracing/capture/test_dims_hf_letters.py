@@ -142,3 +142,33 @@ def test_sliding_window_layers_with_their_own_heads_read_hw_kvw_dw():
     assert maps and all(d[:3] == ("B", "Hw", "T") for d in maps)
     assert ("Hw·Dw", 14 * 12) in _axes(trace)
     _letters_fit(trace)
+
+
+def test_gemma4_full_attention_layers_have_their_own_head_width():
+    """Gemma-4's config gives its full-attention layers their own head width (``Dg``, 52
+    here, where the sliding layers' ``D`` is 16) through ``per_layer_config``, and the
+    per-layer input embeddings their own width (``Cp``, 18)."""
+    import transformers as tf
+
+    trace = _trace(
+        tf.Gemma4TextConfig, tf.Gemma4ForCausalLM,
+        hidden_size=96, intermediate_size=200, num_attention_heads=6, num_key_value_heads=2,
+        head_dim=16, global_head_dim=52, num_hidden_layers=2,
+        layer_types=["sliding_attention", "full_attention"], sliding_window=8,
+        hidden_size_per_layer_input=18, vocab_size_per_layer_input=101,
+        max_position_embeddings=76,
+    )  # fmt: skip
+    letters = trace.meta["dim_letters"]
+    assert (letters["D"]["size"], letters["Dg"]["size"], letters["Cp"]["size"]) == (16, 52, 18)
+    assert letters["Dg"]["origin"] == "config.per_layer_config[…].head_dim"
+    assert "Vp" not in letters  # the model's own vocabulary: V
+    _letters_fit(trace)
+    views = {
+        (s.module, trace.tensors[s.outputs[0]].dims)
+        for s in trace.steps
+        if s.op == "view" and s.module.endswith("self_attn")
+    }
+    assert ("model.layers.0.self_attn", ("B", "T", "H", "D")) in views
+    assert ("model.layers.1.self_attn", ("B", "T", "H", "Dg")) in views
+    assert ("model.layers.1.self_attn", ("B", "T", "KV", "Dg")) in views
+    assert any(r.dims and r.dims[-1] == "Cp" for r in trace.tensors)
