@@ -664,6 +664,8 @@ def _module_attributes(model: Any) -> dict[str, Sized]:
         return out
     for path, module in modules():
         attrs = vars(module)
+        if _ATTRIBUTE_NAMES.isdisjoint(attrs):
+            continue  # most modules (a Linear, a norm) declare no size of a letter
         mixer = _is_mixer(module)
         for letter, spec in LETTERS.items():
             if letter in out or not spec.attrs or (mixer and spec.family == "attention"):
@@ -674,6 +676,9 @@ def _module_attributes(model: Any) -> dict[str, Sized]:
                 out[letter] = Sized(hit[1], f"module attribute {where}")
     return out
 
+
+_ATTRIBUTE_NAMES = frozenset(name for spec in LETTERS.values() for name in spec.attrs)
+"""Every module attribute a letter is read from: a module with none of them is skipped."""
 
 _MIXERS = ("mamba", "mixer", "ssm", "gateddelta", "linearattention", "recurrent", "rglru")
 
@@ -694,6 +699,8 @@ def attribute_letters(model: Any) -> dict[str, dict[str, int]]:
         return out
     for path, module in modules():
         attrs = vars(module)
+        if _ATTRIBUTE_NAMES.isdisjoint(attrs):
+            continue
         mine = {}
         for letter, spec in LETTERS.items():
             hit = _read(attrs, spec.attrs) if spec.attrs else None

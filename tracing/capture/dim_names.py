@@ -24,6 +24,7 @@ given where the ops carry them from the first input (its axes are B and T by def
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import re
 import time
@@ -865,17 +866,18 @@ _KIN |= {"vocab": "vocab"}
 for :meth:`_Namer._letter_or_hidden`'s check of a lone letter against the words."""
 
 
-def _pointed(context: str, text: str) -> set[str]:
+@functools.lru_cache(maxsize=4096)
+def _pointed(context: str, text: str) -> frozenset[str]:
     """The letter families the words of a module path and source line point at."""
     path = context.lower()
     components = set(path.split("."))
     words = (set(path.replace("_", ".").split(".")) - _PATH_ONLY) | components
     words |= set("".join(ch if ch.isalnum() else " " for ch in text.lower()).split()) - _PATH_ONLY
-    return {
+    return frozenset(
         family
         for family, hints in _WORDS.items()
         if any(w in words or (len(w) > 3 and w not in _PATH_ONLY and w in path) for w in hints)
-    }
+    )
 
 
 def _kin(name: str) -> str:
