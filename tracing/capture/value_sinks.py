@@ -68,13 +68,17 @@ def _take_chunk(nbytes: int, pinned: bool) -> torch.Tensor:
 
 
 def _trim_pool() -> None:
-    """Drop idle chunks beyond ``POOL_IDLE_BYTES`` (oldest first)."""
-    idle = 0
-    for chunk in reversed(list(_POOL)):
+    """Drop idle chunks beyond ``POOL_IDLE_BYTES`` (oldest first). By identity: a list's
+    ``remove`` compares with ``==``, which on two chunks of one size is a tensor, not a
+    bool (a values training step of gpt2-small once died of it)."""
+    idle, drop = 0, set()
+    for chunk in reversed(_POOL):
         if _idle(chunk):
             idle += chunk.numel()
             if idle > POOL_IDLE_BYTES:
-                _POOL.remove(chunk)
+                drop.add(id(chunk))
+    if drop:
+        _POOL[:] = [chunk for chunk in _POOL if id(chunk) not in drop]
 
 
 def release_pool() -> None:
