@@ -10,7 +10,6 @@ legend) and ``gqa_dims_hover.png`` (the hover text of the dims cell) to ``docs/`
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,15 +17,15 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 
 def main() -> int:
+    from dims_hover import save_dims_hover, spin
     from PySide6.QtCore import QSettings, Qt
-    from PySide6.QtWidgets import QApplication, QToolTip
+    from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     from helpers.dims_models import build
 
     import tracing
     from app.theme import apply_theme
-    from app.widgets.shape_table import ShapeTableModel
     from app.windows.main_window import MainWindow
 
     apply_theme(app)
@@ -44,23 +43,10 @@ def main() -> int:
     legend = w.dims_dock.legend
     w.resizeDocks([w.dims_dock], [legend.height_for_rows() + 30], Qt.Orientation.Vertical)
 
-    def spin() -> None:
-        for _ in range(10):
-            app.processEvents()
-            time.sleep(0.05)
-
-    spin()
+    spin(app)
     w.grab().save(str(out / "gqa_dims.png"))
     w.dims_dock.grab().save(str(out / "gqa_dims_legend.png"))
-    table, cells = w.inspector.table, w.inspector.table_model
-    row = next(r for r in range(cells.rowCount()) if cells.direction(r) == "out")
-    index = cells.index(row, ShapeTableModel.DIMS)
-    where = table.viewport().mapToGlobal(table.visualRect(index).center())
-    QToolTip.showText(where, cells.data(index, Qt.ItemDataRole.ToolTipRole), table.viewport())
-    spin()
-    tips = [x for x in app.topLevelWidgets() if x.metaObject().className() == "QTipLabel"]
-    if tips:
-        tips[0].grab().save(str(out / "gqa_dims_hover.png"))
+    save_dims_hover(app, w, out / "gqa_dims_hover.png")
     (out / ".shot.ini").unlink(missing_ok=True)
     return 0
 

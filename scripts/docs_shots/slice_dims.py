@@ -12,7 +12,6 @@ output's dims cell) to ``docs/``.
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,14 +19,14 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "tracing" / "capture")]
 
 
 def main() -> int:
-    from PySide6.QtCore import QSettings, Qt
-    from PySide6.QtWidgets import QApplication, QToolTip
+    from dims_hover import save_dims_hover, spin
+    from PySide6.QtCore import QSettings
+    from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     from test_dims_slices import _trace
 
     from app.theme import apply_theme
-    from app.widgets.shape_table import ShapeTableModel
     from app.windows.main_window import MainWindow
 
     apply_theme(app)
@@ -48,22 +47,9 @@ def main() -> int:
     w.diagram.reveal(step)
     w.show()
 
-    def spin() -> None:
-        for _ in range(10):
-            app.processEvents()
-            time.sleep(0.05)
-
-    spin()
+    spin(app)
     w.grab().save(str(out / "slice_dims.png"))
-    table, cells = w.inspector.table, w.inspector.table_model
-    row = next(r for r in range(cells.rowCount()) if cells.direction(r) == "out")
-    index = cells.index(row, ShapeTableModel.DIMS)
-    where = table.viewport().mapToGlobal(table.visualRect(index).center())
-    QToolTip.showText(where, cells.data(index, Qt.ItemDataRole.ToolTipRole), table.viewport())
-    spin()
-    tips = [x for x in app.topLevelWidgets() if x.metaObject().className() == "QTipLabel"]
-    if tips:
-        tips[0].grab().save(str(out / "slice_dims_hover.png"))
+    save_dims_hover(app, w, out / "slice_dims_hover.png")
     (out / ".shot.ini").unlink(missing_ok=True)
     return 0
 

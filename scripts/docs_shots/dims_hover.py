@@ -1,0 +1,34 @@
+"""What the dims screenshots share: letting the window paint, and the hover text of the
+inspector's output dims cell saved as an image (``gqa_dims.py``, ``slice_dims.py``)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+
+def spin(app, rounds: int = 10) -> None:
+    """Let queued paints and layouts run (offscreen, nothing else drives the event loop)."""
+    for _ in range(rounds):
+        app.processEvents()
+        time.sleep(0.05)
+
+
+def save_dims_hover(app, window, path: Path) -> bool:
+    """Show the tooltip of the current step's first output dims cell and save it to
+    ``path``; ``False`` when no tooltip appeared."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QToolTip
+
+    from app.widgets.shape_table import ShapeTableModel
+
+    table, cells = window.inspector.table, window.inspector.table_model
+    row = next(r for r in range(cells.rowCount()) if cells.direction(r) == "out")
+    index = cells.index(row, ShapeTableModel.DIMS)
+    where = table.viewport().mapToGlobal(table.visualRect(index).center())
+    QToolTip.showText(where, cells.data(index, Qt.ItemDataRole.ToolTipRole), table.viewport())
+    spin(app)
+    tips = [x for x in app.topLevelWidgets() if x.metaObject().className() == "QTipLabel"]
+    if tips:
+        tips[0].grab().save(str(path))
+    return bool(tips)
