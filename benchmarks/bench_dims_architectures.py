@@ -275,17 +275,18 @@ def build(model_type: str):
     return model, ids
 
 
-_HEADS = ("num_attention_heads", "n_head", "n_heads", "num_heads")
+_DERIVED = ("num_attention_heads", "n_head", "n_heads", "num_heads", "intermediate_size")
 
 
 def _derived(model_type: str, kwargs: dict, defaults) -> set[str]:
-    """The head counts a config's constructor derives from its other sizes when not given
-    one: JetMoE's heads are its key/value heads × top-k (2 × 2 = 4). Forcing the survey's
-    6 on it makes a config no checkpoint has (its attention still runs 4 heads)."""
+    """The sizes a config's constructor derives from its others when not given them:
+    JetMoE's heads are its key/value heads × top-k, Mamba's ``intermediate_size`` is its
+    expand × C (192, its I). Forcing the survey's 6 heads or F = 200 on them makes a config
+    no checkpoint has (JetMoE's attention still runs KV × K heads)."""
     from transformers import AutoConfig
 
     out = set()
-    for name in (k for k in _HEADS if k in kwargs):
+    for name in (k for k in _DERIVED if k in kwargs):
         rest = {k: v for k, v in kwargs.items() if k != name}
         with contextlib.suppress(Exception):
             value = _attr(AutoConfig.for_model(model_type, **rest), name)
