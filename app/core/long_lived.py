@@ -21,19 +21,18 @@ import contextlib
 import gc
 from collections.abc import Iterator
 
+from tracing.collector import paused
+
 
 @contextlib.contextmanager
 def long_lived() -> Iterator[None]:
     """Build long-lived objects (a trace and its panes) inside this block."""
     replacing = gc.get_freeze_count() > 0
     gc.unfreeze()  # the previous trace's objects: collectable again once replaced
-    was_enabled = gc.isenabled()
-    gc.disable()
     try:
-        yield
+        with paused():
+            yield
     finally:
-        if was_enabled:
-            gc.enable()
         if replacing:
             gc.collect()  # what the replaced trace left in cycles, before freezing again
         gc.freeze()
