@@ -35,7 +35,6 @@ to ``benchmarks/.attention_architectures.json`` (``--failing`` reads it).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import copy
 import json
@@ -45,7 +44,14 @@ import warnings
 from pathlib import Path
 
 import torch
-from bench_dims_architectures import _attentions, _limit, architectures, build
+from bench_dims_architectures import (
+    _attentions,
+    _limit,
+    architectures,
+    build,
+    quiet,
+    survey_arguments,
+)
 from torch import nn
 from tracing.edits import Edit, Zero
 
@@ -386,16 +392,8 @@ def _line(row: dict) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("models", nargs="*", help="model types (default: all)")
-    parser.add_argument("--failing", action="store_true", help="only the last run's misses")
-    parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    warnings.simplefilter("ignore")
-    import transformers
-
-    transformers.logging.set_verbosity_error()
+    args = survey_arguments(__doc__).parse_args()
+    quiet(args.threads)
     names = args.models or architectures()
     if args.failing and LAST.exists():
         names = [r["model"] for r in json.loads(LAST.read_text()) if misses(r)]

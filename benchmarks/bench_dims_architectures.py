@@ -423,18 +423,32 @@ def architectures() -> list[str]:
     return sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def survey_arguments(doc: str, failing: bool = True) -> argparse.ArgumentParser:
+    """The command line the surveys share: model types (default: all), ``--threads``, and
+    ``--failing`` (only the last run's misses) where the survey keeps its last run."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("models", nargs="*", help="model types (default: all)")
-    parser.add_argument("--failing", action="store_true", help="only the last run's misses")
+    if failing:
+        parser.add_argument("--failing", action="store_true", help="only the last run's misses")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--verbose", "-v", action="store_true", help="examples of misses")
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    return parser
+
+
+def quiet(threads: int) -> None:
+    """torch on ``threads`` threads, warnings and transformers' logging off: a survey's
+    output is its rows."""
+    torch.set_num_threads(threads)
     warnings.simplefilter("ignore")
     import transformers
 
     transformers.logging.set_verbosity_error()
+
+
+def main() -> None:
+    parser = survey_arguments(__doc__)
+    parser.add_argument("--verbose", "-v", action="store_true", help="examples of misses")
+    args = parser.parse_args()
+    quiet(args.threads)
     names = args.models or architectures()
     if args.failing and LAST.exists():
         last = json.loads(LAST.read_text())

@@ -19,15 +19,11 @@ changed, and examples (``distinct -> coinciding``, the size it had in each).
 
 from __future__ import annotations
 
-import argparse
 import collections
 import contextlib
 import sys
 import time
-import warnings
 from pathlib import Path
-
-import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import bench_dims_architectures as survey
@@ -87,15 +83,10 @@ def differences(a, b) -> collections.Counter | None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("models", nargs="*", help="model types (default: all)")
+    parser = survey.survey_arguments(__doc__, failing=False)
     parser.add_argument("--variant", action="append", choices=sorted(VARIANTS))
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    warnings.simplefilter("ignore")
-    import transformers
-
-    transformers.logging.set_verbosity_error()
+    survey.quiet(args.threads)
     models = args.models or survey.architectures()
     variants = args.variant or list(VARIANTS)
     started = time.perf_counter()
