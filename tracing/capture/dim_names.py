@@ -199,7 +199,7 @@ class _Namer:
         for step in self.steps:
             if step.kind == "backward":
                 continue
-            text = step.source.text if step.source is not None else ""
+            text = _text_of(step)
             for k, rid in enumerate(step.outputs):
                 producer = self.tensors[rid].producer
                 if self.names[rid] is None and producer in (step.index, None):
@@ -231,8 +231,12 @@ class _Namer:
         for i, pair in enumerate(pairs):
             hints = (carried[i] if carried else None, comment[i] if comment else None)
             out.append(self.decide(pair, hints, context, text, leaf))
-        self.names[rid] = tuple(out)
-        shown = tuple("?" if n == CUT else n for n in out)
+        self._store(rid, out)
+
+    def _store(self, rid: int, names: Sequence[str]) -> None:
+        """A tensor's names, as the walk keeps them (:data:`CUT` included) and as shown."""
+        self.names[rid] = tuple(names)
+        shown = tuple("?" if n == CUT else n for n in names)
         self.final[rid] = None if all(n == "?" for n in shown) else shown
 
     def decide(self, pair: Pair, hints, context: str, text: str, leaf: bool = False) -> str:
@@ -319,7 +323,7 @@ class _Namer:
                     sliced = self._indexed(primary, rid, step)
                 if sliced is not None:
                     return sliced
-            if primary is not None and op == "getitem" and "None" in text_of(step):
+            if primary is not None and op == "getitem" and "None" in _text_of(step):
                 grown = self._grown(primary, rid, step)
                 if grown is not None:
                     return grown
@@ -364,7 +368,7 @@ class _Namer:
         ``D-R``); a part no such letter fits is :data:`CUT` (a chunk of ``Q`` cut to the
         loop's ``i`` tokens is not the heads ``Hk`` because ``i`` is 9 once). Where the
         step's line writes that cut (``attn[..., :i, :i]``), it is named as written:
-        ``Q[:i]``, see :func:`_slice_name`."""
+        ``Q[:i]``, see :meth:`_slice_name`."""
         ins, outs = self.pairs[src], self.pairs[rid]
         if len(ins) != len(outs):
             return None
@@ -484,19 +488,13 @@ class _Namer:
         """``x[..., None]`` and ``x[:, None, :]``: the input's axes in order, a ``1`` where
         the subscript writes ``None`` (the one subscript on the line that fits both ranks)."""
         n_in, n_out = len(self.tensors[src].shape), len(self.tensors[rid].shape)
-        names, found = self._get(src), set()
-        for match in _SUBSCRIPT.finditer(text_of(step)):
-            entries = [e.strip() for e in match.group(1).split(",")]
-            if entries.count("None") != n_out - n_in or entries.count("...") > 1:
-                continue
-            if any(e != "None" and e != "..." and e.strip(":") for e in entries):
-                continue  # only whole axes and new ones: a slice or index is for other rules
-            if "..." in entries:
-                at = entries.index("...")
-                entries[at : at + 1] = [":"] * (n_out - len(entries) + 1)
-            entries += [":"] * (n_out - len(entries))
-            if len(entries) == n_out:
-                found.add(tuple(entries))
+        names = self._get(src)
+        found = {  # only whole axes and new ones: a slice or an index is for other rules
+            tuple(entries)
+            for entries in _subscript_entries(step, n_out, new_axes=True)
+            if entries.count("None") == n_out - n_in
+            and all(e == "None" or not e.strip(":") for e in entries)
+        }
         if len(found) != 1:
             return None
         it = iter(names)
@@ -534,9 +532,7 @@ class _Namer:
         activation it contracts with)."""
         names = list(self.names[rid] or ("?",) * len(self.tensors[rid].shape))
         names[axis] = name
-        self.names[rid] = tuple(names)
-        shown = tuple("?" if n == CUT else n for n in names)
-        self.final[rid] = None if all(n == "?" for n in shown) else shown
+        self._store(rid, names)
 
     def _matmul(self, a: int, b: int, n: int) -> list[str | None]:
         da, db = self._get(a), self._get(b)
@@ -745,7 +741,7 @@ _INDEX_DTYPES = frozenset({"int64", "int32", "int16", "uint8", "int8"})
 _SUBSCRIPT = re.compile(r"\[([^\[\]]*)\]")
 
 
-def text_of(step: Step) -> str:
+def _text_of(step: Step) -> str:
     """The source line a step ran, or ``""``."""
     return step.source.text if step.source is not None else ""
 
@@ -757,17 +753,21 @@ def _subscripts(step: Step, ndim: int) -> list[tuple[int, ...]]:
     return [tuple(k for k, e in enumerate(s) if ":" in e) for s in _subscript_entries(step, ndim)]
 
 
-def _subscript_entries(step: Step, ndim: int) -> list[list[str]]:
+def _subscript_entries(step: Step, ndim: int, new_axes: bool = False) -> list[list[str]]:
     """Each subscript on the step's line, one entry per axis of an ``ndim`` tensor:
-    ``[..., i, :i]`` of a 5-D tensor -> ``[":", ":", ":", "i", ":i"]``."""
-    text = step.source.text if step.source is not None else ""
+    ``[..., i, :i]`` of a 5-D tensor -> ``[":", ":", ":", "i", ":i"]``. With ``new_axes``,
+    ``ndim`` is the result's and a ``None`` entry is one of its axes (``x[..., None]``);
+    else a subscript with a ``None`` is not read."""
+    text = _text_of(step)
     out = []
     for match in _SUBSCRIPT.finditer(text):
         before = text[: match.start()]
         if before.count("[") != before.count("]"):
             continue  # inside another subscript (``x[..., : x.shape[-1] // 2]``'s ``[-1]``)
         entries = [e.strip() for e in match.group(1).split(",")]
-        if any(e == "None" or not e for e in entries) or entries.count("...") > 1:
+        if any(not e or (e == "None" and not new_axes) for e in entries):
+            continue
+        if entries.count("...") > 1:
             continue
         if "..." in entries:
             at = entries.index("...")
@@ -789,7 +789,8 @@ _SLICE_TEXT = re.compile(r"[A-Za-z_0-9+\-*/ ]*:[A-Za-z_0-9+\-*/ ]*")
 
 
 def _is_slice(name: str | None) -> bool:
-    """A name of :func:`_slice_name` (``Q[:i]``), carried as it is: no size rule gives it."""
+    """A name of :meth:`_Namer._slice_name` (``Q[:i]``), carried as it is: no size rule
+    gives it."""
     return bool(name) and name.endswith("]") and "[" in name
 
 
@@ -860,8 +861,13 @@ _PATH_ONLY = frozenset({"gate"})
 ``mlp.gate``, but ``gate_proj``, ``self_attn.gate_bias`` or a line's ``query_gate_states``
 (a gated MLP or attention) is no expert."""
 
-_KIN = {"rotary": "attention", "attention": "attention", "experts": "ffn", "ffn": "ffn"}
-_KIN |= {"vocab": "vocab"}
+_KIN = {
+    "rotary": "attention",
+    "attention": "attention",
+    "experts": "ffn",
+    "ffn": "ffn",
+    "vocab": "vocab",
+}
 """Families one module may hold (a head's rotary part, an expert's feed-forward width),
 for :meth:`_Namer._letter_or_hidden`'s check of a lone letter against the words."""
 
@@ -1025,7 +1031,7 @@ def sizes_from_source(
     for step in steps:
         if step.kind != "op" or step.op not in _SHAPED_BY_ARGS or not step.outputs:
             continue
-        text = step.source.text if step.source is not None else ""
+        text = _text_of(step)
         if "(" not in text:
             continue
         shape = tensors[step.outputs[0]].shape

@@ -2,8 +2,8 @@
 its chunk's triangular system row by row, ``for i in range(1, chunk_size)``, taking
 ``attn[..., i, :i]`` and ``attn[..., :i, :i]``: an axis of ``i`` positions of the chunk
 ``Q``, another size at every step. No letter has one size per step, so no letter may name
-it (``i`` is 3 once, B's size, 9 once, Hk's); the line proves what it is, and it is named
-as written: ``Q[:i]``, carried through what the loop does with it.
+it (here ``i`` is 3 once, B's size); the line proves what it is, and it is named as
+written: ``Q[:i]``, carried through what the loop does with it.
 
 The function is transformers' own, unchanged, called at a chunk of 8 on random tensors."""
 
