@@ -10,7 +10,8 @@ and the theme's colours). Checked two ways: by reading every import statement, a
 importing the modules in a fresh interpreter.
 
 Inside ``tracing/`` the stages have an order too (:data:`TRACING_STAGES`): the record at the
-base, then ``file/``, ``capture/``, ``runs/``; ``analysis/`` reads the record and the file
+base, then ``dims/`` (axis names: the record only), ``file/``, ``capture/``, ``runs/``;
+``analysis/`` reads the record and the file
 only, never the tracer. Every import is checked, those inside functions too; the few lazy
 ones that go the other way are listed in :data:`LAZY_EXCEPTIONS` with their reason.
 """
@@ -146,11 +147,12 @@ def test_importing_tracing_and_model_loads_no_qt() -> None:
 #: stage -> the stages its modules may import (itself included)
 TRACING_STAGES: dict[str, set[str]] = {
     "record": {"record"},
+    "dims": {"record", "dims"},
     "file": {"record", "file"},
-    "capture": {"record", "file", "capture"},
-    "runs": {"record", "file", "capture", "runs"},
+    "capture": {"record", "file", "dims", "capture"},
+    "runs": {"record", "file", "dims", "capture", "runs"},
     "analysis": {"record", "file", "analysis"},
-    "show": {"record", "file", "capture", "runs", "analysis", "show"},
+    "show": {"record", "file", "dims", "capture", "runs", "analysis", "show"},
 }
 #: (importing module, imported module) pairs allowed inside a function, and why
 LAZY_EXCEPTIONS = {
@@ -164,7 +166,7 @@ def stage_of(module: str) -> str:
     parts = module.split(".")
     if parts[:2] == ["tracing", "show_app"]:
         return "show"
-    if len(parts) > 1 and parts[1] in {"file", "capture", "runs", "analysis"}:
+    if len(parts) > 1 and parts[1] in {"file", "dims", "capture", "runs", "analysis"}:
         return parts[1]
     return "record"  # tracing/*.py: record, errors, sites, stats, breakpoints, formatting...
 

@@ -49,15 +49,24 @@ class LegendRow:
     size: int | None
     origin: str
     meaning: str
+    moved_by: tuple[str, ...] = ()  # the passes that moved it: "inputs", "config.X"
 
     def line(self) -> str:
-        """``KV = 2 · key/value heads · from config.num_key_value_heads``."""
+        """``KV = 2 · key/value heads · from config.num_key_value_heads · moved by
+        config.num_key_value_heads``."""
         parts = [f"{self.letter} = {'?' if self.size is None else self.size}"]
         if self.meaning:
             parts.append(self.meaning)
         if self.origin:
             parts.append(f"from {self.origin}")
+        if self.moved_by:
+            parts.append("moved by " + ", ".join(_pass_name(p) for p in self.moved_by))
         return " · ".join(parts)
+
+
+def _pass_name(what: str) -> str:
+    """``inputs`` -> ``the inputs pass``; ``config.X`` -> ``the config.X pass``."""
+    return f"the {what} pass"
 
 
 def letter_legend(meta: Mapping[str, Any] | None) -> list[LegendRow] | None:
@@ -70,12 +79,15 @@ def letter_legend(meta: Mapping[str, Any] | None) -> list[LegendRow] | None:
     for letter, info in table.items():
         info = info if isinstance(info, Mapping) else {}
         size = info.get("size")
+        moved = info.get("moved_by")
+        moved = tuple(str(m) for m in moved) if isinstance(moved, list | tuple) else ()
         rows.append(
             LegendRow(
                 str(letter),
                 size if isinstance(size, int) and not isinstance(size, bool) else None,
                 str(info.get("origin") or ""),
                 str(info.get("meaning") or ""),
+                moved,
             )
         )
     rank = {name: i for i, name in enumerate(_ORDER)}
@@ -117,13 +129,21 @@ def dims_text(shape: Sequence[int], dims: Sequence[str] | None) -> str:
 
 
 def dims_hover(
-    shape: Sequence[int], dims: Sequence[str] | None, legend: Sequence[LegendRow] | None
+    shape: Sequence[int],
+    dims: Sequence[str] | None,
+    legend: Sequence[LegendRow] | None,
+    why: Sequence[str] | None = None,
 ) -> str:
-    """Plain text for hovering a dims cell: the axes with their sizes, then one line per
-    letter they use (size, meaning, origin); ``legend`` None says sizes only."""
+    """Plain text for hovering a dims cell: the axes with their sizes, each named axis's
+    proof (``why``, :attr:`tracing.record.TensorRecord.why`), then one line per letter they
+    use (size, meaning, origin, the passes that moved it); ``legend`` None says sizes only."""
     if not dims or len(dims) != len(shape):
         return "shape " + "(" + ", ".join(str(s) for s in shape) + ") · no axis names"
     lines = [dims_text(shape, dims) + " = (" + ", ".join(str(s) for s in shape) + ")"]
+    if why is not None and len(why) == len(dims):
+        for i, (d, w) in enumerate(zip(dims, why)):
+            if w and d not in ("", "?"):
+                lines.append(f"  axis {i} {d}: {w}")
     if legend is None:
         lines.append(NO_LETTERS)
         return "\n".join(lines)

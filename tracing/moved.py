@@ -21,8 +21,6 @@ MOVED: dict[str, str] = {
     "tracing.crc32": "tracing.file.crc32",
     "tracing.source_files": "tracing.file.source_files",
     # capture
-    "tracing.dims": "tracing.capture.dims",
-    "tracing.dim_flow": "tracing.capture.dim_flow",
     "tracing.source": "tracing.capture.source",
     "tracing.tool_frames": "tracing.capture.tool_frames",
     "tracing.fused_attention": "tracing.capture.fused_attention",

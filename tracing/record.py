@@ -89,6 +89,7 @@ class TensorRecord:
     producer: int | None = None  # index of the innermost step that produced it
     role: str | None = None  # e.g. "attention" for attention weights, "input", "param", "grad"
     grad_of: int | None = None  # role "grad": id of the forward tensor it is the gradient of
+    why: tuple[str, ...] | None = None  # per axis, what proves its name (tracing.dims)
 
     @property
     def numel(self) -> int:

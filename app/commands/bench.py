@@ -169,19 +169,22 @@ class NamingFigures:
     first_ms: float  # naming on a model's first trace: the second pass and the walk
     pass_ms: float  # of which the second pass
     repeat_ms: float  # naming on a trace repeated the same way: names reused
-    no_pass_ms: float  # naming with the second pass turned off (dim_evidence.ENABLED)
+    no_pass_ms: float  # naming with no extra pass (naming="ops")
 
 
 def measure_naming(model, ids, repeat: int = 3) -> NamingFigures:
-    """Time ``name_axes`` inside ``shapes`` traces: first (its memo and the pass's cache
-    emptied), repeated, and with the pass off; and the rest of the trace beside it."""
+    """Time naming (``tracing.dims``' ``name_trace``) inside ``shapes`` traces: first (its
+    memo and the passes' cache emptied), repeated, and with no extra pass; and the rest of
+    the trace beside it."""
     import torch
 
     import tracing
-    from tracing.capture import dim_evidence, dim_names, tracer
+    from tracing.capture import tracer
+    from tracing.dims import passes as dims_passes
+    from tracing.dims import prove
 
     spent: list[float] = []
-    real = tracer.name_axes
+    real = tracer.name_trace
 
     def timed(*args, **kwargs):
         start = time.perf_counter()
@@ -190,37 +193,33 @@ def measure_naming(model, ids, repeat: int = 3) -> NamingFigures:
         finally:
             spent.append(time.perf_counter() - start)
 
-    def once() -> tuple[float, float, float]:
+    def once(naming: str = "proven") -> tuple[float, float, float]:
         gc.collect()
         spent.clear()
         start = time.perf_counter()
-        trace = tracing.trace(model, ids, capture="shapes")
+        trace = tracing.trace(model, ids, capture="shapes", naming=naming)
         total = time.perf_counter() - start
         info = trace.meta.get("dims_evidence") or {}
         return sum(spent), total, info.get("pass_seconds") or 0.0
 
     first, passes, repeated, no_pass, capture = [], [], [], [], []
-    tracer.name_axes = timed
+    tracer.name_trace = timed
     try:
         with torch.no_grad():
             for _ in range(repeat):
-                dim_names._MEMO.pop(model, None)
-                dim_evidence._CACHE.pop(model, None)
+                prove._MEMO.pop(model, None)
+                dims_passes._CACHE.pop(model, None)
                 naming, total, seconds = once()
                 first.append(naming)
                 passes.append(seconds)
                 naming, total, _ = once()  # the same again: the names reused
                 repeated.append(naming)
                 capture.append(total - naming)
-                dim_evidence.ENABLED = False
-                try:
-                    naming, _, _ = once()
-                finally:
-                    dim_evidence.ENABLED = True
+                naming, _, _ = once("ops")
                 no_pass.append(naming)
     finally:
-        tracer.name_axes = real
-        dim_names._MEMO.pop(model, None)
+        tracer.name_trace = real
+        prove._MEMO.pop(model, None)
     ms = lambda xs: 1e3 * statistics.median(xs)  # noqa: E731
     return NamingFigures(ms(capture), ms(first), ms(passes), ms(repeated), ms(no_pass))
 

@@ -137,7 +137,7 @@ class ModuleTreeModel(QStandardItemModel):
                 item.setData(path, PATH_ROLE)
                 if column == 2 and path in first_output:  # the output's letters, explained
                     record = trace.tensors[first_output[path]]
-                    hover = dims_hover(record.shape, record.dims, legend)
+                    hover = dims_hover(record.shape, record.dims, legend, record.why)
                     item.setData(f"{path or '<root>'} output\n{hover}", tooltip)
                 else:
                     item.setData(tip_text, tooltip)

@@ -264,7 +264,7 @@ class ShapeTableModel(QAbstractTableModel):
         if record.role:
             head += f" · {record.role}"
         if column == self.DIMS:  # each letter's size, meaning and origin
-            return head + "\n" + dims_hover(record.shape, record.dims, self._legend)
+            return head + "\n" + dims_hover(record.shape, record.dims, self._legend, record.why)
         lines = [head, record.shape_str(symbolic=True), f"{record.numel:,} elements"]
         if record.stats is None:
             lines.append("no statistics captured (capture level 'shapes')")

@@ -545,7 +545,7 @@ class CompareWindow(QMainWindow):
                 record, trace = hovers.get(col, (None, None))
                 if record is not None:  # each letter's size, meaning and origin in that trace
                     legend = letter_legend(trace.meta)
-                    item.setToolTip(dims_hover(record.shape, record.dims, legend))
+                    item.setToolTip(dims_hover(record.shape, record.dims, legend, record.why))
                 if col == 4 and o.differs(self.atol):
                     item.setForeground(
                         divergence_colour(o.rel_l2 if not o.shape_changed else math.inf)

@@ -48,16 +48,15 @@ How a trace is built, file by file:
 
 Beside them: :mod:`~tracing.capture.value_sinks` (where kept copies go),
 :mod:`~tracing.capture.source` and :mod:`~tracing.capture.tool_frames` (the user's source
-line of each step), :mod:`~tracing.capture.dims`, :mod:`~tracing.capture.dim_flow`,
-:mod:`~tracing.capture.dim_letters`, :mod:`~tracing.capture.dim_evidence` and
-:mod:`~tracing.capture.dim_names` (axis names from evidence), :mod:`~tracing.capture.frames`
+line of each step), :mod:`~tracing.capture.frames`
 (the spec and frame the recorders pass around),
 :mod:`~tracing.capture.fused_attention` (the map a fused kernel never returns),
 :mod:`~tracing.capture.edits` (values changed as the model runs),
 :mod:`~tracing.capture.distributed` (collectives under ``torch.distributed``),
 :mod:`~tracing.capture.postmortem` (the failure and source text a trace keeps).
 
-May import the record and :mod:`tracing.file`; never :mod:`tracing.runs` or
+Axis names are their own stage, :mod:`tracing.dims`, which the tracer calls after the forward.
+May import the record, :mod:`tracing.file` and :mod:`tracing.dims`; never :mod:`tracing.runs` or
 :mod:`tracing.analysis`.
 
 Extension points (methods of :class:`Tracer`; keep new behaviour there, not in the

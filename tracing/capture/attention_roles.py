@@ -1,7 +1,7 @@
 """Which softmaxes of an attention module are attention maps: decided once the axes are named.
 
 While the forward runs, a softmax inside an attention module is only a candidate: its
-shape is all the tracer knows. Once :mod:`tracing.capture.dim_names` has named its axes
+shape is all the tracer knows. Once :mod:`tracing.dims.naming` has named its axes
 from evidence, :func:`proven_maps` settles it:
 
 - a rank-4 candidate ``(B, H, T, S)`` keeps ``role="attention"`` unless its names prove
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tracing.capture.dim_letters import INPUT_LETTERS, letters_in
+from tracing.dims.letters import INPUT_LETTERS, letters_in
 from tracing.record import TensorRecord, built
 
 FLAT_HEADS = "B·H"

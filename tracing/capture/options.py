@@ -24,6 +24,9 @@ import torch
 
 from tracing.record import CAPTURE_LEVELS
 
+NAMING_LEVELS = ("full", "proven", "inputs", "ops", "off")
+"""``CaptureOptions.naming``, from the most evidence to none."""
+
 DEFAULT_VALUE_CAP = 64 * 2**20
 """Bytes: a tensor larger than this (after any ``value_dtype`` downcast) keeps no copy."""
 
@@ -50,11 +53,27 @@ class CaptureOptions:
     """Edits applied while the model runs (``tracing.edits``)."""
     out: str | os.PathLike | None = None
     """Write the trace to this file while it records (values streamed, memory flat)."""
+    naming: str = "proven"
+    """How axes are named (``tracing.dims.prove``): ``"full"`` runs the inputs pass and a
+    pass per config size knob of a model that can be rebuilt; ``"proven"`` the inputs pass
+    and a knob pass only where two names still tie; ``"inputs"`` the inputs pass only;
+    ``"ops"`` no extra pass (what the ops carry from the inputs, config, declarations);
+    ``"off"`` no names at all."""
+    rebuild: Any = None
+    """``config -> model``: how a knob pass rebuilds the model with one size moved (on the
+    meta device). By default a model whose class takes its ``.config`` is rebuilt so."""
 
     def __post_init__(self) -> None:
         if self.capture not in CAPTURE_LEVELS:
             raise ValueError(
                 f"capture must be one of {', '.join(CAPTURE_LEVELS)}; got {self.capture!r}"
+            )
+        for letter, value in (self.dims or {}).items():
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ValueError(f"dims[{letter!r}] must be an int size, got {value!r}")
+        if self.naming not in NAMING_LEVELS:
+            raise ValueError(
+                f"naming must be one of {', '.join(NAMING_LEVELS)}; got {self.naming!r}"
             )
         if self.value_dtype is not None and not isinstance(self.value_dtype, torch.dtype):
             raise TypeError(f"value_dtype must be a torch.dtype, got {self.value_dtype!r}")

@@ -9,18 +9,15 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
 from tracing import file as trace_file
-from tracing.capture import dims as dims_mod
 from tracing.capture import distributed as distributed_mod
 from tracing.capture.attention_roles import proven_maps
-from tracing.capture.dim_flow import refine_dims, sizes_from_comments
-from tracing.capture.dim_names import Subject, name_axes
 from tracing.capture.drafts import StepDraft, TensorDraft
 from tracing.capture.frames import Frame
 from tracing.capture.op_names import (
@@ -36,6 +33,8 @@ from tracing.capture.recorders import COLLECTIVE_OPS, NOTED_OPS, OpMode, module_
 from tracing.capture.source import caller_location, location_from_traceback
 from tracing.capture.structure import IDLE_CALLS, global_hooks, structure_of, wrap_forward
 from tracing.capture.value_sinks import StreamedValues, ValueArena
+from tracing.dims.evidence import Subject
+from tracing.dims.prove import name_trace
 from tracing.errors import TraceError, TraceFileError
 from tracing.file import journal as journal_mod
 from tracing.file.writer import TraceWriter
@@ -43,7 +42,6 @@ from tracing.record import (
     Failure,
     SourceLocation,
     Step,
-    TensorRecord,
     Trace,
 )
 from tracing.safe_text import exception_text
@@ -126,13 +124,16 @@ class Tracer:
         break_on: Any = None,
         edits: Any = None,
         out: str | os.PathLike | None = None,
+        naming: str = "proven",
+        rebuild: Any = None,
         options: CaptureOptions | None = None,
     ):
         if not isinstance(model, nn.Module):
             raise TypeError(f"Tracer needs an nn.Module, got {type(model).__name__}")
         opts = CaptureOptions.of(
             options, capture=capture, dims=dims, value_cap=value_cap, value_dtype=value_dtype,
-            ops=ops, meta=meta, break_on=break_on, edits=edits, out=out,
+            ops=ops, meta=meta, break_on=break_on, edits=edits, out=out, naming=naming,
+            rebuild=rebuild,
         )  # fmt: skip
         self.options = opts
         self.model = model
@@ -803,18 +804,16 @@ class Tracer:
             config = getattr(getattr(self.model, "module", None), "config", None)
         return config
 
-    def _meta(self) -> tuple[dict[str, Any], dict[str, int]]:
-        """The trace's ``meta`` as it stands, and the axis sizes."""
+    def _meta(self) -> dict[str, Any]:
+        """The trace's ``meta`` as it stands (``dims`` and the letters: :mod:`tracing.dims`)."""
         model = self.model
         config = self._config()
-        sizes = dims_mod.resolve_sizes(self.dims, config, self._first_input_shape, model)
         meta = {
             "model_class": f"{type(model).__module__}.{type(model).__qualname__}",
             "config": self._structure.config_dict(config),
             "capture": self.capture,
             "torch_version": torch.__version__,
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "dims": sizes,
             "input_shapes": dict(self._input_shapes),
             "training": self.train,
             "capture_seconds": round(time.perf_counter() - self._t0, 6),
@@ -830,29 +829,27 @@ class Tracer:
         if self._notes:
             meta["notes"] = list(self._notes)
         meta.update(self.extra_meta)
-        return meta, sizes
+        return meta
 
     def _finish(self, error: str | None) -> Trace:
         model = self.model
         steps = self._steps
         for index in self._param_steps:
             steps[index].input_names = self._input_names(steps[index])
-        meta, sizes = self._meta()
+        meta = self._meta()
         self._stats.finish()  # statistics still on a device: read back at once, here
         self._sink.finish()  # copies from a device: waited for once, here
         records = [step.seal(index) for index, step in enumerate(steps)]
-        # the names by size are a draft: name_axes gives every record its proven names, from
-        # the sizes, which shape comments may add to (kept in meta["dims"])
-        tensors = self._tensor_records(dims_mod.namer_for(sizes))
-        if sizes:
-            sizes.update(sizes_from_comments(records, tensors, sizes))
+        tensors = [
+            draft.seal(rid, None, tuple(draft.shape)) for rid, draft in enumerate(self._tensors)
+        ]
+        named = name_trace(
+            self._dims_subject(), records, tensors, meta, _shapes_pass, self.options.naming
+        )
         trace = Trace(
             steps=records,
             modules=self._structure.module_infos(model),
-            tensors=proven_maps(
-                name_axes(self._dims_subject(error), records, tensors, sizes, meta),
-                self._flat_maps,
-            ),
+            tensors=proven_maps(named, self._flat_maps),
             meta=meta,
             values=self._values,
             error=error,
@@ -863,14 +860,17 @@ class Tracer:
             self._close_file(trace)
         return trace
 
-    def _dims_subject(self, error: str | None) -> Subject:
-        """What tracing.capture.dim_names needs to prove each axis name (a second pass
-        included; after a forward that raised too, whose second pass then proves the
-        steps before the failure; not after an interrupt or a full disk)."""
-        call, self._root_call = self._root_call, None
-        call = call if self._second_pass_ok else None
-        return Subject(self.model, self._config(), call, dict(self._param_rids),
-                       self.dims, self.train, self.ops, self._ranks is not None)  # fmt: skip
+    def _dims_subject(self, passes: bool = True) -> Subject:
+        """What :mod:`tracing.dims` needs to prove each axis name: the root call for its
+        passes (after a forward that raised too, whose passes then prove the steps before
+        the failure; not after an interrupt or a full disk, nor for a journal checkpoint)."""
+        call = self._root_call if passes and self._second_pass_ok else None
+        if passes:
+            self._root_call = None
+        return Subject(
+            self.model, self._config(), call, dict(self._param_rids), self.dims, self.train,
+            self.ops, self._ranks is not None, self._first_input_shape, self.options.rebuild,
+        )  # fmt: skip
 
     # ---- the journal of a streamed file (tracing.file.journal)
 
@@ -891,20 +891,15 @@ class Tracer:
                 if index in open_calls:
                     step = dataclasses.replace(step, end=last)
                 steps.append(step)
-            meta, sizes = self._meta()
-            namer = dims_mod.namer_for(sizes)
-            tensors = []
-            for rid, draft in enumerate(self._tensors):
-                shape = tuple(draft.shape)
-                producer = draft.producer
-                context = (
-                    self._param_rids.get(rid, "") if producer is None else steps[producer].module
-                )
-                tensors.append(draft.freeze(rid, namer(shape, context), shape))
+            meta = self._meta()
+            tensors = [d.freeze(rid, None, tuple(d.shape)) for rid, d in enumerate(self._tensors)]
+            naming = "off" if self.options.naming == "off" else "ops"  # no pass mid-capture
+            tensors = name_trace(self._dims_subject(passes=False), steps, tensors, meta,
+                                 _shapes_pass, naming)  # fmt: skip
             trace = Trace(
                 steps=steps,
                 modules=self._structure.module_infos(self.model),
-                tensors=refine_dims(steps, tensors, sizes),
+                tensors=tensors,
                 meta=meta,
                 values={},
                 error=(
@@ -929,27 +924,18 @@ class Tracer:
         self._sink.writer.close(trace)
         trace.values = trace_file.load(self.out).values
 
-    def _tensor_records(self, namer) -> list[TensorRecord]:
-        """Every tensor record, frozen, with its axes named (``namer``, tracing.dims)."""
-        steps, param_paths = self._steps, self._param_rids
-        named = namer.named_cache()  # (shape, context) -> dims, filled by namer() calls
-        unseen = dims_mod.UNSEEN
-        records = []
-        for rid, draft in enumerate(self._tensors):
-            shape = tuple(draft.shape)
-            # the module a tensor came from breaks ties between equal sizes (F == V)
-            producer = draft.producer
-            context = param_paths.get(rid, "") if producer is None else steps[producer].module
-            dims = named.get((shape, context), unseen)
-            if dims is unseen:
-                dims = namer(shape, context)
-            if draft.role == "attention" and dims is not None and len(dims) == 4:
-                dims = ("B", "H", "T", "T") if dims[:2] == ("B", "H") else dims
-            records.append(draft.seal(rid, dims, shape))
-        return records
-
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _shapes_pass(model: nn.Module, run: Callable[[], Any], train: bool, ops: bool):
+    """A shapes-only run of ``model`` under a tracer of its own, unnamed: what
+    :mod:`tracing.dims`' extra passes record (its steps and each tensor's shape)."""
+    tracer = Tracer(model, "shapes", train=train, ops=ops, naming="off")
+    with tracer:
+        run()
+    trace = tracer.trace
+    return list(trace.steps), [r.shape for r in trace.tensors]
 
 
 def _view_of(t: torch.Tensor, src: torch.Tensor) -> str | None:
@@ -991,6 +977,8 @@ def trace(
     break_on: Any = None,
     out: str | os.PathLike | None = None,
     edits: Any = None,
+    naming: str = "proven",
+    rebuild: Any = None,
     options: CaptureOptions | None = None,
     **kwargs: Any,
 ) -> Trace:
@@ -1009,7 +997,8 @@ def trace(
     """
     opts = CaptureOptions.of(
         options, capture=capture, dims=dims, value_cap=value_cap, value_dtype=value_dtype,
-        ops=ops, meta=meta, break_on=break_on, edits=edits, out=out,
+        ops=ops, meta=meta, break_on=break_on, edits=edits, out=out, naming=naming,
+        rebuild=rebuild,
     )  # fmt: skip
     if opts.out is not None:
         opts = opts.replace(out=distributed_mod.output_path(opts.out))

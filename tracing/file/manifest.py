@@ -101,6 +101,8 @@ def check_trace(trace: Trace) -> None:
             raise Invalid(f"tensor record {i}: grad_of {r.grad_of} is out of range")
         if r.dims is not None and len(r.dims) != len(r.shape):
             raise Invalid(f"tensor record {i} has {len(r.dims)} axis names for {len(r.shape)} axes")
+        if r.why is not None and len(r.why) != len(r.shape):
+            raise Invalid(f"tensor record {i} has {len(r.why)} axis proofs for {len(r.shape)} axes")
     for i, s in enumerate(trace.steps):
         if s.index != i:
             raise Invalid(f"step {i} has index {s.index}, expected {i}")
@@ -143,6 +145,9 @@ def consistent(steps: dict[str, Any], tensors: dict[str, Any], modules: dict) ->
         if not _refs_in_range(column, n):
             return False
     if any(d is not None and len(d) != len(s) for d, s in zip(tensors["dims"], tensors["shape"])):
+        return False
+    whys = tensors.get("why") or [None] * n_tensors
+    if any(w is not None and len(w) != len(s) for w, s in zip(whys, tensors["shape"])):
         return False
     for name in ("inputs", "outputs"):
         flat = list(chain.from_iterable(steps[name]))

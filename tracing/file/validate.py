@@ -130,6 +130,7 @@ _TENSOR_RULES = {
     "producer": _as_opt_int,
     "role": _as_opt_str,
     "grad_of": _as_opt_int,
+    "why": _as_opt_str_tuple,
 }
 _MODULE_RULES = {
     "path": _as_str,

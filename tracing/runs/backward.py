@@ -443,6 +443,8 @@ def trace_step(
     out: str | os.PathLike | None = None,
     ops: bool = True,
     edits: Any = None,
+    naming: str = "proven",
+    rebuild: Any = None,
     options: CaptureOptions | None = None,
 ) -> Trace:
     """Run one training step — forward, loss, backward, and ``optimizer.step()`` if given —
@@ -489,6 +491,7 @@ def trace_step(
     opts = CaptureOptions.of(
         options, capture=capture, break_on=break_on, value_cap=value_cap,
         value_dtype=value_dtype, dims=dims, meta=meta, out=out, ops=ops, edits=edits,
+        naming=naming, rebuild=rebuild,
     )  # fmt: skip
     return record_step(
         model,
@@ -529,6 +532,8 @@ def record_step(
     out: str | os.PathLike | None = None,
     ops: bool = True,
     edits: Any = None,
+    naming: str = "proven",
+    rebuild: Any = None,
     options: CaptureOptions | None = None,
 ) -> Trace:
     """:func:`trace_step` for a forward given as a function: ``run()`` calls the model,
@@ -539,6 +544,7 @@ def record_step(
     opts = CaptureOptions.of(
         options, capture=capture, break_on=break_on, value_cap=value_cap,
         value_dtype=value_dtype, dims=dims, meta=meta, out=out, ops=ops, edits=edits,
+        naming=naming, rebuild=rebuild,
     )  # fmt: skip
     if opts.out is not None:  # one file per rank under torch.distributed
         opts = opts.replace(out=distributed_mod.output_path(opts.out))

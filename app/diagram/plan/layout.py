@@ -303,7 +303,7 @@ class DiagramLayout:
         if s.outputs:  # what the first output's letters are: size, meaning, origin
             rec = trace.tensors[s.outputs[0]]
             if rec.dims:
-                hover = dims_hover(rec.shape, rec.dims, self.legend).split("\n")[1:]
+                hover = dims_hover(rec.shape, rec.dims, self.legend, rec.why).split("\n")[1:]
                 tip.append("<small>" + "<br>".join(_html(x) for x in hover) + "</small>")
         if s.source is not None and s.source.text:
             tip.append(f"<code>{_html(s.source.text)}</code>")

@@ -13,8 +13,8 @@ from helpers.tiny_models import tiny_config
 from torch import nn
 
 import tracing
-from tracing.capture.dims import infer_dims, sizes_from_config
 from tracing.capture.tracer import Tracer
+from tracing.dims.letters import house_sizes
 
 
 def tiny_model():
@@ -271,7 +271,16 @@ def test_dims_from_config_and_coincident_sizes():
     config = ModelConfig(vocab_size=256, block_size=32, d_model=64, n_heads=4, n_layers=1, d_ff=256)
     m = DecoderOnlyTransformer(config).eval()
     t = tracing.trace(m, torch.randint(0, 256, (1, 16)), capture="shapes")
-    assert t.meta["dims"] == {"B": 1, "T": 16, "C": 64, "H": 4, "D": 16, "V": 256, "F": 256}
+    assert t.meta["dims"] == {
+        "B": 1,
+        "T": 16,
+        "C": 64,
+        "H": 4,
+        "D": 16,
+        "V": 256,
+        "F": 256,
+        "N": 32,
+    }
     assert t.tensor(t.steps[0].outputs[0]).dims == ("B", "T", "V")
     hidden = t.module_steps("blocks.0.feed_forward.linear1")[0]
     assert t.tensor(hidden.outputs[0]).dims == ("B", "T", "F")
@@ -282,23 +291,8 @@ def test_dims_from_config_and_coincident_sizes():
 
 
 def test_dims_helpers():
-    assert sizes_from_config({"n_embd": 48, "n_head": 4, "vocab_size": 10, "n_inner": None}) == {
-        "C": 48,
-        "H": 4,
-        "D": 12,
-        "V": 10,
-        "F": 192,
-    }
-    sizes = {"B": 2, "T": 5, "C": 12, "H": 3, "D": 4}
-    assert infer_dims((2, 5, 3, 4), sizes) == ("B", "T", "H", "D")
-    assert infer_dims((2, 5, 36), sizes) == ("B", "T", "3C")
-    assert infer_dims((2, 5, 7), sizes) == ("B", "T", "?")
-    assert infer_dims((7, 9), sizes) is None
-    # B == H: a rank-4 attention-shaped tensor reads as (B, H, T, T)
-    assert infer_dims((3, 3, 5, 5), {"B": 3, "H": 3, "T": 5, "D": 5}) in (
-        ("B", "H", "T", "D"),
-        ("B", "H", "T", "T"),
-    )
+    config = {"n_embd": 48, "n_head": 4, "vocab_size": 10, "n_inner": None}
+    assert house_sizes(config, None, (2, 5)) == {"C": 48, "F": 192, "D": 12, "B": 2, "T": 5}
 
 
 def test_given_dims_override_and_meta(model, tokens):

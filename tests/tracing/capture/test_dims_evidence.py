@@ -10,9 +10,9 @@ from helpers.dims_models import build
 from torch import nn
 
 import tracing
-from tracing.capture import dim_evidence
-from tracing.capture.dim_evidence import other_sizes
-from tracing.capture.dim_letters import size_of
+from tracing.dims import passes as dim_evidence
+from tracing.dims.letters import size_of
+from tracing.dims.passes import other_sizes
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -115,7 +115,7 @@ EXPECTED = {
             ("matmul", "(B,T,(H+2KV)·D)"),
             ("view", "(B,T,KV,H/KV+2,D)"),
             ("getitem", "(B,T,KV,H/KV,D)"),
-            ("getitem", "(B,T,KV,1,D)"),
+            ("getitem", "(B,T,KV,D)"),  # grouped[..., -2, :] (transformers 5)
         ],
         "mlp": [("matmul", "(B,T,F)"), ("matmul", "(B,T,C)")],
     },
@@ -287,7 +287,7 @@ def test_letters_sizes_and_origins_survive_a_save_and_load(tmp_path):
 
 
 def test_no_second_pass_keeps_what_the_ops_prove_and_says_so(monkeypatch):
-    from tracing.capture import dim_evidence
+    from tracing.dims import passes as dim_evidence
 
     monkeypatch.setattr(dim_evidence, "ENABLED", False)
     model, _ = build("llama")

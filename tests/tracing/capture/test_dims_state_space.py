@@ -104,8 +104,8 @@ SCAN = [  # Mamba's selective scan, as Mamba and Jamba's Mamba layers run it wit
 
 EXPECTED = {
     "mamba": SCAN,
-    "jamba": [  # Jamba normalizes the time step, B and C
-        *SCAN[:10],
+    "jamba": [  # Jamba normalizes the time step, B and C (and computes A after the conv)
+        *(step for step in SCAN[:10] if step[1] != "neg"),
         ("dt_layernorm", "mul", "(B,T,Dt)"),
         ("b_layernorm", "mul", "(B,T,S)"),
         *SCAN[10:],
@@ -114,7 +114,7 @@ EXPECTED = {
         ("in_proj_qkvz", "linear", "(B,T,2Hk·Dk+2Hv·Dvl)"),
         ("in_proj_ba", "linear", "(B,T,2Hv)"),
         ("", "view", "(B,T,Hk,2Dk+2(Hv/Hk)·Dvl)"),
-        ("", "view", "(B,T,Hk,2Hv/Hk)"),  # 4, not the rotary width R = 4
+        ("", "view", "(B,T,Hk,2(Hv/Hk))"),  # 4, not the rotary width R = 4
         ("", "split", "(B,T,Hk,Dk) (B,T,Hk,Dk) (B,T,Hk,(Hv/Hk)·Dvl) (B,T,Hk,(Hv/Hk)·Dvl)"),
         ("", "split", "(B,T,Hk,Hv/Hk) (B,T,Hk,Hv/Hk)"),
         ("", "reshape", "(B,T,Hv,Dvl)"),
@@ -187,13 +187,16 @@ def test_mamba_names_do_not_change_when_tokens_match_the_state_size():
 def test_a_config_that_refuses_a_global_size_does_not_stop_the_trace():
     """A config whose heads vary per layer raises on ``config.num_attention_heads``
     (dots3_note's); the sizes come from elsewhere and the trace completes."""
-    from tracing.capture.dims import sizes_from_config
+    from tracing.dims.letters import house_sizes, letter_sizes
 
     class PerLayer:
         hidden_size = 96
+        intermediate_size = None  # unset: GPT-2's convention, 4C
 
         @property
         def num_attention_heads(self):
             raise ValueError("a per-layer attribute: ask a layer's config")
 
-    assert sizes_from_config(PerLayer()) == {"C": 96, "F": 384}
+    house = house_sizes(PerLayer(), None, None)
+    assert house == {"C": 96, "F": 384}
+    assert {k: v.size for k, v in letter_sizes(house, PerLayer(), None, None).items()} == house

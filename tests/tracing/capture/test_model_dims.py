@@ -10,8 +10,8 @@ from helpers.own_models import HF_GPT2, NANOGPT, TUTORIAL_FIXED, load
 from torch import nn
 
 import tracing
-from tracing.capture.dim_flow import shape_comment
-from tracing.capture.dims import sizes_from_model
+from tracing.dims.letters import house_sizes, letter_sizes
+from tracing.dims.source import shape_comment
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -34,7 +34,16 @@ def all_dims(trace) -> set[tuple]:
 def test_tutorial_model_reads_every_axis(seq_len):
     loaded = load(TUTORIAL_FIXED, "TutorialLM", shape=(2, seq_len))
     trace = tracing.trace(loaded.model, *loaded.args)
-    assert trace.meta["dims"] == {"B": 2, "T": seq_len, "C": 32, "H": 4, "D": 8, "F": 128, "V": 256}
+    assert trace.meta["dims"] == {
+        "B": 2,
+        "T": seq_len,
+        "C": 32,
+        "H": 4,
+        "D": 8,
+        "F": 128,
+        "V": 256,
+        "N": 64,
+    }
     attn = op_dims(trace, "0.self_attn")
     by_op = [(op, d) for op, d in attn if op in ("view", "transpose", "matmul", "softmax")]
     assert by_op == [
@@ -81,7 +90,16 @@ def test_nanogpt_dims_from_n_head_and_n_embd(seq_len):
 def test_hf_gpt2_dims_from_its_config_and_ops():
     loaded = load(HF_GPT2, "tiny_gpt2", shape=(2, 8))  # T == D == 8
     trace = tracing.trace(loaded.model, *loaded.args)
-    assert trace.meta["dims"] == {"B": 2, "T": 8, "C": 32, "H": 4, "D": 8, "F": 128, "V": 80}
+    assert trace.meta["dims"] == {
+        "B": 2,
+        "T": 8,
+        "C": 32,
+        "H": 4,
+        "D": 8,
+        "F": 128,
+        "V": 80,
+        "N": 32,
+    }
     attn = op_dims(trace, "h.0.attn")
     transposes = [d for op, d in attn if op == "transpose"]
     assert transposes[:4] == [("B", "H", "T", "D")] * 3 + [("B", "H", "D", "T")]
@@ -103,8 +121,13 @@ def test_sizes_from_attribute_spellings_and_layers():
             self.attn = Attn()
             self.mlp = nn.Sequential(nn.Linear(12, 40), nn.ReLU(), nn.Linear(40, 12))
 
-    assert sizes_from_model(Net()) == {"H": 2, "C": 12, "V": 50, "F": 40, "D": 6}
-    assert sizes_from_model(nn.Linear(3, 4)) == {}
+    def sizes(model):
+        house = house_sizes(None, model, None)
+        return {k: v.size for k, v in letter_sizes(house, None, model, None).items()}
+
+    # F: no module declares it and no layer is named for it (``mlp.0``): not guessed
+    assert sizes(Net()) == {"H": 2, "C": 12, "V": 50, "D": 6}
+    assert sizes(nn.Linear(3, 4)) == {}
 
 
 def test_shape_comments_parse_house_tutorial_and_nanogpt_words():

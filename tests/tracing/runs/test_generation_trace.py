@@ -10,7 +10,7 @@ import torch
 
 import tracing
 from scratchformer import DecoderOnlyTransformer, ModelConfig
-from tracing.capture.dim_evidence import in_pass
+from tracing.dims.passes import in_pass
 from tracing.errors import TraceFileError
 from tracing.runs.generation import load_generation, trace_generate
 

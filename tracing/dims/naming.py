@@ -23,35 +23,27 @@ given where the ops carry them from the first input (its axes are B and T by def
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import itertools
 import re
-import time
-import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
 
-import torch
-
-from tracing.capture import dim_evidence
-from tracing.capture.dim_flow import _permutation, _transpose_axes, shape_comment
-from tracing.capture.dim_letters import (
-    INPUT_LETTERS,
-    LETTERS,
-    SAME_AXIS,
-    Sized,
-    attribute_letters,
-    expressions,
-    letter_sizes,
-    letters_in,
-    size_of,
+from tracing.dims.evidence import Evidence
+from tracing.dims.letters import INPUT_LETTERS, LETTERS, Sized, expressions, letters_in, size_of
+from tracing.dims.source import (
+    literal_sizes,
+    permutation,
+    shape_comment,
+    subscript_entries,
+    subscripts,
+    text_of,
+    transpose_axes,
+    written_slices,
 )
 from tracing.record import Step, TensorRecord, built
 
 Dims = tuple[str, ...]
-Pair = tuple[int, int | None]  # an axis size in the real trace and in the second pass
+Pair = tuple[int | None, ...]  # an axis's size in the real trace, the inputs pass, each knob pass
 
 _TRANSPOSES = frozenset({"transpose", "transpose_", "swapaxes", "swapdims", "t", "mT"})
 _RESHAPES = frozenset({"view", "reshape", "flatten", "unflatten", "_unsafe_view", "view_as"})
@@ -93,35 +85,30 @@ _WORDS = {  # words in a module path or source line -> the letter family they po
 }
 
 
-@dataclass
-class Subject:
-    """What the naming needs from the tracer: the model, its config, the root call."""
-
-    model: Any
-    config: Any
-    call: tuple[tuple, dict] | None
-    param_paths: Mapping[int, str]
-    given: Mapping[str, int] | None
-    train: bool = False
-    ops: bool = True
-    distributed: bool = False
-
-
 # --------------------------------------------------------------------------- candidates
 
 
 class Table:
-    """Names by the sizes they give: ``(11, 16) -> ["T"]``, ``(16, 16) -> ["D"]``."""
+    """Names by the sizes they give in every pass: ``(11, 16) -> ["T"]``, ``(16, 16) -> ["D"]``.
 
-    def __init__(self, sizes1: Mapping[str, int], sizes2: Mapping[str, int] | None):
-        self.sizes1, self.sizes2 = dict(sizes1), dict(sizes2) if sizes2 else None
+    ``passes[0]`` is the real trace's letter sizes, ``passes[1]`` the inputs pass's (``None``
+    when it did not run), and each later one a pass that moved one size knob of the config.
+    A name's *signature* is its size in each pass; an axis's is its size in each pass. A name
+    fits an axis when the two agree wherever the axis was seen (``None``: not seen there).
+    """
+
+    def __init__(self, passes: Sequence[Mapping[str, int] | None]):
+        self.passes = [dict(p) if p is not None else None for p in passes]
+        self.sizes1 = self.passes[0]
+        self.sizes2 = self.passes[1] if len(self.passes) > 1 else None
+        sizes1 = self.sizes1
         names = [n for n in LETTERS if n in sizes1] + expressions(sizes1) + ["1", "0"]
         self.groups = [set(letters_in(n)) for n in names if len(letters_in(n)) > 1]
         self.every: list[tuple[str, Pair]] = []  # also the expressions a letter's pair hides
-        self.by_pair: dict[Pair, list[str]] = {}
         self.by_size: dict[int, list[str]] = {}
         self.hidden: dict[Pair, list[str]] = {}  # expressions a letter of their pair hides
         base: set[Pair] = set()
+        self._pair: dict[str, Pair | None] = {}
         for name in names:
             pair = self.pair(name)
             if pair is None or pair[0] < 0 or (pair[0] == 0 and name != "0"):
@@ -133,31 +120,68 @@ class Table:
                 continue  # ``H·D`` when it is C: the letter names it
             if is_letter:
                 base.add(pair)
-            self.by_pair.setdefault(pair, []).append(name)
             self.by_size.setdefault(pair[0], []).append(name)
 
         width = self.pair("C") if "C" in sizes1 else None
         self.hidden.pop(width, None)  # C is H·D by definition: what C hides stays hidden
 
     def pair(self, name: str) -> Pair | None:
+        """``name``'s size in each pass (``None`` where that pass cannot say)."""
+        if name in self._pair:
+            return self._pair[name]
         v1 = size_of(name, self.sizes1)
         if v1 is None:
-            return None
-        if self.sizes2 is None:  # no second pass: only the constant names are known twice
-            return (v1, None if _moves(name) else v1)
-        return (v1, size_of(name, self.sizes2))
+            out = None
+        else:
+            out = (
+                v1,
+                *(
+                    (None if _moves(name) else v1) if sizes is None else size_of(name, sizes)
+                    for sizes in self.passes[1:]
+                ),
+            )
+            if len(out) == 1:
+                out = (v1, None if _moves(name) else v1)
+        self._pair[name] = out
+        return out
 
     def fits(self, name: str, pair: Pair) -> bool:
         mine = self.pair(name)
-        return mine is not None and mine[0] == pair[0] and (pair[1] is None or mine[1] == pair[1])
+        return mine is not None and _agree(mine, pair)
 
     def candidates(self, pair: Pair) -> list[str]:
-        if pair[1] is None:
-            return list(self.by_size.get(pair[0], ()))
-        found = list(self.by_pair.get(pair, ()))
+        if len(pair) < 2 or pair[1] is None:  # not seen in the inputs pass: by size alone
+            found = self.by_size.get(pair[0], ())
+            return [n for n in found if _agree(self._pair[n], pair, skip_inputs=True)]
+        found = [n for n in self.by_size.get(pair[0], ()) if _agree(self._pair[n], pair)]
         if not found and self.sizes2 is not None:
             found = _offset_of_t(pair, self.sizes1, self.sizes2)
         return found
+
+    def moved_by(self, name: str) -> list[int]:
+        """The passes whose size of ``name`` differs from the real trace's: its proof."""
+        pair = self.pair(name) or ()
+        return [i for i, v in enumerate(pair[1:], 1) if v is not None and v != pair[0]]
+
+
+def _agree(mine: Pair | None, pair: Pair, skip_inputs: bool = False) -> bool:
+    """Equal sizes wherever both are known (``skip_inputs``: the inputs pass not read)."""
+    if mine is None or mine[0] != pair[0]:
+        return False
+    for i in range(1, min(len(mine), len(pair))):
+        if skip_inputs and i == 1:
+            continue
+        a, b = mine[i], pair[i]
+        if a is not None and b is not None and a != b:
+            return False
+        if i == 1 and a is None and b is not None:
+            return False
+    return True
+
+
+def _constant(pair: Pair) -> bool:
+    """The axis has one size in every pass that saw it (no pass moved it)."""
+    return all(v is None or v == pair[0] for v in pair[1:])
 
 
 def _offset_of_t(pair: Pair, s1: Mapping[str, int], s2: Mapping[str, int]) -> list[str]:
@@ -185,13 +209,16 @@ class _Namer:
         self.attrs: Mapping[str, Mapping[str, int]] = attrs
         self.names: list[Dims | None] = [None] * len(tensors)  # while walking ("?" kept)
         self.final: list[Dims | None] = [None] * len(tensors)  # no named axis: None
+        self.why: list[tuple[str, ...] | None] = [None] * len(tensors)  # each axis's proof
+        self.written: dict[str, str] = {}  # letter -> where the source passes its size
+        self._why, self._declared_by = "", ""
         self._comments: dict[str, Dims | None] = {}
 
     def run(self, first_input: int | None) -> list[Dims | None]:
         if first_input is not None:
             shape = self.tensors[first_input].shape
             seed = (("B", "T") + (None,) * len(shape))[: len(shape)]
-            self.name(first_input, list(seed), "", "")
+            self.name(first_input, list(seed), "", "", via="input")
         for rid, record in enumerate(self.tensors):  # parameters, buffers, inputs
             if record.producer is None and self.names[rid] is None:
                 path = self.paths.get(rid, "")
@@ -199,13 +226,13 @@ class _Namer:
         for step in self.steps:
             if step.kind == "backward":
                 continue
-            text = _text_of(step)
+            text = text_of(step)
             for k, rid in enumerate(step.outputs):
                 producer = self.tensors[rid].producer
                 if self.names[rid] is None and producer in (step.index, None):
                     carried = self.carried(step, k, rid)
-                    written = self._comment(text, rid) or _literal_sizes(step, k, self.tensors)
-                    self.name(rid, carried, step.module, text, written)
+                    written = self._comment(text, rid) or literal_sizes(step, k, self.tensors)
+                    self.name(rid, carried, step.module, text, written, via=step.op)
         for rid, record in enumerate(self.tensors):
             if self.names[rid] is None:
                 self.name(rid, [None] * len(record.shape), "", "")
@@ -225,13 +252,19 @@ class _Namer:
             return None if len(tail) > n else [None] * (n - len(tail)) + tail
         return list(comment) if len(comment) == n else None
 
-    def name(self, rid, carried, context, text, comment=None, leaf: bool = False) -> None:
+    def name(
+        self, rid, carried, context, text, comment=None, leaf: bool = False, via: str = ""
+    ) -> None:
         pairs = self.pairs[rid]
-        out = []
+        out, why = [], []
         for i, pair in enumerate(pairs):
             hints = (carried[i] if carried else None, comment[i] if comment else None)
+            self._why, self._declared_by = "", ""
             out.append(self.decide(pair, hints, context, text, leaf))
+            source = self._declared_by if self._why == "declared" else via
+            why.append(_proof(self._why, source, out[-1], pair, self.table))
         self._store(rid, out)
+        self.why[rid] = tuple(why)
 
     def _store(self, rid: int, names: Sequence[str]) -> None:
         """A tensor's names, as the walk keeps them (:data:`CUT` included) and as shown."""
@@ -240,26 +273,62 @@ class _Namer:
         self.final[rid] = None if all(n == "?" for n in shown) else shown
 
     def decide(self, pair: Pair, hints, context: str, text: str, leaf: bool = False) -> str:
+        """One axis's name; ``self._why`` says which evidence gave it (:func:`_proof`)."""
         table = self.table
         cands = table.candidates(pair)
-        for hint in hints:
+        for hint, why in zip(hints, ("carried", "written")):
             if hint and hint != "?" and (hint in cands or table.fits(hint, pair)):
+                self._why = why
                 return hint
-        if pair == (1, 1) or (pair[0] == 1 and "1" in cands):
+        if (pair[0] == 1 and all(v in (1, None) for v in pair[1:])) or (
+            pair[0] == 1 and "1" in cands
+        ):
+            self._why = "one"
             return "1"  # a size-one axis nothing carried a letter to (KV == 1 included)
         if hints[0] == CUT or _is_slice(hints[0]):
+            self._why = "slice"
             return hints[0]  # a part of a named axis no letter is a part of, carried along
         if pair[1] is None and any(_moves(c) for c in cands):
             return "?"  # no second pass for this tensor: names that move need the ops
         if len(cands) == 1:
+            if not leaf and _constant(pair) and not table.moved_by(cands[0]):
+                declared = self._declared(context, cands[0], pair[0])
+                if declared is None:
+                    return "?"  # a computed axis of a constant's size, which nothing carried
+                self._why = "declared"
+                self._declared_by = declared
+                return cands[0]
+            self._why = "sizes"
             return self._letter_or_hidden(cands[0], pair, context, text, leaf)
         if not cands:
             return "?"
         families = {_family(c) for c in cands}
+        self._why = "words"
         return (
             _tie_break([*cands, *self._hidden(pair, families)], context, text, self.attrs, leaf)
             or "?"
         )
+
+    def _declared(self, context: str, name: str, size: int) -> str | None:
+        """Where ``name``'s size is declared: the config or source line that gives it, or
+        the nearest module, from ``context`` outwards, that declares it as an attribute of
+        its own (``self.num_heads = 4``); for an expression (``D-R``), every letter of it
+        so. ``None`` when some part is only derived (``C / H``, a layer's shape)."""
+        parts = letters_in(name)
+        if len(parts) > 1:
+            found = [self._declared(context, p, self.table.sizes1.get(p, -1)) for p in parts]
+            return None if None in found else " and ".join(dict.fromkeys(found))
+        letter = parts[0] if parts else name
+        written = self.written.get(letter)
+        if written is not None:
+            return written
+        path = context
+        while True:
+            if self.attrs.get(path, {}).get(letter) == size:
+                return path or "the model"
+            if not path:
+                return None
+            path = path.rpartition(".")[0]
 
     def _hidden(self, pair: Pair, families: set[str]) -> list[str]:
         """The ratios and halves of other families that letters of ``pair`` hide (``R/2``
@@ -281,6 +350,7 @@ class _Namer:
         if hidden and letter in LETTERS:
             picked = _tie_break([letter, *hidden], context, text, self.attrs, leaf)
             if picked in hidden and _family(picked) != "input":
+                self._why = "words"
                 return picked
         pointed = {_KIN.get(f, f) for f in _pointed(context, text)}
         family = _KIN.get(_family(letter), _family(letter))
@@ -310,7 +380,7 @@ class _Namer:
                 if moved is not None:
                     return moved
             if primary is not None and op in _RESHAPES:
-                shaped = self._reshape(primary, rid, _literal_sizes(step, k, self.tensors))
+                shaped = self._reshape(primary, rid, literal_sizes(step, k, self.tensors))
                 if shaped is not None:
                     return shaped
             if op == "getitem" and len(step.inputs) == 2:
@@ -323,7 +393,7 @@ class _Namer:
                     sliced = self._indexed(primary, rid, step)
                 if sliced is not None:
                     return sliced
-            if primary is not None and op == "getitem" and "None" in _text_of(step):
+            if primary is not None and op == "getitem" and "None" in text_of(step):
                 grown = self._grown(primary, rid, step)
                 if grown is not None:
                     return grown
@@ -374,7 +444,7 @@ class _Namer:
             return None
         names = self._get(src)
         out: list[str | None] = []
-        written = _written_slices(step, len(ins)) if step is not None else None
+        written = written_slices(step, len(ins)) if step is not None else None
         for axis, (name, (a1, a2), (b1, b2)) in enumerate(zip(names, ins, outs)):
             if (a1, a2) != (b1, b2) and name and written and ":" in written[axis]:
                 sliced = self._slice_name(name, written[axis], (b1, b2))
@@ -454,18 +524,18 @@ class _Namer:
             if all(_same(ins[i], out) for i, out in zip(kept, outs))
         ]
         if not fits:  # a kept axis was sliced too (attn[..., i, :i]): the source says which
-            written = {k for k in _subscripts(step, len(ins)) if len(k) == len(outs)}
+            written = {k for k in subscripts(step, len(ins)) if len(k) == len(outs)}
             if len(written) != 1:
                 return None
             kept, names = written.pop(), self._get(src)
-            entries = _written_slices(step, len(ins)) or [":"] * len(ins)
+            entries = written_slices(step, len(ins)) or [":"] * len(ins)
             return [
                 names[i]
                 if _same(ins[i], out)
                 else names[i] and self._slice_name(names[i], entries[i], out)
                 for i, out in zip(kept, outs)
             ]
-        written = {kept for kept in _subscripts(step, len(ins)) if kept in fits}
+        written = {kept for kept in subscripts(step, len(ins)) if kept in fits}
         if len(written) == 1:  # the source says which: x[:, :, i, :] keeps axes 0, 1, 3
             fits = list(written)
         names = self._get(src)
@@ -491,7 +561,7 @@ class _Namer:
         names = self._get(src)
         found = {  # only whole axes and new ones: a slice or an index is for other rules
             tuple(entries)
-            for entries in _subscript_entries(step, n_out, new_axes=True)
+            for entries in subscript_entries(step, n_out, new_axes=True)
             if entries.count("None") == n_out - n_in
             and all(e == "None" or not e.strip(":") for e in entries)
         }
@@ -547,11 +617,11 @@ class _Namer:
             return None
         names = self._get(src)
         if step.op == "permute":
-            perm = _permutation(step, len(in_shape))
+            perm = permutation(step, len(in_shape))
             if perm is None:
                 return None
             return [names[p] for p in perm]
-        axes = _transpose_axes(step, in_shape, out_shape)
+        axes = transpose_axes(step, in_shape, out_shape)
         if axes is None:
             return None
         a, b = axes
@@ -606,8 +676,9 @@ class _Namer:
         ins, outs, names = self.pairs[src], self.pairs[rid], self._get(src)
         out: list[str | None] = [None] * len(outs)
         for back in range(1, min(len(ins), len(outs)) + 1):
-            (a1, a2), pair, name = ins[-back], outs[-back], names[-back]
-            if (a1, a2) == pair:
+            a, pair, name = ins[-back], outs[-back], names[-back]
+            a1, a2 = a[0], a[1]
+            if a == pair:
                 out[-back] = name
                 continue
             if not name or name == "?" or not a1 or pair[0] % a1:
@@ -738,52 +809,6 @@ class _Namer:
 
 
 _INDEX_DTYPES = frozenset({"int64", "int32", "int16", "uint8", "int8"})
-_SUBSCRIPT = re.compile(r"\[([^\[\]]*)\]")
-
-
-def _text_of(step: Step) -> str:
-    """The source line a step ran, or ``""``."""
-    return step.source.text if step.source is not None else ""
-
-
-def _subscripts(step: Step, ndim: int) -> list[tuple[int, ...]]:
-    """The axes each subscript on the step's line keeps, for those of slices and single
-    indices only: ``[:, :, i]`` of a 4-D tensor -> ``(0, 1, 3)`` (the axes it does not
-    name are kept whole), ``[..., i, :]`` -> ``(0, 1, 3)``."""
-    return [tuple(k for k, e in enumerate(s) if ":" in e) for s in _subscript_entries(step, ndim)]
-
-
-def _subscript_entries(step: Step, ndim: int, new_axes: bool = False) -> list[list[str]]:
-    """Each subscript on the step's line, one entry per axis of an ``ndim`` tensor:
-    ``[..., i, :i]`` of a 5-D tensor -> ``[":", ":", ":", "i", ":i"]``. With ``new_axes``,
-    ``ndim`` is the result's and a ``None`` entry is one of its axes (``x[..., None]``);
-    else a subscript with a ``None`` is not read."""
-    text = _text_of(step)
-    out = []
-    for match in _SUBSCRIPT.finditer(text):
-        before = text[: match.start()]
-        if before.count("[") != before.count("]"):
-            continue  # inside another subscript (``x[..., : x.shape[-1] // 2]``'s ``[-1]``)
-        entries = [e.strip() for e in match.group(1).split(",")]
-        if any(not e or (e == "None" and not new_axes) for e in entries):
-            continue
-        if entries.count("...") > 1:
-            continue
-        if "..." in entries:
-            at = entries.index("...")
-            entries[at : at + 1] = [":"] * (ndim - len(entries) + 1)
-        entries += [":"] * (ndim - len(entries))
-        if len(entries) == ndim:
-            out.append(entries)
-    return out
-
-
-def _written_slices(step: Step, ndim: int) -> list[str] | None:
-    """The one subscript of the step's line that fits an ``ndim`` tensor, per axis;
-    ``None`` when there is none or several (which of them this step is, the line cannot say)."""
-    found = {tuple(e) for e in _subscript_entries(step, ndim)}
-    return list(found.pop()) if len(found) == 1 else None
-
 
 _SLICE_TEXT = re.compile(r"[A-Za-z_0-9+\-*/ ]*:[A-Za-z_0-9+\-*/ ]*")
 
@@ -821,7 +846,7 @@ def _summed(names: list[str]) -> str:
 def _same(a: Pair, b: Pair) -> bool:
     """One axis by its sizes: equal in the real trace and, where both were paired, in the
     second pass (an axis the second pass did not pair, inside a loop, has ``None``)."""
-    return a[0] == b[0] and (a[1] == b[1] or a[1] is None or b[1] is None)
+    return a[0] == b[0] and all(x == y or x is None or y is None for x, y in zip(a[1:], b[1:]))
 
 
 def _factors(name: str) -> list[str]:
@@ -903,234 +928,93 @@ def _family(name: str) -> str:
 
 
 def name_axes(
-    subject: Subject,
-    steps: Sequence[Step],
-    tensors: list[TensorRecord],
-    sizes: dict[str, int],
-    meta: dict,
-) -> list[TensorRecord]:
-    """Tensor records named from evidence; ``meta`` gains ``dim_letters`` (each letter
-    used, with its size and origin) and ``dims_evidence`` (how the second pass went)."""
-    if dim_evidence.in_pass() or not tensors:
-        return tensors
-    started = time.perf_counter()
-    key = _memo_key(steps, tensors, sizes, subject)
-    memo = _MEMO.get(subject.model)
-    if memo is not None and memo[0] == key:  # the same run again: the same evidence
-        names, dim_letters, evidence, notes = memo[1]
-        meta["dim_letters"] = dict(dim_letters)
-        meta["dims_evidence"] = dict(evidence, seconds=round(time.perf_counter() - started, 6))
-        meta["dims_evidence"]["reused"] = True
-        if notes:
-            meta.setdefault("notes", []).extend(notes)
-        return [r if n == r.dims else _with_dims(r, n) for n, r in zip(names, tensors)]
-    letters = letter_sizes(sizes, subject.config, subject.model, subject.given)
-    letters.update(sizes_from_source(steps, tensors, letters))
+    steps: Sequence[Step], tensors: Sequence[TensorRecord], evidence: Evidence
+) -> tuple[list[TensorRecord], dict[str, dict]]:
+    """Every tensor record with its axes named from ``evidence``, or ``?``; and the letters
+    the names use (``meta["dim_letters"]``: each one's size, origin and the passes that
+    moved it). A pure function of the records and the evidence: no model, no second run."""
+    letters = evidence.letters
     sizes1 = {k: v.size for k, v in letters.items()}
-    other, note = _second_pass(subject, sizes1, steps)
-    sizes2 = None
-    shapes2: list = [None] * len(tensors)
-    if other is not None:
-        sizes2 = dict(sizes1, B=other.b, T=other.t)
-        shapes2 = dim_evidence.align(steps, tensors, other)
-    table = Table(sizes1, sizes2)
-    pairs = [_pairs(r, o) for r, o in zip(tensors, shapes2)]
+    inputs, knobs = evidence.inputs, evidence.knobs
+    table = Table([sizes1, inputs.sizes if inputs else None, *(k.sizes for k in knobs)])
+    passes = [inputs, *knobs]
+    pairs = [_pairs(r, [p.shapes[r.id] if p else None for p in passes]) for r in tensors]
     first = next((r.id for r in tensors if r.role == "input"), None)
-    namer = _Namer(
-        steps, tensors, table, pairs, subject.param_paths, attribute_letters(subject.model)
-    )
-    names = namer.run(first if "B" in sizes1 and "T" in sizes1 else None)
-    out = [r if n == r.dims else _with_dims(r, n) for n, r in zip(names, tensors)]
-    meta["dim_letters"] = _used_letters(names, letters)
-    meta["dims_evidence"] = _evidence_meta(other, note, started)
-    notes = []
-    if note is not None:
-        notes.append(
-            f"dims: no second pass at other input sizes ({note}); axes that move with the "
-            "inputs are named only where the ops carry them from the first input"
-        )
-        meta.setdefault("notes", []).extend(notes)
-    with contextlib.suppress(TypeError):  # a model that cannot be weakly referenced
-        _MEMO[subject.model] = (key, (names, meta["dim_letters"], meta["dims_evidence"], notes))
-    return out
-
-
-_MEMO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-"""model -> (what its last trace looked like, the names given to it): a model traced again
-the same way (same steps, sources, shapes and sizes) gets the same names without the work."""
-
-
-def _memo_key(steps: Sequence[Step], tensors: Sequence[TensorRecord], sizes, subject) -> tuple:
-    """Everything the names depend on, cheaply comparable: the steps (their ops, sources
-    and data flow), every record's shape and role, the sizes, the options."""
-    return (
-        # the root call's line is the caller's, which changes from call to call
-        tuple(
-            (s.kind, s.module, s.op, s.parent is not None and s.source, s.inputs, s.outputs)
-            for s in steps
-        ),
-        tuple((r.shape, r.role, r.producer, r.dims) for r in tensors),
-        tuple(sorted(sizes.items())),
-        id(subject.config),
-        tuple(sorted((subject.given or {}).items())),
-        subject.call is None,
-        subject.train,
-        subject.ops,
-        subject.distributed,
-        dim_evidence.ENABLED,
-    )
-
-
-def _with_dims(record: TensorRecord, dims: Dims | None) -> TensorRecord:
-    """``replace(record, dims=dims)`` without the frozen ``__init__`` (``record.built``)."""
-    return built(TensorRecord, {**record.__dict__, "dims": dims})
-
-
-def _pairs(record: TensorRecord, other: tuple[int, ...] | None) -> list[Pair]:
-    """Each axis's sizes in the two passes; a parameter's never move with the inputs."""
-    if record.role in ("param", "buffer"):
-        return [(s, s) for s in record.shape]
-    return [(s, other[i] if other is not None else None) for i, s in enumerate(record.shape)]
-
-
-def _second_pass(subject: Subject, sizes1: Mapping[str, int], steps) -> tuple[Any, str | None]:
-    if not dim_evidence.ENABLED:
-        return None, "turned off"
-    if torch._C._len_torch_function_stack() > 0:
-        return None, "another tracer (or torch function mode) is active around this one"
-    if subject.distributed:
-        return None, "torch.distributed: a second pass would run collectives"
-    if subject.call is None:
-        return None, "the forward did not complete"
-    if "B" not in sizes1 or "T" not in sizes1:
-        return None, "the first input has no batch and time axes"
-    constants = {v for k, v in sizes1.items() if k not in INPUT_LETTERS}
-    return dim_evidence.run_other(
-        subject.model, subject.call, sizes1["B"], sizes1["T"], constants,
-        sizes1.get("N"), subject.train, subject.ops,
-    )  # fmt: skip
-
-
-# --------------------------------------------------------------------------- source names
-
-_SHAPED_BY_ARGS = frozenset({"view", "reshape", "ones", "zeros", "empty", "eye", "rand", "randn"})
-_SPELLINGS = {name: letter for letter, spec in LETTERS.items() for name in spec.config}
-
-
-def sizes_from_source(
-    steps: Sequence[Step], tensors: Sequence[TensorRecord], known: Mapping[str, Sized]
-) -> dict[str, Sized]:
-    """Sizes of letters no config gave, from the names the source passes as a shape:
-    ``x.reshape(b, h, -1, chunk_size, d)`` makes axis 3 ``chunk_size`` (``Q``), as
-    ``torch.ones(chunk_size, chunk_size)`` makes both (Qwen3-Next fixes its chunk length
-    in a default argument, no config attribute). Each positional argument that is a
-    letter's config spelling (bare or ``self.``) names the output axis at its place; a
-    letter seen at two sizes is not learned."""
-    seen: dict[str, set[int]] = {}
-    where: dict[str, str] = {}
-    for step in steps:
-        if step.kind != "op" or step.op not in _SHAPED_BY_ARGS or not step.outputs:
-            continue
-        text = _text_of(step)
-        if "(" not in text:
-            continue
-        shape = tensors[step.outputs[0]].shape
-        for args in _call_args(text, step.op):
-            if len(args) != len(shape):
-                continue
-            for arg, size in zip(args, shape):
-                letter = _SPELLINGS.get(arg.removeprefix("self."))
-                if letter is None or letter in known or letter in INPUT_LETTERS:
-                    continue
-                same = known.get(SAME_AXIS.get(letter, ""))
-                if same is not None and same.size == size:
-                    continue  # one axis (R when the whole head is rotated): not a new letter
-                seen.setdefault(letter, set()).add(size)
-                if step.source is not None:
-                    file = step.source.file.rsplit("/", 1)[-1]
-                    where.setdefault(letter, f"source: `{arg}` at {file}:{step.source.line}")
-    return {
-        letter: Sized(sizes.pop(), where[letter])
-        for letter, sizes in seen.items()
-        if len(sizes) == 1 and letter in where
+    namer = _Namer(steps, tensors, table, pairs, evidence.param_paths, evidence.attributes)
+    namer.written = {  # letters whose size the config or the source declares, unmoved
+        k: v.origin.removeprefix("source: ")
+        for k, v in letters.items()
+        if v.origin.startswith(("source:", "config.")) and not table.moved_by(k)
     }
+    names = namer.run(first if "B" in sizes1 and "T" in sizes1 else None)
+    out = [_with_dims(r, n, w if n else None) for n, w, r in zip(names, namer.why, tensors)]
+    return out, _used_letters(names, letters, table, evidence)
 
 
-_SIZED_BY_LITERALS = _SHAPED_BY_ARGS | {"expand", "new_zeros", "new_ones", "new_empty", "topk"}
+def _with_dims(record: TensorRecord, dims: Dims | None, why=None) -> TensorRecord:
+    """``replace(record, dims=dims, why=why)`` without the frozen ``__init__``."""
+    return built(TensorRecord, {**record.__dict__, "dims": dims, "why": why})
 
 
-def _literal_sizes(step: Step, k: int, tensors: Sequence[TensorRecord]) -> list[str | None] | None:
-    """An axis whose size the line writes as a number, named by it: mRoPE's
-    ``position_ids.expand(3, b, -1)`` is ``(3, B, T)`` (its three position streams, not the
-    top-k 3 that is the same size), ``x.reshape(*x.shape[:-1], -1, 2)`` ends in ``2`` (the
-    pairs of a complex rotation). A starred argument stands for the axes between: those
-    before it count from the left, those after from the right."""
-    if (k and step.op != "topk") or step.op not in _SIZED_BY_LITERALS or step.source is None:
-        return None
-    shape = tensors[step.outputs[k]].shape
-    if step.op == "topk":  # x.topk(2, dim=-1): the k it keeps, on the last axis
-        for args in _call_args(step.source.text, step.op):
-            if len(args) == 1 and args[0].isdigit() and shape and int(args[0]) == shape[-1] > 1:
-                return [None] * (len(shape) - 1) + [args[0]]
-        return None
-    for args in _call_args(step.source.text, step.op):
-        starred = [i for i, a in enumerate(args) if a.startswith("*")]
-        if len(starred) > 1 or (not starred and len(args) != len(shape)):
-            continue
-        at = starred[0] if starred else len(args)
-        places = list(range(at)) + [len(shape) - (len(args) - i) for i in range(at + 1, len(args))]
-        out: list[str | None] = [None] * len(shape)
-        for arg, place in zip((a for i, a in enumerate(args) if i != at), places):
-            if 0 <= place < len(shape) and arg.isdigit() and int(arg) == shape[place] > 1:
-                out[place] = arg
-        if any(out):
-            return out
-    return None
+PROOFS = {
+    "input": "the first input's axes: B, then T",
+    "carried": "carried by {via} from its input's axis",
+    "written": "written on its source line (a shape comment, a number it passes)",
+    "one": "size 1",
+    "slice": "the part of an axis its line's slice cuts",
+    "moved": "its sizes in every pass, which no other name has",
+    "constant": "the only name of size {size} in every pass",
+    "declared": "declared by {via}, the only name of its size",
+    "words": "the words of its module or line; no pass tells it from another name",
+}
+"""Why an axis has its name, as a record keeps it (``TensorRecord.why``) and the hover
+shows it; ``words`` is the one that proves nothing by itself."""
 
 
-def _call_args(text: str, op: str) -> list[list[str]]:
-    """The positional arguments of each ``op(...)`` call on a line, stripped, top level only
-    (``x.reshape(x.shape[0], -1, chunk_size)`` -> ``["x.shape[0]", "-1", "chunk_size"]``)."""
+def _proof(kind: str, via: str, name: str, pair: Pair, table: Table) -> str:
+    """The proof of one axis's name as a short phrase (``""``: unnamed)."""
+    if not name or name in ("?", CUT):
+        return ""
+    if kind == "carried" and via == "input":
+        kind = "input"
+    if kind == "sizes":
+        kind = "moved" if table.moved_by(name) else "constant"
+    if kind == "":
+        kind = "constant"
+    return PROOFS[kind].format(via=via or "an op", size=pair[0])
+
+
+def _pairs(record: TensorRecord, others: Sequence[tuple[int, ...] | None]) -> list[Pair]:
+    """Each axis's sizes in every pass (``None`` where a pass did not pair the tensor).
+    The inputs pass never moves a parameter; a knob pass rebuilds them, so it may."""
+    param = record.role in ("param", "buffer")
     out = []
-    for m in re.finditer(rf"\b{op}\(", text):
-        depth, start, args = 0, m.end(), []
-        for i in range(m.end(), len(text)):
-            ch = text[i]
-            if ch in "([{":
-                depth += 1
-            elif ch in ")]}":
-                if depth == 0:
-                    args.append(text[start:i].strip())
-                    break
-                depth -= 1
-            elif ch == "," and depth == 0:
-                args.append(text[start:i].strip())
-                start = i + 1
-        else:
-            continue  # the call goes on past this line
-        out.append([a for a in args if a and "=" not in a])
+    for i, s in enumerate(record.shape):
+        sig = [s]
+        for k, other in enumerate(others):
+            if other is not None and len(other) == len(record.shape):
+                sig.append(other[i])
+            else:
+                sig.append(s if (param and k == 0) else None)
+        out.append(tuple(sig))
     return out
 
 
-def _used_letters(names: Sequence[Dims | None], letters: Mapping[str, Sized]) -> dict:
+def _used_letters(
+    names: Sequence[Dims | None], letters: Mapping[str, Sized], table, evidence
+) -> dict:
     used: set[str] = set()
     for dims in names:
         for name in dims or ():
             used.update(letters_in(name))
-    return {
-        k: {"size": v.size, "origin": v.origin, "meaning": LETTERS[k].meaning}
-        for k, v in letters.items()
-        if k in used
-    }
-
-
-def _evidence_meta(other, note: str | None, started: float) -> dict:
-    info: dict[str, Any] = {"seconds": round(time.perf_counter() - started, 6)}
-    if other is None:
-        info["pass"] = None
-        info["why_not"] = note
-    else:
-        info.update({"pass": other.how, "B": other.b, "T": other.t, "pass_seconds": other.seconds})
-        if other.meta_failed:
-            info["meta_failed"] = other.meta_failed
-    return info
+    out = {}
+    for k, v in letters.items():
+        if k not in used:
+            continue
+        entry = {"size": v.size, "origin": v.origin, "meaning": LETTERS[k].meaning}
+        passes = [evidence.inputs, *evidence.knobs]
+        moved = [passes[i - 1].what for i in table.moved_by(k) if passes[i - 1] is not None]
+        if moved:
+            entry["moved_by"] = moved
+        out[k] = entry
+    return out

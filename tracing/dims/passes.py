@@ -8,9 +8,9 @@ A small model (weights up to :data:`SMALL_MODEL_BYTES`) runs for real at the oth
 in eval mode, its random state and tensor attributes put back after; a larger one on the
 ``meta`` device (parameters swapped for shape-only twins in place and put back: no
 arithmetic, no memory). Either way it runs under a shapes-only tracer, and
-its steps are aligned with the real trace's step by step (same module, same op; where a
-model's steps differ, as a mixture of experts' do, :class:`difflib.SequenceMatcher` pairs
-what matches). A model the meta device cannot run (``.item()``, ``nonzero``...) runs once
+its steps are paired with the real trace's by :mod:`tracing.dims.align` (same module,
+same op, same occurrence: linear in the steps). A model the meta device cannot run
+(``.item()``, ``nonzero``...) runs once
 more for real at the other sizes, in eval mode only; one that cannot run at all keeps what
 the rest of the evidence proves, and ``trace.meta["notes"]`` says so. The pass is cached
 per model and input signature.
@@ -20,17 +20,21 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import difflib
+import copy
+import dataclasses
+import functools
+import logging
 import time
+import warnings
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from tracing.errors import TraceError
-from tracing.record import Step, TensorRecord
+from tracing.record import Step
 
 _IN_PASS = contextvars.ContextVar("scratchformer_dims_pass", default=False)
 ENABLED = True
@@ -52,6 +56,7 @@ class Other:
     seconds: float
     meta_failed: str | None = None  # why the meta device could not run it ("device" passes)
     partial: str | None = None  # the pass raised here, after its steps (a failing forward)
+    twin: Any = None  # a knob pass's rebuilt model (its layer shapes give letter sizes)
 
 
 def in_pass() -> bool:
@@ -147,8 +152,9 @@ def run_other(
     max_t: int | None,
     train: bool,
     ops: bool,
+    shapes_pass: ShapesPass,
 ) -> tuple[Other | None, str | None]:
-    """The second pass (cached), or ``None`` and why it could not run."""
+    """The inputs pass (cached), or ``None`` and why it could not run."""
     args, kwargs = call
     foreign = _foreign((args, kwargs))
     if foreign is not None:
@@ -161,14 +167,14 @@ def run_other(
     started = time.perf_counter()
     if not train and _small_enough_to_run(model):
         # a small model runs for real faster than on meta (whose every op is Python)
-        other, why = _on_device(model, args, kwargs, (b, t, b2, t2), ops)
+        other, why = _on_device(model, args, kwargs, (b, t, b2, t2), ops, shapes_pass)
         if other is not None and not other.partial:
             other.seconds = round(time.perf_counter() - started, 6)
             per_model[key] = other
             return other, None
-    other, why = _on_meta(model, args, kwargs, (b, t, b2, t2), train, ops)
+    other, why = _on_meta(model, args, kwargs, (b, t, b2, t2), train, ops, shapes_pass)
     if (other is None or other.partial) and not train:
-        real, why2 = _on_device(model, args, kwargs, (b, t, b2, t2), ops)
+        real, why2 = _on_device(model, args, kwargs, (b, t, b2, t2), ops, shapes_pass)
         if real is not None and (other is None or len(real.steps) > len(other.steps)):
             real.meta_failed = why or other.partial
             other, why = real, None
@@ -183,36 +189,40 @@ def run_other(
     return other, None
 
 
-def _traced(model, run, b2: int, t2: int, how: str, train: bool, ops: bool) -> Other:
-    from tracing.capture.tracer import Tracer
+ShapesPass = Callable[[Any, Callable[[], Any], bool, bool], tuple[list[Step], list, None]]
+"""The tracer's shapes-only run, handed in by the tracer (``tracing.dims`` never imports
+it): ``(model, run, train, ops) -> (steps, shapes per tensor id)``; a forward that raises
+part-way raises :class:`~tracing.errors.TraceError` with the trace so far."""
 
+
+def _traced(model, run, b2: int, t2: int, how: str, train: bool, ops: bool, shapes_pass) -> Other:
     token = _IN_PASS.set(True)
+    partial = None
     try:
-        tracer = Tracer(model, "shapes", train=train, ops=ops)
         try:
-            with _user_hooks_off(model), torch.no_grad(), tracer:
-                run()
+            with _user_hooks_off(model), torch.no_grad():
+                steps, shapes = shapes_pass(model, run, train, ops)
         except TraceError as e:  # a forward that raises: its steps up to there still count
             if not (e.trace and e.trace.steps):
                 raise
             partial = f"{e.__cause__ or e}"[:200]
-        else:
-            partial = None
+            steps, shapes = list(e.trace.steps), [r.shape for r in e.trace.tensors]
     finally:
         _IN_PASS.reset(token)
-    trace = tracer.trace
-    shapes = [r.shape for r in trace.tensors]
-    return Other(b2, t2, how, list(trace.steps), shapes, 0.0, partial=partial)
+    return Other(b2, t2, how, steps, shapes, 0.0, partial=partial)
 
 
-def _on_meta(model, args, kwargs, sizes, train, ops) -> tuple[Other | None, str | None]:
+def _on_meta(
+    model, args, kwargs, sizes, train, ops, shapes_pass
+) -> tuple[Other | None, str | None]:
     b, t, b2, t2 = sizes
     saved = _snapshot(model)
     try:
         margs = _resize(args, b, t, b2, t2, meta=True)
         mkwargs = _resize(kwargs, b, t, b2, t2, meta=True)
         with _on_meta_device(model):
-            other = _traced(model, lambda: model(*margs, **mkwargs), b2, t2, "meta", train, ops)
+            run = lambda: model(*margs, **mkwargs)  # noqa: E731
+            other = _traced(model, run, b2, t2, "meta", train, ops, shapes_pass)
         return other, None
     except Exception as e:
         return None, _reason(e)
@@ -270,14 +280,15 @@ def _small_enough_to_run(model) -> bool:
     return True
 
 
-def _on_device(model, args, kwargs, sizes, ops) -> tuple[Other | None, str | None]:
+def _on_device(model, args, kwargs, sizes, ops, shapes_pass) -> tuple[Other | None, str | None]:
     b, t, b2, t2 = sizes
     saved = _snapshot(model)
     rng = torch.random.get_rng_state()  # a forward that draws must not move the user's RNG
     try:
         rargs = _resize(args, b, t, b2, t2, meta=False)
         rkwargs = _resize(kwargs, b, t, b2, t2, meta=False)
-        return _traced(model, lambda: model(*rargs, **rkwargs), b2, t2, "device", False, ops), None
+        run = lambda: model(*rargs, **rkwargs)  # noqa: E731
+        return _traced(model, run, b2, t2, "device", False, ops, shapes_pass), None
     except Exception as e:
         return None, _reason(e)
     finally:
@@ -338,34 +349,139 @@ def _restore(saved) -> None:
         module._buffers.update(buffers)
 
 
-# --------------------------------------------------------------------------- alignment
+# --------------------------------------------------------------------------- knob passes
 
 
-def _key(step: Step) -> tuple:
-    return (step.kind, step.module, step.op, len(step.inputs), len(step.outputs))
+def with_knob(config: Any, knob: str, value: int) -> Any:
+    """A copy of ``config`` with one size knob set: a dataclass is replaced, a Hugging Face
+    config (or any object) deep-copied and set, a dict copied."""
+    if isinstance(config, Mapping):
+        return {**config, knob: value}
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        return dataclasses.replace(config, **{knob: value})
+    twin = copy.deepcopy(config)
+    setattr(twin, knob, value)
+    return twin
 
 
-def align(
-    steps: Sequence[Step], tensors: Sequence[TensorRecord], other: Other
-) -> list[tuple[int, ...] | None]:
-    """Per tensor of the real trace, its shape in the other pass (``None``: not matched).
+def read_knob(config: Any, knob: str) -> int | None:
+    """``config.knob`` as an int size, or ``None`` (absent, not an int, or refused)."""
+    try:
+        value = config.get(knob) if isinstance(config, Mapping) else getattr(config, knob, None)
+    except Exception:  # a config's own refusal (a per-layer attribute)
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
-    Steps pair up where module, op and arity agree (all of them, in order, for a model
-    whose steps do not depend on its data); their inputs and outputs pair by position.
-    """
-    mine = [_key(s) for s in steps]
-    theirs = [_key(s) for s in other.steps]
-    if mine == theirs:
-        pairs = list(zip(range(len(mine)), range(len(mine))))
-    else:
-        matcher = difflib.SequenceMatcher(None, mine, theirs, autojunk=False)
-        pairs = [(a + k, b + k) for a, b, n in matcher.get_matching_blocks() for k in range(n)]
-    out: list[tuple[int, ...] | None] = [None] * len(tensors)
-    for a, b in pairs:
-        sa, sb = steps[a], other.steps[b]
-        for ra, rb in zip((*sa.outputs, *sa.inputs), (*sb.outputs, *sb.inputs)):
-            if out[ra] is None and rb < len(other.shapes):
-                shape = other.shapes[rb]
-                if len(shape) == len(tensors[ra].shape):
-                    out[ra] = shape
-    return out
+
+def knob_values(value: int) -> list[int]:
+    """Other values to try for a knob of ``value``, most telling first: twice it (a ratio
+    stays a ratio), three times, half, one more. A model's own checks (``C % H``) refuse
+    some."""
+    half = value // 2 if value % 2 == 0 else 0
+    return [v for v in (2 * value, 3 * value, half, value + 1) if v > 1 and v != value]
+
+
+_INITS = ("normal_", "uniform_", "zero_", "fill_", "random_", "bernoulli_", "exponential_")
+_INIT_FUNCTIONS = (
+    "normal_", "uniform_", "trunc_normal_", "constant_", "zeros_", "ones_", "eye_",
+    "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_",
+)  # fmt: skip
+
+
+@contextlib.contextmanager
+def _no_init():
+    """Weight initialisation skipped while a twin is built on ``meta``: it fills nothing
+    there, yet a meta ``normal_`` goes through ``torch._refs``, whose first use imports
+    ``torch._dynamo`` (about 800 modules, most of a second) — a cost for no data."""
+
+    def keep(tensor, *args, **kwargs):
+        return tensor
+
+    saved = [(torch.Tensor, name, getattr(torch.Tensor, name)) for name in _INITS]
+    saved += [(torch.nn.init, name, getattr(torch.nn.init, name)) for name in _INIT_FUNCTIONS]
+    try:
+        for owner, name, _ in saved:
+            setattr(owner, name, keep)
+        yield
+    finally:
+        for owner, name, value in saved:
+            setattr(owner, name, value)
+
+
+def run_knob(
+    model: torch.nn.Module,
+    rebuild: Callable[[Any], torch.nn.Module],
+    config: Any,
+    knob: str,
+    call: tuple[tuple, dict],
+    train: bool,
+    ops: bool,
+    shapes_pass: ShapesPass,
+    avoid: set[int] = frozenset(),
+) -> tuple[Other | None, Any, str | None]:
+    """The model rebuilt with one config knob moved and run on the same inputs: its trace,
+    the config it ran with, or why it could not. A small model (:data:`SMALL_MODEL_BYTES`)
+    is rebuilt and run for real, faster than on ``meta``; a larger one on ``meta``, with
+    shape-only inputs and no initialisation. The user's model and random state are not
+    touched. Cached per model."""
+    value = read_knob(config, knob)
+    if value is None:
+        return None, None, f"config.{knob} is not an int"
+    args, kwargs = call
+    key = ("knob", knob, signature(args, kwargs, train))
+    per_model = _CACHE.setdefault(model, {})
+    if key in per_model:
+        return per_model[key]
+    why = "no value of it builds and runs"
+    real = _small_enough_to_run(model)
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    values = knob_values(value)
+    for new in sorted(values, key=lambda v: v in avoid):  # a size no other letter has first
+        started = time.perf_counter()
+        try:
+            twin_config = with_knob(config, knob, new)
+            with _quiet():
+                other, twin = _run_twin(rebuild, twin_config, real, device, call, train, ops,
+                                        shapes_pass)  # fmt: skip
+        except Exception as e:  # a size the model's own checks refuse: try the next
+            why = _reason(e)
+            continue
+        if other.partial:
+            why = other.partial
+            continue
+        other.seconds = round(time.perf_counter() - started, 6)
+        other.twin = twin
+        per_model[key] = (other, twin_config, None)
+        return other, twin_config, None
+    per_model[key] = (None, None, why)
+    return None, None, why
+
+
+def _run_twin(rebuild, twin_config, real, device, call, train, ops, shapes_pass):
+    """Build the twin (for real, or on ``meta`` uninitialised) and trace it on ``call``."""
+    args, kwargs = call
+    if real:  # a small model: built and run for real (no meta ops, no RNG moved)
+        with torch.random.fork_rng(devices=[]):
+            twin = rebuild(twin_config).to(device).train(train)
+            run = functools.partial(twin, *args, **kwargs)
+            return _traced(twin, run, 0, 0, "device", train, ops, shapes_pass), twin
+    with torch.device("meta"), _no_init():
+        twin = rebuild(twin_config)
+    twin.train(train)
+    margs, mkwargs = _resize(args, 0, 0, 0, 0, meta=True), _resize(kwargs, 0, 0, 0, 0, meta=True)
+    run = functools.partial(twin, *margs, **mkwargs)
+    return _traced(twin, run, 0, 0, "meta", train, ops, shapes_pass), twin
+
+
+@contextlib.contextmanager
+def _quiet():
+    """A twin's build says nothing: its config's complaints (``Can't set head_dim``) and
+    warnings are about sizes the user never chose."""
+    level = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(level)

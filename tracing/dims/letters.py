@@ -512,12 +512,69 @@ def _rotary_from_config(config: Any, head: int | None) -> Sized | None:
     return None
 
 
+def house_sizes(
+    config: Any, model: Any, first_input_shape: tuple[int, ...] | None
+) -> dict[str, int]:
+    """The sizes the tutorial's letters take where no spelling of :data:`LETTERS` gives them
+    directly: ``B`` and ``T`` from the first input's shape (``(B, T)`` ids or ``(B, T, C)``
+    embeddings), ``D = C / H`` where the config or modules give both but no head width, ``F =
+    4C`` where the config leaves its feed-forward width unset (GPT-2's ``n_inner=None``), and
+    ``V``, ``C`` from the token embedding's shape (the first ``Embedding`` not named for
+    positions). :func:`letter_sizes` adds the spellings, with their origins."""
+    sizes: dict[str, int] = {}
+    text = _text_config(config)
+    c = _read(text, LETTERS["C"].config) if text is not None else None
+    h = _read(text, LETTERS["H"].config) if text is not None else None
+    f_unset = text is not None and any(
+        _has(text, name) and _get(text, name) is None for name in LETTERS["F"].config
+    )
+    if c is None or h is None:
+        attrs = _module_attributes(model)
+        c = c or (("", attrs["C"].size) if "C" in attrs else None)
+        h = h or (("", attrs["H"].size) if "H" in attrs else None)
+    embedding = _token_embedding(model)
+    if embedding is not None:
+        sizes["V"] = embedding.num_embeddings
+        c = c or ("", embedding.embedding_dim)
+    if c is not None:
+        sizes["C"] = c[1]
+        if f_unset:
+            sizes["F"] = 4 * c[1]
+    if c is not None and h is not None and h[1] > 0 and c[1] % h[1] == 0:
+        sizes["D"] = c[1] // h[1]
+    if first_input_shape is not None and len(first_input_shape) >= 2:
+        sizes["B"], sizes["T"] = int(first_input_shape[0]), int(first_input_shape[1])
+    return sizes
+
+
+def _has(source: Any, name: str) -> bool:
+    if isinstance(source, Mapping):
+        return name in source
+    try:
+        return hasattr(source, name)
+    except Exception:  # a config's own refusal (a per-layer attribute)
+        return True
+
+
+def _token_embedding(model: Any) -> Any:
+    """The first ``Embedding`` not named for positions: the token table, ``(V, C)``."""
+    modules = getattr(model, "named_modules", None)
+    for path, module in modules() if modules is not None else ():
+        if type(module).__name__ == "Embedding" and "pos" not in path.lower():
+            return module
+    return None
+
+
 def letter_sizes(
-    house: Mapping[str, int], config: Any, model: Any, given: Mapping[str, int] | None
+    house: Mapping[str, int],
+    config: Any,
+    model: Any,
+    given: Mapping[str, int] | None,
+    merge_same: bool = True,
 ) -> dict[str, Sized]:
     """Every letter with a known size, with its evidence.
 
-    ``house`` is what :func:`tracing.dims.resolve_sizes` found for the tutorial's letters;
+    ``house`` is what :func:`house_sizes` found for the tutorial's letters;
     this adds the origins and the letters of :data:`LETTERS` beyond them. ``KV`` is given
     only when it differs from ``H`` and ``R`` only when it differs from ``D``: equal, they
     are the same axis.
@@ -562,7 +619,7 @@ def letter_sizes(
         rotary = _rotary_from_config(config, head)
         if rotary is not None:
             found["R"] = rotary
-    for letter, same in SAME_AXIS.items():  # one axis, one letter
+    for letter, same in SAME_AXIS.items() if merge_same else ():  # one axis, one letter
         if letter in found and same in found and found[letter].size == found[same].size:
             del found[letter]
     if "Es" in found and found["Es"].size <= 1:

@@ -1,0 +1,132 @@
+"""What naming axes costs a user: the first trace in a fresh process, and growth with steps.
+
+    .venv/bin/python benchmarks/bench_dims_cost.py               # both parts, 3 rounds
+    .venv/bin/python benchmarks/bench_dims_cost.py --rounds 5 --tokens 256
+
+1. **First trace** (issue 31, item 6): every ``scratchformer trace`` is a fresh process,
+   so the one-time costs (imports, the extra passes, their caches) are what a user pays.
+   Each round starts a new interpreter that builds gpt2-small (ours, 124M parameters),
+   runs its plain forward on ``--tokens`` tokens (after one warm-up forward, so torch's
+   own first-call costs count for neither), then traces it once at ``shapes``, once per
+   naming level (``proven``, ``inputs``, ``ops``, ``off``) in that order. The figure is
+   traced / plain, per level; the target is ``proven`` ≤ 1.25x.
+2. **Linear in the steps**: a loop of 5,000 and of 50,000 ops, each traced first in a fresh
+   process (names included): the 50,000-op trace should cost ≤ 12x the 5,000-op one, and
+   take under 3 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import textwrap
+
+FIRST = textwrap.dedent(
+    """
+    import json, sys, time, torch
+    import tracing
+    from scratchformer import DecoderOnlyTransformer, ModelConfig
+    torch.manual_seed(0)
+    model = DecoderOnlyTransformer(ModelConfig.preset("gpt2-small")).eval()
+    ids = torch.randint(0, 50257, (1, TOKENS))
+    with torch.no_grad():
+        model(ids)  # torch's own first-call costs, outside both figures
+        t0 = time.perf_counter(); model(ids); plain = time.perf_counter() - t0
+    out = {"plain": plain}
+    for level in LEVELS:
+        t0 = time.perf_counter()
+        trace = tracing.trace(model, ids, capture="shapes", naming=level)
+        out[level] = time.perf_counter() - t0
+        out[level + "_naming"] = (trace.meta.get("dims_evidence") or {}).get("seconds", 0.0)
+    print(json.dumps(out))
+    """
+)
+
+LOOP = textwrap.dedent(
+    """
+    import json, time, torch
+    from torch import nn
+    import tracing
+
+    class Loop(nn.Module):
+        def __init__(self, n):
+            super().__init__()
+            self.n, self.lin = n, nn.Linear(8, 8)
+
+        def forward(self, x):
+            h = self.lin(x)
+            for _ in range(self.n // 2):
+                h = h * 0.5 + 1.0
+            return h
+
+    model = Loop(OPS).eval()
+    x = torch.randn(2, 16, 8)
+    t0 = time.perf_counter()
+    trace = tracing.trace(model, x, capture="shapes")
+    print(json.dumps({"seconds": time.perf_counter() - t0, "steps": len(trace.steps),
+                      "naming": trace.meta["dims_evidence"]["seconds"]}))
+    """
+)
+
+
+def _run(code: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(done.stderr[-2000:])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def first_trace(rounds: int, tokens: int) -> None:
+    levels = ["proven", "inputs", "ops", "off"]
+    code = FIRST.replace("TOKENS", str(tokens)).replace("LEVELS", repr(levels))
+    ratios: dict[str, list[float]] = {lv: [] for lv in levels}
+    naming: dict[str, list[float]] = {lv: [] for lv in levels}
+    plains = []
+    for _ in range(rounds):
+        row = _run(code)
+        plains.append(row["plain"])
+        for lv in levels:
+            ratios[lv].append(row[lv] / row["plain"])
+            naming[lv].append(row[lv + "_naming"])
+    print(f"gpt2-small, {tokens} tokens, first trace in a fresh process ({rounds} rounds)")
+    print(f"  plain forward {1e3 * statistics.median(plains):.0f} ms (median)")
+    for lv in levels:
+        r, n = statistics.median(ratios[lv]), 1e3 * statistics.median(naming[lv])
+        print(f"  naming={lv:<7} {r:.2f}x the plain forward   (naming {n:.0f} ms)")
+    print(
+        f"  target: naming=proven ≤ 1.25x -> {'met' if statistics.median(ratios['proven']) <= 1.25 else 'NOT met'}"
+    )
+
+
+def loops(rounds: int) -> None:
+    rows = {}
+    for ops in (5_000, 50_000):
+        runs = [_run(LOOP.replace("OPS", str(ops))) for _ in range(rounds)]
+        rows[ops] = statistics.median(r["seconds"] for r in runs)
+        naming = statistics.median(r["naming"] for r in runs)
+        print(f"loop of {ops:,} ops: {runs[0]['steps']:,} steps, first trace {rows[ops]:.2f} s "
+              f"(naming {naming:.2f} s)")  # fmt: skip
+    ratio = rows[50_000] / rows[5_000]
+    ok = ratio <= 12 and rows[50_000] < 3
+    print(
+        f"  50,000 / 5,000 = {ratio:.1f}x (target ≤ 12x, and under 3 s) -> {'met' if ok else 'NOT met'}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tokens", type=int, default=256)
+    parser.add_argument("--part", choices=("first", "loops", "both"), default="both")
+    args = parser.parse_args()
+    if args.part in ("first", "both"):
+        first_trace(args.rounds, args.tokens)
+    if args.part in ("loops", "both"):
+        loops(args.rounds)
+
+
+if __name__ == "__main__":
+    main()

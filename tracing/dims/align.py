@@ -1,0 +1,68 @@
+"""Pairing the steps of an extra pass with the real trace's, in one linear walk.
+
+An extra pass runs the same model at other sizes; its steps are the real trace's steps
+again, in the same order, where the model's control flow does not depend on the sizes. Where
+it does — a loop over the tokens, a mixture of experts whose routing moves — a step is
+paired by what it is, not where it falls: the *k*-th step of a kind (module, op, line) in
+the real trace with the *k*-th step of that kind in the other pass. That is one dictionary
+lookup a step, so a 50,000-step loop costs ten times a 5,000-step one (a sequence diff, as
+``difflib`` does, costs a hundred times). A step with no partner gives no evidence; it is
+never paired with a step of another kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tracing.record import Step, TensorRecord
+
+
+def step_kind(step: Step) -> tuple:
+    """What a step is, whatever its place: its kind, module, op and the line that ran it.
+    (Not its arity: a ``stack`` of T tensors is the same step at another T. The line keeps
+    a loop's steps apart from those after the loop; the root call's line is its caller's,
+    another in every pass, so it does not count.)"""
+    source = step.source
+    line = (source.file, source.line) if source is not None and step.parent is not None else None
+    return (step.kind, step.module, step.op, line)
+
+
+def pair_steps(mine: Sequence[Step], theirs: Sequence[Step]) -> list[tuple[int, int]]:
+    """``(index in mine, index in theirs)`` for every step that has a partner: the same
+    position where both runs took the same path, else the same occurrence of its kind."""
+    kinds = [step_kind(s) for s in mine]
+    other = [step_kind(s) for s in theirs]
+    if kinds == other:
+        return [(i, i) for i in range(len(kinds))]
+    where: dict[tuple, list[int]] = {}
+    for j, kind in enumerate(other):
+        where.setdefault(kind, []).append(j)
+    seen: dict[tuple, int] = {}
+    pairs = []
+    for i, kind in enumerate(kinds):
+        k = seen.get(kind, 0)
+        seen[kind] = k + 1
+        found = where.get(kind)
+        if found is not None and k < len(found):
+            pairs.append((i, found[k]))
+    return pairs
+
+
+def aligned_shapes(
+    steps: Sequence[Step],
+    tensors: Sequence[TensorRecord],
+    other_steps: Sequence[Step],
+    other_shapes: Sequence[tuple[int, ...]],
+) -> list[tuple[int, ...] | None]:
+    """Per tensor of the real trace, its shape in the other pass (``None``: not paired).
+    Paired steps pair their outputs, then their inputs, by position; a tensor keeps the
+    first shape it is given, and only one with as many axes as its own."""
+    out: list[tuple[int, ...] | None] = [None] * len(tensors)
+    for a, b in pair_steps(steps, other_steps):
+        sa, sb = steps[a], other_steps[b]
+        for ra, rb in zip((*sa.outputs, *sa.inputs), (*sb.outputs, *sb.inputs)):
+            if out[ra] is None and rb < len(other_shapes):
+                shape = other_shapes[rb]
+                if len(shape) == len(tensors[ra].shape):
+                    out[ra] = shape
+    return out

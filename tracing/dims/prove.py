@@ -1,0 +1,329 @@
+"""The dims stage as the tracer runs it: gather the evidence, name every axis, say why.
+
+:func:`name_trace` is the one entry: a finished trace, a trace whose forward raised, and a
+streamed file's journal checkpoint are all named by it (the journal at ``"ops"``: no pass
+while the capture is still running). The tracer hands in ``shapes_pass``, its own
+shapes-only run, so this stage never imports the tracer.
+
+Which passes run, by ``naming`` (:data:`tracing.capture.options.NAMING_LEVELS`):
+
+- ``"full"``: the inputs pass, then, for a model that can be rebuilt, one pass per config
+  knob that gives a letter its size, for real when the model is small, else on ``meta``;
+- ``"proven"`` (the default): the same, but only for the knobs behind names that still tie
+  (two names that give an axis's sizes in every pass so far). A letter no pass moved is
+  named only where its config, a module attribute or the source declares it and no other
+  name has its size;
+- ``"inputs"``: the inputs pass only;
+- ``"ops"``: no pass: what the ops carry from the first input, the config, declarations;
+- ``"off"``: nothing named.
+
+A model traced again the same way reuses its names (cached per model): the evidence and
+the names depend on nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from tracing.dims import passes as passes_mod
+from tracing.dims.align import aligned_shapes, step_kind
+from tracing.dims.evidence import Evidence, Pass, Subject
+from tracing.dims.letters import (
+    INPUT_LETTERS,
+    LETTERS,
+    attribute_letters,
+    house_sizes,
+    letter_sizes,
+    letters_in,
+)
+from tracing.dims.naming import Table, name_axes
+from tracing.dims.source import sizes_from_comments, sizes_from_source
+from tracing.record import Step, TensorRecord, built
+
+MAX_KNOB_PASSES = 10
+"""At most this many knob passes per trace (each a rebuild and a run): the knobs behind
+names that tie first, then the rest in the order of the letters."""
+
+
+def name_trace(
+    subject: Subject,
+    steps: Sequence[Step],
+    tensors: list[TensorRecord],
+    meta: dict,
+    shapes_pass: passes_mod.ShapesPass,
+    naming: str = "proven",
+) -> list[TensorRecord]:
+    """The records named, and ``meta`` given ``dims`` (every letter's size: the one size
+    table), ``dim_letters`` (the letters the names use, each with its origin and the passes
+    that moved it) and ``dims_evidence`` (which passes ran, and what they cost)."""
+    if passes_mod.in_pass() or not tensors:
+        return tensors
+    started = time.perf_counter()
+    if naming == "off":
+        meta["dims_evidence"] = {"naming": "off", "seconds": 0.0}
+        return tensors
+    key = _memo_key(steps, tensors, subject, naming)
+    memo = _MEMO.get(subject.model)
+    if memo is not None and memo[0] == key:  # the same run again: the same evidence
+        names, filled = memo[1]
+        for k, v in filled.items():
+            meta[k] = dict(v) if isinstance(v, dict) else list(v)
+        meta["dims_evidence"] = dict(meta["dims_evidence"], reused=True)
+        return [_with_dims(r, n, w) for (n, w), r in zip(names, tensors)]
+    evidence = gather(subject, steps, tensors, shapes_pass, naming)
+    named, dim_letters = name_axes(steps, tensors, evidence)
+    meta["dims"] = {k: v.size for k, v in evidence.letters.items()}
+    meta["dim_letters"] = dim_letters
+    meta["dims_evidence"] = dict(evidence.info, seconds=round(time.perf_counter() - started, 6))
+    filled = {k: meta[k] for k in ("dims", "dim_letters", "dims_evidence")}
+    if evidence.notes:
+        meta.setdefault("notes", []).extend(evidence.notes)
+        filled["notes"] = list(meta["notes"])
+    with contextlib.suppress(TypeError):  # a model that cannot be weakly referenced
+        _MEMO[subject.model] = (key, ([(r.dims, r.why) for r in named], filled))
+    return named
+
+
+def gather(
+    subject: Subject,
+    steps: Sequence[Step],
+    tensors: Sequence[TensorRecord],
+    shapes_pass: passes_mod.ShapesPass,
+    naming: str = "proven",
+) -> Evidence:
+    """Every piece of evidence for ``naming``, as plain data (:class:`Evidence`)."""
+    house = house_sizes(subject.config, subject.model, subject.first_input_shape)
+    letters = letter_sizes(house, subject.config, subject.model, subject.given)
+    for letter, size in sizes_from_comments(steps, tensors, house).items():
+        letters.setdefault(letter, size)
+    letters.update(sizes_from_source(steps, tensors, letters))
+    evidence = Evidence(
+        letters=letters,
+        attributes=attribute_letters(subject.model),
+        param_paths=dict(subject.param_paths),
+        info={"naming": naming},
+    )
+    if naming == "ops":
+        evidence.info.update({"pass": None, "why_not": "naming='ops'"})
+        return evidence
+    sizes1 = {k: v.size for k, v in letters.items()}
+    other, why = _inputs_pass(subject, sizes1, shapes_pass)
+    if other is None:
+        evidence.info.update({"pass": None, "why_not": why})
+        evidence.notes.append(
+            f"dims: no second pass at other input sizes ({why}); axes that move with the "
+            "inputs are named only where the ops carry them from the first input"
+        )
+    else:
+        shapes = aligned_shapes(steps, tensors, other.steps, other.shapes)
+        sizes2 = dict(sizes1, B=other.b, T=other.t)
+        evidence.inputs = Pass("inputs", other.how, sizes2, shapes, other.seconds)
+        evidence.info.update(
+            {"pass": other.how, "B": other.b, "T": other.t, "pass_seconds": other.seconds}
+        )
+        if other.meta_failed:
+            evidence.info["meta_failed"] = other.meta_failed
+    if naming in ("full", "proven"):
+        _knob_passes(subject, steps, tensors, evidence, shapes_pass, every=naming == "full")
+    return evidence
+
+
+# --------------------------------------------------------------------------- passes
+
+
+def _inputs_pass(subject: Subject, sizes1: Mapping[str, int], shapes_pass):
+    if not passes_mod.ENABLED:
+        return None, "turned off"
+    if torch._C._len_torch_function_stack() > 0:
+        return None, "another tracer (or torch function mode) is active around this one"
+    if subject.distributed:
+        return None, "torch.distributed: a second pass would run collectives"
+    if subject.call is None:
+        return None, "the forward did not complete"
+    if "B" not in sizes1 or "T" not in sizes1:
+        return None, "the first input has no batch and time axes"
+    constants = {v for k, v in sizes1.items() if k not in INPUT_LETTERS}
+    return passes_mod.run_other(
+        subject.model, subject.call, sizes1["B"], sizes1["T"], constants,
+        sizes1.get("N"), subject.train, subject.ops, shapes_pass,
+    )  # fmt: skip
+
+
+def tied_knobs(
+    steps: Sequence[Step], tensors: Sequence[TensorRecord], evidence: Evidence
+) -> list[str]:
+    """The config knobs behind names that still tie on some axis: two names that give the
+    axis's sizes in every pass so far (``H`` and ``D/2`` both 64, both constant). A letter
+    read from ``config.X`` is moved by ``X``; one derived from others (``D = C / H``), by
+    theirs. Knobs in the order their letters are preferred."""
+    sizes1 = {k: v.size for k, v in evidence.letters.items()}
+    inputs = evidence.inputs
+    table = Table([sizes1, inputs.sizes if inputs else None])
+    by_sig: dict[tuple, list[str]] = {}
+    for name, sig in table.every:
+        if name in LETTERS or ("/" in name and "·" not in name):  # letters, ratios, halves
+            by_sig.setdefault(sig, []).append(name)
+    ties = {sig: names for sig, names in by_sig.items() if len(names) > 1 and sig[0] > 1}
+    seen: set[tuple] = set()
+    tied: set[str] = set()
+    for r in tensors:
+        other = inputs.shapes[r.id] if inputs else None
+        for i, size in enumerate(r.shape):
+            moved = other[i] if other is not None and len(other) == len(r.shape) else size
+            sig = (size, size if r.role in ("param", "buffer") else moved)
+            if sig in seen:
+                continue
+            seen.add(sig)
+            for name in ties.get(sig, ()):
+                tied.update(letters_in(name))
+    knobs: list[str] = []
+    for letter in evidence.letters:
+        if letter not in tied or letter in INPUT_LETTERS:
+            continue
+        origin = evidence.letters[letter].origin
+        for part in _origin_letters(origin, evidence):
+            knob = _knob_of(evidence.letters.get(part))
+            if knob is not None and knob not in knobs:
+                knobs.append(knob)
+    return knobs
+
+
+def _origin_letters(origin: str, evidence: Evidence) -> list[str]:
+    """The letters an origin is made of: ``config.X`` is its own; ``C / H`` is C's and H's."""
+    if origin.startswith("config.") and " " not in origin:
+        return [k for k, v in evidence.letters.items() if v.origin == origin][:1]
+    return [w for w in origin.replace("/", " ").replace("×", " ").split() if w in evidence.letters]
+
+
+def _knob_of(sized) -> str | None:
+    if sized is None or not sized.origin.startswith("config."):
+        return None
+    knob = sized.origin.split()[0].removeprefix("config.")
+    return knob if knob.isidentifier() else None
+
+
+def _knob_passes(subject, steps, tensors, evidence: Evidence, shapes_pass, every: bool) -> None:
+    """One pass per letter behind a tie (``every``: per letter read from the config, those
+    behind ties first): the first of its config spellings whose move moves some axis of the
+    trace (a config may carry aliases the model never reads: ``d_model`` beside
+    ``hidden_size``)."""
+    rebuild = subject.rebuild or default_rebuild(subject.model)
+    if rebuild is None or subject.call is None or subject.distributed or not passes_mod.ENABLED:
+        return
+    order = tied_knobs(steps, tensors, evidence)
+    if every:
+        order += [
+            k for k in (_knob_of(v) for v in evidence.letters.values()) if k and k not in order
+        ]
+    sizes1 = {k: v.size for k, v in evidence.letters.items()}
+    kinds = [step_kind(s) for s in steps]
+    ran, failed, done = [], {}, set()
+    for first in order:
+        letter = _SPELLINGS.get(first)
+        if letter in done or len(ran) >= MAX_KNOB_PASSES:
+            continue
+        for knob in _spellings_of(first, letter, subject.config, sizes1.get(letter)):
+            other, config, why = passes_mod.run_knob(
+                subject.model, rebuild, subject.config, knob, subject.call,
+                subject.train, subject.ops, shapes_pass, avoid=set(sizes1.values()),
+            )  # fmt: skip
+            if other is not None and [step_kind(s) for s in other.steps] != kinds:
+                other, why = None, "its steps differ from the trace's (another path)"
+            shapes = (
+                None if other is None else aligned_shapes(steps, tensors, other.steps, other.shapes)
+            )
+            if shapes is not None and all(
+                a is None or a == r.shape for a, r in zip(shapes, tensors)
+            ):
+                other, why = None, "moves no axis of the trace (the model does not read it)"
+            if other is None:
+                failed[knob] = why
+                continue
+            house = house_sizes(config, other.twin, subject.first_input_shape)
+            letters = letter_sizes(house, config, other.twin, subject.given, merge_same=False)
+            sizes = dict(sizes1)
+            sizes.update({k: v.size for k, v in letters.items() if k in sizes})
+            if letter in sizes:  # the knob itself, whatever alias the reader met first
+                sizes[letter] = passes_mod.read_knob(config, knob)
+            evidence.knobs.append(Pass(f"config.{knob}", other.how, sizes, shapes, other.seconds))
+            ran.append(knob)
+            done.add(letter)
+            break
+    if ran:
+        evidence.info["knobs"] = ran
+    if failed:
+        evidence.info["knobs_failed"] = failed
+
+
+_SPELLINGS = {name: letter for letter, spec in LETTERS.items() for name in spec.config}
+"""Config attribute -> the letter it sizes."""
+
+
+def _spellings_of(first: str, letter: str | None, config: Any, size: int | None) -> list[str]:
+    """``first``, then the letter's other config spellings that hold the same size."""
+    out = [first]
+    for name in LETTERS[letter].config if letter in LETTERS else ():
+        if name not in out and size is not None and passes_mod.read_knob(config, name) == size:
+            out.append(name)
+    return out
+
+
+def default_rebuild(model: Any):
+    """How a model is rebuilt for a knob pass when the caller gives no ``rebuild``: a model
+    whose class takes its own ``.config`` as its one argument (a Hugging Face model, ours)
+    is ``type(model)(config)``. Anything else is not rebuilt: its knobs are unknown."""
+    config = getattr(model, "config", None)
+    if config is None or not (
+        dataclasses.is_dataclass(config) or callable(getattr(config, "to_dict", None))
+    ):
+        return None
+    cls = type(model)
+    attention = getattr(config, "_attn_implementation", None)  # the same kernels, not sdpa
+
+    def rebuild(new_config: Any) -> Any:
+        twin = cls(new_config)
+        setter = getattr(twin, "set_attn_implementation", None)
+        if attention is not None and callable(setter):
+            setter(attention)
+        return twin
+
+    return rebuild
+
+
+# --------------------------------------------------------------------------- memo
+
+_MEMO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""model -> (what its last trace looked like, the names given to it and the meta filled)."""
+
+
+def _memo_key(steps: Sequence[Step], tensors: Sequence[TensorRecord], subject, naming) -> tuple:
+    """Everything the names depend on, cheaply comparable: the steps (their ops, sources
+    and data flow), every record's shape and role, the sizes, the options."""
+    return (
+        # the root call's line is the caller's, which changes from call to call
+        tuple(
+            (s.kind, s.module, s.op, s.parent is not None and s.source, s.inputs, s.outputs)
+            for s in steps
+        ),
+        tuple((r.shape, r.role, r.producer) for r in tensors),
+        subject.first_input_shape,
+        id(subject.config),
+        tuple(sorted((subject.given or {}).items())),
+        subject.call is None,
+        subject.train,
+        subject.ops,
+        subject.distributed,
+        naming,
+        passes_mod.ENABLED,
+    )
+
+
+def _with_dims(record: TensorRecord, dims, why) -> TensorRecord:
+    return built(TensorRecord, {**record.__dict__, "dims": dims, "why": why})
