@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tracing.formatting import step_number
+
 MAX_WORLD_SIZE = 1 << 16
 """Most ranks a run may claim (a rank set lists the ranks it lacks, up to this many)."""
 
@@ -69,6 +71,23 @@ def check_meta(meta: dict[str, Any], *, steps: int, tensors: int) -> None:
             where = f"meta.distributed.dtensors[{str(tid)[:40]}]"
             _int(tid, f"{where} (a tensor id)", 0, tensors - 1)
             _check_layout(layout, where)
+
+
+# --------------------------------------------------------------------------- older files
+
+
+def upgrade_meta(meta: dict[str, Any]) -> None:
+    """Read a field an older file stored with another meaning the way this version writes it.
+
+    ``stopped_at`` (where a breakpoint stopped the capture): files written before it kept
+    ``index`` stored the step's 0-based index as ``step``; it now holds the step number
+    people read (1-based, ``tracing.formatting.step_number``) and ``index`` the index.
+    """
+    stopped = meta.get("stopped_at") if isinstance(meta, dict) else None
+    if isinstance(stopped, dict) and "index" not in stopped:
+        step = stopped.get("step")
+        if isinstance(step, int) and not isinstance(step, bool):
+            meta["stopped_at"] = {**stopped, "step": step_number(step), "index": step}
 
 
 # --------------------------------------------------------------------------- the parts
