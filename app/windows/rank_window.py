@@ -58,6 +58,7 @@ from tracing.analysis.rank_report import collective_detail, placements_text
 from tracing.analysis.ranks import RankDivergence, RankSet, collectives_of, layout_of, load_ranks
 from tracing.capture.distributed import rank_siblings
 from tracing.errors import TraceFileError
+from tracing.formatting import step_number, step_text
 
 
 class RankWindow(QMainWindow):
@@ -242,7 +243,7 @@ class RankWindow(QMainWindow):
         for i, found in enumerate(self.divergences[:2000]):
             score = entry_score(found.entry)
             item = QListWidgetItem(
-                f"rank {found.rank} · step {found.step}  {found.label}   "
+                f"rank {found.rank} · {step_text(found.step)}  {found.label}   "
                 f"{score_text(score, found.entry.status)} · {found.reason}"
             )
             item.setForeground(divergence_colour(score))
@@ -260,7 +261,13 @@ class RankWindow(QMainWindow):
         for row, c in enumerate(rows):
             detail = collective_detail(c)
             module = first.steps[c["step"]].module or "<root>"
-            cells = [str(c["step"]), module, c["op"], f"{c['group']} {c['ranks']}", detail]
+            cells = [
+                str(step_number(c["step"])),
+                module,
+                c["op"],
+                f"{c['group']} {c['ranks']}",
+                detail,
+            ]
             carried = "\n".join(c.get("params", ()))  # a DDP bucket: whose gradients
             for col, text in enumerate(cells):
                 item = QTableWidgetItem(text)
