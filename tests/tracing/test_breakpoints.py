@@ -190,6 +190,13 @@ def test_live_break_on_module_entry_and_saved_file(demo, tmp_path):
     # no condition met: the whole forward runs
     done = tracing.trace(model, tokens, capture="stats", break_on=[OpIs("no_such_op")])
     assert len(done.steps) == len(full.steps) and "stopped_at" not in done.meta
+    # a file written before stopped_at had "index" kept the 0-based index as "step"
+    old = {k: v for k, v in t.meta["stopped_at"].items() if k != "index"}
+    t.meta["stopped_at"] = {**old, "step": entry}
+    t.save(tmp_path / "old.trace")
+    stopped = tracing.load(tmp_path / "old.trace").meta["stopped_at"]
+    assert (stopped["index"], stopped["step"]) == (entry, entry + 1)
+    assert stopped["event"] == "enter" and stopped["label"] == old["label"]
 
 
 def test_live_nonfinite_ignores_the_causal_mask_but_not_a_real_inf() -> None:

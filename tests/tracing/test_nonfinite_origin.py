@@ -152,6 +152,6 @@ def test_the_report_counts_each_phase_and_names_where_each_went_nonfinite():
     assert f"**backward steps**: {n_back}" in text and f", {n_back} backward)" in text
     log = next(s for s in trace.steps if s.op == "log")
     line = next(x for x in text.splitlines() if "forward: first non-finite" in x)
-    assert f"step {log.index} " in line and "p.log()" in line
+    assert f"step {log.index + 1} " in line and "p.log()" in line  # numbered as the app does
     line = next(x for x in text.splitlines() if "backward: first non-finite" in x)
-    assert f"follows from the forward's, step {log.index}" in line
+    assert f"follows from the forward's, step {log.index + 1}" in line
