@@ -242,8 +242,9 @@ class RankWindow(QMainWindow):
         self.across.clear()
         for i, found in enumerate(self.divergences[:2000]):
             score = entry_score(found.entry)
+            where = "not on the first rank" if found.step is None else step_text(found.step)
             item = QListWidgetItem(
-                f"rank {found.rank} · {step_text(found.step)}  {found.label}   "
+                f"rank {found.rank} · {where}  {found.label}   "
                 f"{score_text(score, found.entry.status)} · {found.reason}"
             )
             item.setForeground(divergence_colour(score))

@@ -202,6 +202,8 @@ def test_cli_trace_under_ranks_writes_one_file_per_rank_and_report_reads_them(fo
     assert main(["report", str(folder / "drift.sft"), "--format", "json"]) == 0
     found = json.loads(capsys.readouterr().out)["divergence"]
     assert found["rank"] == 1 and found["label"].endswith("linear1 · linear")
+    drift = load_ranks(folder / "drift.sft")  # the step number, as the app counts
+    assert drift.first.steps[found["step"] - 1].label == found["label"]
     assert main(["report", str(folder / "tp.rank0.sft"), str(folder / "tp.rank0.sft")]) == 2
     assert "rank 0 is also" in capsys.readouterr().err
 
