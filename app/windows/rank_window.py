@@ -257,13 +257,13 @@ class RankWindow(QMainWindow):
 
     def _fill_collectives(self) -> None:
         first = self.ranks.first
-        rows = [c for c in collectives_of(first) if "step" in c]
+        rows = [c for c in collectives_of(first) if "index" in c]
         self.collectives.setRowCount(len(rows))
         for row, c in enumerate(rows):
             detail = collective_detail(c)
-            module = first.steps[c["step"]].module or "<root>"
+            module = first.steps[c["index"]].module or "<root>"
             cells = [
-                str(step_number(c["step"])),
+                str(step_number(c["index"])),
                 module,
                 c["op"],
                 f"{c['group']} {c['ranks']}",

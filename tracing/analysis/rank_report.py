@@ -116,11 +116,11 @@ def compute(ranks: RankSet) -> RankReport:
         missing=ranks.missing,
     )
     for entry in collectives_of(first):
-        index = entry.get("step")
+        index = entry.get("index")
         if index is None:
             continue
         step = first.steps[index]
-        row = {k: v for k, v in entry.items() if k not in ("step",)}
+        row = {k: v for k, v in entry.items() if k != "index"}
         row.update(step=step_number(index), module=step.module, inputs={}, outputs={})
         for rank in ranks.ranks:
             other = _aligned(ranks, rank, index)
