@@ -76,7 +76,7 @@ class FindController(QObject):
         self.tree.setRootIsDecorated(True)
         self.tree.setUniformRowHeights(True)
         self.tree.itemActivated.connect(self._on_item)
-        self.summary = QLabel("Type in the find field (Ctrl+F).")
+        self.summary = QLabel("Type in the field above.")
         self.summary.setObjectName("findSummary")
         panel = QWidget()
         layout = QVBoxLayout(panel)
@@ -128,7 +128,7 @@ class FindController(QObject):
         result = self.result
         if result is None:
             self.summary.setText(
-                "No trace." if self.window.trace is None else "Type in the find field (Ctrl+F)."
+                "No trace." if self.window.trace is None else "Type in the field above."
             )
             return
         if not result:
