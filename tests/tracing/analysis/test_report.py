@@ -13,6 +13,7 @@ import csv
 import io
 import json
 import os
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -140,6 +141,9 @@ def test_html_is_self_contained_balanced_and_escaped():
     # one body row per step and per module
     assert page.count('<tr class="module') + page.count('<tr class="op') == len(trace.steps)
     assert page.count("<tr") == len(trace.steps) + len(trace.modules) + 2
+    # the "#" cell of each step row is its number, 1-based as the app counts
+    numbers = re.findall(r'<tr class="(?:module|op)[^"]*"[^>]*><td class=num>(\d+)</td>', page)
+    assert [int(n) for n in numbers] == [s.index + 1 for s in trace.steps]
 
 
 def test_graphml_has_a_node_per_step_and_data_flow_edges(tmp_path):
