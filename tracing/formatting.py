@@ -13,9 +13,11 @@ Step numbers
 ------------
 A step has two numbers and each has one use. Its *number*, what a person reads and types,
 counts from 1: step 1 is the first step of a trace, as the app's step bar ("Step 5 / 184"),
-Ctrl+G and find's ``#5`` count, and so does every command's output, report, error line and
-a stored field named ``step``. Its *index* counts from 0, as Python does: ``trace.steps[i]``,
-``Step.index``, and a stored field named ``index``. :func:`step_number` and
+Ctrl+G and find's ``#5`` count, and so do every command's output, every report format,
+error lines and ``meta["stopped_at"]["step"]``. Its *index* counts from 0, as Python does:
+``trace.steps[i]``, ``Step.index``, a hit's ``.step``, and what a file stores to point at a
+step (``parent``, ``end``, ``meta["stopped_at"]["index"]``, a collective's ``index``); an
+error about the file names that place as ``steps[i]``. :func:`step_number` and
 :func:`step_index` turn one into the other; nothing else adds or subtracts the 1.
 
 >>> step_number(4), step_index(5), step_text(4)
