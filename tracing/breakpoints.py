@@ -43,6 +43,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from tracing.formatting import step_number, step_text
+
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
@@ -105,16 +107,19 @@ class Output:
 class BreakHit:
     """Where and why a breakpoint fired."""
 
-    step: int  # index of the step in the trace
+    step: int  # index of the step in ``trace.steps`` (0-based; people read step_number)
     event: Event
     reason: str
     label: str = ""  # "blocks.2.ff · mul"
     source: str = ""  # "model.py:42: x = x * 1e39"
 
     def to_meta(self) -> dict[str, Any]:
-        """JSON-ready form stored as ``trace.meta["stopped_at"]``."""
+        """JSON-ready form stored as ``trace.meta["stopped_at"]``: ``step`` is the step
+        number people read (1-based, as the app counts), ``index`` its place in
+        ``trace.steps`` (files written before ``index`` was stored: :func:`stopped_at`)."""
         return {
-            "step": self.step,
+            "step": step_number(self.step),
+            "index": self.step,
             "event": self.event,
             "reason": self.reason,
             "label": self.label,
@@ -130,7 +135,7 @@ class StopForward(Exception):
     """
 
     def __init__(self, hit: BreakHit):
-        super().__init__(f"breakpoint at step {hit.step}: {hit.reason}")
+        super().__init__(f"breakpoint at {step_text(hit.step)}: {hit.reason}")
         self.hit = hit
 
 
@@ -443,7 +448,7 @@ def first_nonfinite_gradient(trace: Trace) -> BreakHit | None:
     if backward is not None:
         then = (
             f"; the forward was already non-finite here, so the backward's first "
-            f"non-finite gradient (step {backward.step}, {trace.steps[backward.step].op}) "
+            f"non-finite gradient ({step_text(backward.step)}, {trace.steps[backward.step].op}) "
             "follows from it"
         )
     return BreakHit(forward.step, forward.event, forward.reason + then, forward.label,
@@ -513,9 +518,9 @@ def sender_hit(steps: Sequence[Step], receiver: Step, reason: str,
     sender = steps[senders[-1]]
     got = steps[receiver.forward].op if receiver.forward is not None else receiver.op
     reason = reason.removesuffix(" in grad").split(" in grad", 1)[0]
-    reason = f"{reason} in the gradient it sends back to {got} (step {receiver.index})"
+    reason = f"{reason} in the gradient it sends back to {got} ({step_text(receiver.index)})"
     if len(senders) > 1:
-        names = ", ".join(f"{steps[i].op} (step {i})" for i in senders)
+        names = ", ".join(f"{steps[i].op} ({step_text(i)})" for i in senders)
         reason += (
             f"; {len(senders)} nodes pass it gradients ({names}): which one sent it is not recorded"
         )
@@ -523,7 +528,7 @@ def sender_hit(steps: Sequence[Step], receiver: Step, reason: str,
         return make_hit(sender, "exit", f"{reason} ({sender.op})")
     fwd = steps[sender.forward]
     src = make_hit(fwd, "exit", "").source
-    reason = f"{reason} ({sender.op}, the backward of step {fwd.index}: {fwd.op})"
+    reason = f"{reason} ({sender.op}, the backward of {step_text(fwd.index)}: {fwd.op})"
     return BreakHit(sender.index, "exit", reason, fwd.label, src)
 
 

@@ -8,6 +8,20 @@
 '(B, T, 64)'
 >>> format_number(0.000123456), format_number(12345.0), format_number(7), format_number(None)
 ('0.0001235', '1.234e+04', '7', '–')
+
+Step numbers
+------------
+A step has two numbers and each has one use. Its *number*, what a person reads and types,
+counts from 1: step 1 is the first step of a trace, as the app's step bar ("Step 5 / 184"),
+Ctrl+G and find's ``#5`` count, and so do every command's output, every report format,
+error lines and ``meta["stopped_at"]["step"]``. Its *index* counts from 0, as Python does:
+``trace.steps[i]``, ``Step.index``, a hit's ``.step``, and what a file stores to point at a
+step (``parent``, ``end``, ``meta["stopped_at"]["index"]``, a collective's ``index``); an
+error about the file names that place as ``steps[i]``. :func:`step_number` and
+:func:`step_index` turn one into the other; nothing else adds or subtracts the 1.
+
+>>> step_number(4), step_index(5), step_text(4)
+(5, 4, 'step 5')
 """
 
 from __future__ import annotations
@@ -48,4 +62,30 @@ def format_number(value: float | None, digits: int = 4, missing: str = MISSING) 
     return f"{value:.{digits}g}"
 
 
-__all__ = ["MISSING", "dims_label", "format_number", "format_shape"]
+# --------------------------------------------------------------------------- step numbers
+
+
+def step_number(index: int) -> int:
+    """The number people read for the step at ``trace.steps[index]``: 1-based."""
+    return index + 1
+
+
+def step_index(number: int) -> int:
+    """The index into ``trace.steps`` of step ``number`` (as typed or printed): 0-based."""
+    return number - 1
+
+
+def step_text(index: int) -> str:
+    """``step 5`` for ``trace.steps[4]``: how a message names a step."""
+    return f"step {step_number(index)}"
+
+
+__all__ = [
+    "MISSING",
+    "dims_label",
+    "format_number",
+    "format_shape",
+    "step_index",
+    "step_number",
+    "step_text",
+]

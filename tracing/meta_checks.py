@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tracing.formatting import step_number
+
 MAX_WORLD_SIZE = 1 << 16
 """Most ranks a run may claim (a rank set lists the ranks it lacks, up to this many)."""
 
@@ -71,6 +73,37 @@ def check_meta(meta: dict[str, Any], *, steps: int, tensors: int) -> None:
             _check_layout(layout, where)
 
 
+# --------------------------------------------------------------------------- older files
+
+
+def upgrade_meta(meta: dict[str, Any]) -> None:
+    """Read a field an older file stored with another meaning the way this version writes it.
+
+    Files written before ``index`` was stored called a step's 0-based index ``step``; a
+    field named ``step`` now holds the step number people read (1-based,
+    ``tracing.formatting.step_number``) and ``index`` the index. So ``stopped_at`` (where a
+    breakpoint stopped the capture) gets ``index`` and its ``step`` as a number, and each
+    of ``distributed.collectives`` its ``index`` in place of ``step``. Runs after
+    :func:`check_meta` (which names a bad field as the file spells it).
+    """
+    if not isinstance(meta, dict):
+        return
+    stopped = meta.get("stopped_at")
+    if isinstance(stopped, dict) and "index" not in stopped and _whole(stopped.get("step")):
+        index = stopped["step"]
+        meta["stopped_at"] = {**stopped, "step": step_number(index), "index": index}
+    dist = meta.get("distributed")
+    collectives = dist.get("collectives") if isinstance(dist, dict) else None
+    if isinstance(collectives, list):
+        for i, c in enumerate(collectives):
+            if isinstance(c, dict) and "index" not in c and "step" in c:
+                collectives[i] = {("index" if k == "step" else k): v for k, v in c.items()}
+
+
+def _whole(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 # --------------------------------------------------------------------------- the parts
 
 
@@ -107,8 +140,9 @@ def _check_collective(c: Any, where: str, steps: int) -> None:
         raise MetaProblem(f"{where}: expected a table, got {type(c).__name__}")
     if not isinstance(c.get("op"), str):
         raise MetaProblem(f"{where}.op: expected the collective's name, got {_kind(c.get('op'))}")
-    if "step" in c:
-        _int(c["step"], f"{where}.step", 0, max(steps - 1, 0))
+    key = "index" if "index" in c else "step"  # "step": an older file's name for it
+    if key in c:
+        _int(c[key], f"{where}.{key}", 0, max(steps - 1, 0))
     if c.get("ranks") is not None:
         _int_list(c["ranks"], f"{where}.ranks", 0, MAX_WORLD_SIZE - 1)
     for key in ("group", "api", "phase", "reduce_op"):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 
 from app.commands.options import add_command
+from tracing.formatting import step_number
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -33,13 +34,13 @@ def steps_text(steps: tuple[int, ...], most: int = 6) -> str:
     """``#3, #9, #15 … (+40 more)``: 1-based step numbers, the first few."""
     if not steps:
         return "did not run"
-    shown = ", ".join(f"#{s + 1}" for s in steps[:most])
+    shown = ", ".join(f"#{step_number(s)}" for s in steps[:most])
     more = len(steps) - most
     return shown + (f" … (+{more} more)" if more > 0 else "")
 
 
 def run(args: argparse.Namespace) -> int:
-    from tracing.analysis.find import KIND_TITLES, KINDS, FindIndex
+    from tracing.analysis.find import KIND_TITLES, FindIndex
     from tracing.file.loading import load
     from tracing.safe_text import inert
 
@@ -49,10 +50,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"no match for {inert(args.query)!r} in {len(trace.steps)} steps")
         return 1
     lines = [f"{len(result.steps)} matching steps for {inert(args.query)!r}"]
-    for kind in KINDS:
-        entries = result.groups.get(kind, [])
-        if not entries:
-            continue
+    for kind in result.kinds:  # best first: the non-finite steps for "nan"
+        entries = result.groups[kind]
         lines.append(f"\n{KIND_TITLES[kind]} ({len(entries)})")
         limit = len(entries) if args.limit <= 0 else args.limit
         for e in entries[:limit]:

@@ -253,9 +253,12 @@ def run(args: argparse.Namespace) -> int:
             bar.close()
         for w in watchers:
             w.close()
+    from app.commands.train_own import say_origin
+
     for w in watchers:
         for path, reason in zip(w.traces, w.reasons):
             print(f"wrote training-step trace {path} ({reason})")
+            say_origin(path)
         if not w.traces:
             why = "every gradient stayed finite" if w.when == "nonfinite" else "no such step"
             print(f"no training-step trace written: {why}")

@@ -127,7 +127,7 @@ def run_own(args: argparse.Namespace) -> int:
     for w in watchers:
         for path, reason in zip(w.traces, w.reasons):
             print(f"wrote training-step trace {path} ({reason})")
-            _say_origin(path)
+            say_origin(path)
         if not w.traces:
             why = "every gradient stayed finite" if w.when == "nonfinite" else "no such step"
             print(f"no training-step trace written: {why}")
@@ -135,14 +135,15 @@ def run_own(args: argparse.Namespace) -> int:
     return 0
 
 
-def _say_origin(path: Path) -> None:
+def say_origin(path: Path) -> None:
     """Where the saved step went non-finite, if it did (what N shows in the app)."""
     import tracing
     from tracing.breakpoints import first_nonfinite_gradient
+    from tracing.formatting import step_text
 
     hit = first_nonfinite_gradient(tracing.load(path))
-    if hit is not None:
-        print(f"  went non-finite at trace step {hit.step}: {hit.label}: {hit.reason}")
+    if hit is not None:  # the step number the app's step bar and Ctrl+G use
+        print(f"  went non-finite at trace {step_text(hit.step)}: {hit.label}: {hit.reason}")
         if hit.source:
             print(f"  {hit.source}")
         print(f"  open it: scratchformer app {path}  (then N)")

@@ -23,6 +23,7 @@ from app.core.session import (
     run_trace,
 )
 from tracing.capture.edits import Action, Edit, EditError, MeanAblate, Patch, Scale, Zero
+from tracing.formatting import step_text
 from tracing.sites import step_site
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -93,7 +94,7 @@ def edit_for_step(trace: Trace, index: int, action: Action) -> Edit:
     """An edit of step ``index``'s (first) output, addressed by its site (this call only)."""
     step = trace.steps[index]
     if not step.outputs:
-        raise SessionError(f"step {index + 1} ({step.label}) has no output to edit")
+        raise SessionError(f"{step_text(index)} ({step.label}) has no output to edit")
     return Edit(step_site(trace, step), action)
 
 
@@ -105,7 +106,7 @@ def edit_for_head(trace: Trace, map_step: int, head: int, action: Action) -> Edi
     found = head_site_for_map(trace, map_step)
     if found is None:
         raise SessionError(
-            f"cannot find the per-head output of step {map_step + 1}'s attention map "
+            f"cannot find the per-head output of {step_text(map_step)}'s attention map "
             "(no op multiplies it with the values)"
         )
     site, output = found

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from tracing.breakpoints import NonFinite, nonfinite_origin, step_outputs
+from tracing.formatting import step_text
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -523,9 +524,9 @@ def first_steps_by_module(trace: Trace) -> dict[str, int]:
 def status_text(trace: Trace, index: int) -> str:
     """``step 37 / 412 · blocks.1.self_attn · matmul`` (1-based for people)."""
     step = trace.steps[index]
-    text = f"step {index + 1} / {len(trace.steps)} · {step.label}"
+    text = f"{step_text(index)} / {len(trace.steps)} · {step.label}"
     if step.kind == "backward":  # ``∇ blocks.1.attn · MmBackward0 ← matmul``
-        text = f"step {index + 1} / {len(trace.steps)} · ∇ {step.label}"
+        text = f"{step_text(index)} / {len(trace.steps)} · ∇ {step.label}"
         if step.forward is not None:
             text += f" ← {trace.steps[step.forward].op}"
     return text

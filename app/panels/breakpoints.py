@@ -72,6 +72,7 @@ from tracing.breakpoints import (
     find_all,
     find_hit,
 )
+from tracing.formatting import step_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracing import Trace
@@ -528,7 +529,7 @@ class BreakpointsPanel(QWidget):
             return None
         if hit is None:
             self._exhausted_from = self.current
-            where = "in the trace" if wrapped else f"after step {self.current + 1}"
+            where = "in the trace" if wrapped else f"after {step_text(self.current)}"
             self._say(
                 f"No breakpoint holds {where}."
                 + ("" if wrapped else " Run again to search from the first step."),
@@ -540,7 +541,7 @@ class BreakpointsPanel(QWidget):
         self.current = hit.step
         step = trace.steps[hit.step]
         event = "entered" if hit.event == "enter" else ("returned" if step.kind == "module" else "")
-        head = f"step {hit.step + 1} / {len(trace.steps)} · {_escape(hit.label)}"
+        head = f"{step_text(hit.step)} / {len(trace.steps)} · {_escape(hit.label)}"
         if event:
             head += f" <span style='color:{theme.TEXT_MUTED}'>({event})</span>"
         text = f"<b style='color:{theme.CURRENT}'>● {head}</b><br>{_escape(hit.reason)}"

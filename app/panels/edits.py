@@ -46,6 +46,7 @@ from app.windows.compare_window import CompareWindow
 from app.windows.sweep_dialog import SweepDialog
 from app.workers import BackgroundJob, JobWithProgress
 from tracing.capture.edits import Action, Edit, EditError
+from tracing.formatting import step_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from app.core.session import TraceOutcome
@@ -205,7 +206,7 @@ class EditsController(QObject):
     def step_menu(self, index: int) -> QMenu:
         """Zero / Mean-ablate / Scale… / Patch… for step ``index``'s output."""
         step = self.window.trace.steps[index]
-        title = f"Edit step {index + 1}: {step.label}"
+        title = f"Edit {step_text(index)}: {step.label}"
         return self._menu(
             title, lambda action: edit_session.edit_for_step(self.window.trace, index, action)
         )

@@ -1,11 +1,18 @@
-"""Find (Ctrl+F) and go to step (Ctrl+G): a field in the toolbar and a results dock.
+"""Find (Ctrl+F) and go to step (Ctrl+G): a dock with the find field above its results.
+
+The field lives in the dock itself, not in the toolbar: a toolbar hides what does not fit
+(behind an overflow arrow, or not at all), so at a small window the field would be out of
+sight and the keys typed after Ctrl+F would reach the window's one-key shortcuts instead.
+Ctrl+F and Ctrl+G show and raise the dock and put the cursor in the field, at any size.
 
 Type in the field and the dock lists what the trace holds that matches, grouped by kind with
 counts (modules, ops, steps, source lines, tensor names, shapes and dims, non-finite steps:
 :mod:`tracing.analysis.find`, one index per trace, built on the first query). Enter jumps to
 the first match at or after the current step (again: the next one), F3 / Shift+F3 to the
 next and previous match; Enter (or a double-click) on a result row jumps to that row's next
-step. ``#4120`` (what Ctrl+G starts) is step 4120. Every jump goes through
+step. ``#4120`` (what Ctrl+G starts) is step 4120, counted from 1 as the step bar counts
+(:mod:`tracing.formatting`). For ``nan`` and ``inf`` the non-finite steps come first and
+Enter goes to where it went non-finite. Every jump goes through
 :meth:`MainWindow.jump_to`, so the diagram opens down to the step and the step bar follows.
 """
 
@@ -25,7 +32,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from tracing.analysis.find import KIND_TITLES, KINDS, Entry, FindIndex, FindResult
+from tracing.analysis.find import KIND_TITLES, Entry, FindIndex, FindResult
+from tracing.formatting import step_number
 
 ROWS_PER_KIND = 200
 """Result rows listed per kind; the rest are counted in a last row (F3 still visits them)."""
@@ -36,7 +44,7 @@ def steps_text(steps: tuple[int, ...], most: int = 4) -> str:
     """``#34, #79`` or ``#3, #9, #15, #21 … +40``: 1-based, as the step bar counts."""
     if not steps:
         return "did not run"
-    text = ", ".join(f"#{s + 1}" for s in steps[:most])
+    text = ", ".join(f"#{step_number(s)}" for s in steps[:most])
     return text + (f" … +{len(steps) - most}" if len(steps) > most else "")
 
 
@@ -55,8 +63,6 @@ class FindController(QObject):
         self.field.setObjectName("findField")
         self.field.setPlaceholderText("Find: module, op, #step, file.py:78, (B, H, T, T), nan")
         self.field.setClearButtonEnabled(True)
-        self.field.setMinimumWidth(320)
-        self.field.setMaximumWidth(520)
         self.field.setToolTip(
             "Find (Ctrl+F) anything in the trace; Enter jumps, F3 / Shift+F3 next / previous. "
             "Go to step (Ctrl+G): #4120"
@@ -70,11 +76,12 @@ class FindController(QObject):
         self.tree.setRootIsDecorated(True)
         self.tree.setUniformRowHeights(True)
         self.tree.itemActivated.connect(self._on_item)
-        self.summary = QLabel("Type in the find field (Ctrl+F).")
+        self.summary = QLabel("Type in the field above.")
         self.summary.setObjectName("findSummary")
         panel = QWidget()
         layout = QVBoxLayout(panel)
         layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(self.field)
         layout.addWidget(self.summary)
         layout.addWidget(self.tree, 1)
         self.dock = QDockWidget("Find", window)
@@ -121,18 +128,16 @@ class FindController(QObject):
         result = self.result
         if result is None:
             self.summary.setText(
-                "No trace." if self.window.trace is None else "Type in the find field (Ctrl+F)."
+                "No trace." if self.window.trace is None else "Type in the field above."
             )
             return
         if not result:
             self.summary.setText(f"No match for {result.query!r}.")
             return
-        counts = [f"{result.count(k)} {KIND_TITLES[k].lower()}" for k in KINDS if result.count(k)]
+        counts = [f"{result.count(k)} {KIND_TITLES[k].lower()}" for k in result.kinds]
         self.summary.setText(f"{len(result.steps):,} matching steps · " + " · ".join(counts))
-        for kind in KINDS:
-            entries = result.groups.get(kind)
-            if not entries:
-                continue
+        for kind in result.kinds:  # best first: the non-finite steps for "nan"
+            entries = result.groups[kind]
             top = QTreeWidgetItem([f"{KIND_TITLES[kind]} ({len(entries)})", ""])
             top.setFlags(Qt.ItemFlag.ItemIsEnabled)
             self.tree.addTopLevelItem(top)
@@ -151,14 +156,22 @@ class FindController(QObject):
 
     # ---- keys
 
-    def focus_find(self) -> None:
+    def _show_field(self) -> None:
+        """Show the dock (raised above docks tabbed with it) and put the cursor in the field."""
+        if not self.dock.isVisible() and not self.dock.isFloating():  # leave the view room
+            height = min(260, self.window.height() // 3)
+            self.window.resizeDocks([self.dock], [height], Qt.Orientation.Vertical)
         self.dock.show()
+        self.dock.raise_()
         self.field.setFocus(Qt.FocusReason.ShortcutFocusReason)
+
+    def focus_find(self) -> None:
+        self._show_field()
         self.field.selectAll()
 
     def focus_go_to_step(self) -> None:
         """Ctrl+G: the field with ``#`` in it; type the step number and press Enter."""
-        self.field.setFocus(Qt.FocusReason.ShortcutFocusReason)
+        self._show_field()
         self.field.setText("#")
         self.field.setCursorPosition(1)
 
@@ -174,9 +187,7 @@ class FindController(QObject):
             self.next()
             return
         self._jumped = True
-        current = self.window.current
-        target = result.next_after(current - 1)
-        self._jump(target)
+        self._jump(result.first_from(self.window.current))
 
     def next(self) -> None:
         self._step(forward=True)
@@ -217,14 +228,12 @@ class FindController(QObject):
 
 
 def attach(window) -> FindController:
-    """Put the find field in the toolbar, the results dock at the bottom, the actions in
-    the Debug menu."""
+    """Put the find dock (its field on top) at the bottom, hidden until Ctrl+F, and the
+    actions in the Debug menu."""
     controller = FindController(window)
     window.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, controller.dock)
     controller.dock.hide()
     window.add_menu_action("Debug", controller.find_action, separator=True)
     for action in (controller.next_action, controller.prev_action, controller.go_to_step_action):
         window.add_menu_action("Debug", action)
-    window.toolbar.addSeparator()
-    window.toolbar.addWidget(controller.field)
     return controller

@@ -51,7 +51,7 @@ from app.widgets.shape_table import ShapeTableModel
 from app.widgets.tensor_view import TensorView, token_labels
 from tracing.analysis.compute import NOTE, compute_of, format_mult_adds
 from tracing.analysis.postmortem import failure_lines
-from tracing.formatting import format_number
+from tracing.formatting import format_number, step_number, step_text
 from tracing.record import TensorRecord, Trace
 
 _ROW = QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows
@@ -329,9 +329,9 @@ class Inspector(QWidget):
         if step.kind == "backward":  # "backward of step 37 (matmul)"
             kind = "backward"
             if step.forward is not None:
-                kind += f" of step {step.forward + 1} ({self._trace.steps[step.forward].op})"
+                kind += f" of {step_text(step.forward)} ({self._trace.steps[step.forward].op})"
         # 1-based, like the status line of the step bar ("step 34 / 104 · ...")
-        self._title.setText(f"Step {index + 1} / {total} · {step.op}")
+        self._title.setText(f"Step {step_number(index)} / {total} · {step.op}")
         where = f"{step.module or '<root>'} · {kind}"
         if step.kind == "module":  # where the compute goes: torchinfo's figures, if kept
             figures = self._compute.get(step.module)

@@ -86,7 +86,7 @@ from tracing.analysis.divergence import (
 from tracing.analysis.trace_diff import StepDiff, TraceDiff
 from tracing.analysis.trace_diff import diff as diff_traces
 from tracing.dim_legend import dims_hover, letter_legend
-from tracing.formatting import format_number, format_shape
+from tracing.formatting import format_number, format_shape, step_number
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -719,7 +719,8 @@ class CompareWindow(QMainWindow):
     def _fill_divergent_list(self) -> None:
         self.divergent_list.clear()
         for e in self.divergent[:2000]:
-            where = f"A{e.a_index + 1}" if e.a_index is not None else f"B{e.b_index + 1}"
+            a, b = e.a_index, e.b_index
+            where = f"A{step_number(a)}" if a is not None else f"B{step_number(b)}"
             score = entry_score(e)
             item = QListWidgetItem(f"{where:>6}  {e.label}   {score_text(score, e.status)}")
             item.setForeground(divergence_colour(score))

@@ -42,6 +42,7 @@ from app.widgets.common import LayoutFirewall, titled
 from app.windows import compare_window, dialogs, rank_window
 from app.workers import TraceJob
 from tracing.analysis import report
+from tracing.formatting import step_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracing import Trace
@@ -805,7 +806,7 @@ class MainWindow(QMainWindow):
         self.set_trace(outcome.trace, path=None, start=outcome.start_step)
         if outcome.status == "failed":
             step = outcome.trace.steps[self.current] if outcome.trace.steps else None
-            where = f" at step {self.current + 1} ({step.label})" if step else ""
+            where = f" at {step_text(self.current)} ({step.label})" if step else ""
             dialogs.show_error(
                 self,
                 "The forward pass raised",

@@ -58,6 +58,7 @@ from tracing.analysis.rank_report import collective_detail, placements_text
 from tracing.analysis.ranks import RankDivergence, RankSet, collectives_of, layout_of, load_ranks
 from tracing.capture.distributed import rank_siblings
 from tracing.errors import TraceFileError
+from tracing.formatting import step_number, step_text
 
 
 class RankWindow(QMainWindow):
@@ -241,8 +242,9 @@ class RankWindow(QMainWindow):
         self.across.clear()
         for i, found in enumerate(self.divergences[:2000]):
             score = entry_score(found.entry)
+            where = "not on the first rank" if found.step is None else step_text(found.step)
             item = QListWidgetItem(
-                f"rank {found.rank} · step {found.step}  {found.label}   "
+                f"rank {found.rank} · {where}  {found.label}   "
                 f"{score_text(score, found.entry.status)} · {found.reason}"
             )
             item.setForeground(divergence_colour(score))
@@ -255,12 +257,18 @@ class RankWindow(QMainWindow):
 
     def _fill_collectives(self) -> None:
         first = self.ranks.first
-        rows = [c for c in collectives_of(first) if "step" in c]
+        rows = [c for c in collectives_of(first) if "index" in c]
         self.collectives.setRowCount(len(rows))
         for row, c in enumerate(rows):
             detail = collective_detail(c)
-            module = first.steps[c["step"]].module or "<root>"
-            cells = [str(c["step"]), module, c["op"], f"{c['group']} {c['ranks']}", detail]
+            module = first.steps[c["index"]].module or "<root>"
+            cells = [
+                str(step_number(c["index"])),
+                module,
+                c["op"],
+                f"{c['group']} {c['ranks']}",
+                detail,
+            ]
             carried = "\n".join(c.get("params", ()))  # a DDP bucket: whose gradients
             for col, text in enumerate(cells):
                 item = QTableWidgetItem(text)

@@ -165,7 +165,8 @@ def test_live_break_on_inf_stops_at_the_op_with_its_source_line(overflowing):
     assert (last.module, last.op) == ("blocks.2", "mul")
     assert last.source.text == "h = h * self.gain  # block 2's gain overflows float32 to Inf"
     stopped = t.meta["stopped_at"]
-    assert stopped["step"] == mul and "Inf" in stopped["reason"]
+    assert stopped["index"] == mul and "Inf" in stopped["reason"]
+    assert stopped["step"] == mul + 1  # the number the app's step bar shows
     assert stopped["source"].endswith(last.source.text)
     assert t.steps[:-1] == full.steps[:mul] or all(
         (a.module, a.op) == (b.module, b.op) for a, b in zip(t.steps, full.steps)
@@ -184,10 +185,18 @@ def test_live_break_on_module_entry_and_saved_file(demo, tmp_path):
     entry = full.module_steps("blocks.1")[0].index
     assert len(t.steps) == entry + 1 and t.meta["stopped_at"]["event"] == "enter"
     t.save(tmp_path / "stopped.trace")
-    assert tracing.load(tmp_path / "stopped.trace").meta["stopped_at"]["step"] == entry
+    stopped = tracing.load(tmp_path / "stopped.trace").meta["stopped_at"]
+    assert (stopped["index"], stopped["step"]) == (entry, entry + 1)
     # no condition met: the whole forward runs
     done = tracing.trace(model, tokens, capture="stats", break_on=[OpIs("no_such_op")])
     assert len(done.steps) == len(full.steps) and "stopped_at" not in done.meta
+    # a file written before stopped_at had "index" kept the 0-based index as "step"
+    old = {k: v for k, v in t.meta["stopped_at"].items() if k != "index"}
+    t.meta["stopped_at"] = {**old, "step": entry}
+    t.save(tmp_path / "old.trace")
+    stopped = tracing.load(tmp_path / "old.trace").meta["stopped_at"]
+    assert (stopped["index"], stopped["step"]) == (entry, entry + 1)
+    assert stopped["event"] == "enter" and stopped["label"] == old["label"]
 
 
 def test_live_nonfinite_ignores_the_causal_mask_but_not_a_real_inf() -> None:

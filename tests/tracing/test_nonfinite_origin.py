@@ -38,7 +38,7 @@ def test_sqrt_at_zero_live_break_n_and_first_nonfinite_gradient_agree():
     stop = live.meta["stopped_at"]
     assert saved.steps[hit.step].op == "SqrtBackward0"
     assert n == hit.step  # one press of N
-    assert live.steps[stop["step"]].op == "SqrtBackward0" and stop["step"] == hit.step
+    assert live.steps[stop["index"]].op == "SqrtBackward0" and stop["index"] == hit.step
     assert "r = h.sqrt()" in stop["source"] and "relu" in stop["reason"]
     # its gradient is finite: it is the node that *made* the Inf it sends to the relu
     sqrt_grad = saved.tensors[saved.steps[hit.step].outputs[0]].stats
@@ -95,7 +95,7 @@ def test_forward_overflow_found_on_the_exp_op_in_one_press():
         hit = first_nonfinite_gradient(trace)  # the forward was already bad: it says so
         assert hit.step == first and "forward was already non-finite" in hit.reason
     live = tracing.trace_step(model, x, _sum, break_on=NonFinite())
-    assert live.steps[live.meta["stopped_at"]["step"]].op == "exp"
+    assert live.steps[live.meta["stopped_at"]["index"]].op == "exp"
     assert live.backward_start is None  # a forward break: no backward
     # the NaN the division makes from those Infs is the next press, and says so
     nxt = trace.steps[session.next_nonfinite(trace, first)]
@@ -152,6 +152,6 @@ def test_the_report_counts_each_phase_and_names_where_each_went_nonfinite():
     assert f"**backward steps**: {n_back}" in text and f", {n_back} backward)" in text
     log = next(s for s in trace.steps if s.op == "log")
     line = next(x for x in text.splitlines() if "forward: first non-finite" in x)
-    assert f"step {log.index} " in line and "p.log()" in line
+    assert f"step {log.index + 1} " in line and "p.log()" in line  # numbered as the app does
     line = next(x for x in text.splitlines() if "backward: first non-finite" in x)
-    assert f"follows from the forward's, step {log.index}" in line
+    assert f"follows from the forward's, step {log.index + 1}" in line

@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from tracing.formatting import step_text
+
 if TYPE_CHECKING:  # pragma: no cover
     from tracing.analysis.trace_diff import StepDiff, TraceDiff
     from tracing.record import Trace
@@ -119,9 +121,9 @@ def entry_place(entry: StepDiff) -> str:
     """Where an aligned entry sits on each side: ``A step 3 · B step 4`` (one side if only one)."""
     where = []
     if entry.a_index is not None:
-        where.append(f"A step {entry.a_index + 1}")
+        where.append(f"A {step_text(entry.a_index)}")
     if entry.b_index is not None:
-        where.append(f"B step {entry.b_index + 1}")
+        where.append(f"B {step_text(entry.b_index)}")
     return " · ".join(where)
 
 

@@ -7,7 +7,13 @@ can be named once and found at one or more steps:
 ==============  ==========================================================================
 kind            an entry is ... (matched against)
 ==============  ==========================================================================
-``step``        a step number: ``#412`` or ``412`` (1-based, as the step bar counts)
+``nonfinite``   ``nan``, ``inf``, ``non-finite``: where it went non-finite (the one
+                definition, :func:`tracing.breakpoints.iter_origins`) and every step whose
+                output holds NaN or Inf; for these words it ranks first
+``step``        a step number: ``#412`` or ``412`` (1-based, as the step bar counts:
+                :func:`tracing.formatting.step_index`)
+``site``        a site as edits spell it (:mod:`tracing.sites`): ``blocks.1.attn:softmax#0``,
+                ``blocks.0@1``, ``blocks.0@1:add#1``; the steps it names
 ``module``      a module of the model (its dotted path and its type); its calls
 ``op``          an op name (``softmax``, ``matmul``, ``MmBackward0``); the steps that ran it
 ``source``      a source line (``attention.py:78``: that line, not 780; and its text); the
@@ -15,10 +21,12 @@ kind            an entry is ... (matched against)
 ``tensor``      a tensor's name at a step (``x``, ``mask``, ``output[1]``); where it appears
 ``shape``       a shape, its dims and both (``(1, 4, 12, 12)``, ``(B, H, T, T)``); where
                 a tensor of that shape comes out
-``nonfinite``   ``nan``, ``inf``, ``non-finite``: where it went non-finite (the one
-                definition, :func:`tracing.breakpoints.iter_origins`) and every step whose
-                output holds NaN or Inf
 ==============  ==========================================================================
+
+Groups come in that order (:attr:`FindResult.kinds`): a person who types ``nan`` looks for
+where the values went bad, not for a module or a file whose name starts with ``Nan``, so
+the non-finite steps come first, and Enter in the app goes to them first
+(:meth:`FindResult.first_from`).
 
 Matching is a case-insensitive substring test (spaces around commas do not matter, so
 ``B,H,T,T`` finds ``(B, H, T, T)``). Distinct names are few even in a 50,000-step loop, so a
@@ -38,14 +46,18 @@ from functools import cached_property
 from pathlib import PurePath
 from typing import TYPE_CHECKING
 
-from tracing.formatting import format_shape
+from tracing.formatting import format_shape, step_index
+from tracing.sites import parse_site, site_steps
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracing.record import Trace
 
-KINDS: tuple[str, ...] = ("step", "module", "op", "source", "tensor", "shape", "nonfinite")
+KINDS: tuple[str, ...] = (
+    "nonfinite", "step", "site", "module", "op", "source", "tensor", "shape",
+)  # fmt: skip
 KIND_TITLES = {
     "step": "Steps",
+    "site": "Sites",
     "module": "Modules",
     "op": "Ops",
     "source": "Source lines",
@@ -54,6 +66,7 @@ KIND_TITLES = {
     "nonfinite": "Non-finite",
 }
 _STEP_NUMBER = re.compile(r"^#?\s*(\d+)$")
+_SITE_MARK = re.compile(r"@\d+|:[A-Za-z_][\w.]*#\d+$")  # what makes a query a site, not a path
 _LINE_END = re.compile(r"\.py:\d+$")
 _COMMA = re.compile(r"\s*,\s*")
 _NONFINITE_WORDS = "nan inf non-finite nonfinite not finite"
@@ -85,8 +98,26 @@ class FindResult:
     groups: dict[str, list[Entry]] = field(default_factory=dict)
 
     @property
+    def kinds(self) -> list[str]:
+        """The kinds that matched, best first (:data:`KINDS` order)."""
+        return [kind for kind in KINDS if self.groups.get(kind)]
+
+    @property
     def entries(self) -> list[Entry]:
-        return [e for kind in KINDS for e in self.groups.get(kind, ())]
+        return [e for kind in self.kinds for e in self.groups[kind]]
+
+    def first_from(self, current: int) -> int | None:
+        """Where Enter goes first: the first match at or after ``current``, among the
+        non-finite steps when there are some (``nan``, ``inf``: ranked first), wrapping
+        round; None for no match."""
+        nonfinite = self.groups.get("nonfinite")
+        if nonfinite:  # where it went non-finite first, then any step holding NaN or Inf
+            for entry in nonfinite:
+                i = bisect_left(entry.steps, current)
+                if i < len(entry.steps):
+                    return entry.steps[i]
+            return nonfinite[0].steps[0]
+        return self.next_after(current - 1)
 
     def count(self, kind: str) -> int:
         return len(self.groups.get(kind, ()))
@@ -251,10 +282,14 @@ class FindIndex:
         if number is not None:
             n = int(number.group(1))
             if 1 <= n <= self.n_steps:
-                step = self.trace.steps[n - 1]
-                result.groups["step"] = [Entry("step", f"#{n} {step.label}", (n - 1,))]
+                i = step_index(n)
+                step = self.trace.steps[i]
+                result.groups["step"] = [Entry("step", f"#{n} {step.label}", (i,))]
             if q.startswith("#"):
                 return result  # "#412" means the step, nothing else
+        site = self._site(query)
+        if site is not None:
+            result.groups["site"] = [site]
         line = q + " ·" if _LINE_END.search(q) else q  # "x.py:78" is line 78, not 780
         for kind, table in self.tables.items():
             found = table.search(line if kind == "source" else q)
@@ -267,6 +302,19 @@ class FindIndex:
             entries.append(Entry("nonfinite", "output holds NaN or Inf", self.nonfinite_steps))
             result.groups["nonfinite"] = entries
         return result
+
+    def _site(self, query: str) -> Entry | None:
+        """The steps a query spelled as a site names (``blocks.1.attn:softmax#0``,
+        ``blocks.0@1``), as edits read it; None when the query is not one."""
+        text = query.strip()
+        if not _SITE_MARK.search(text):
+            return None
+        try:
+            site = parse_site(text)
+        except ValueError:
+            return None
+        steps = tuple(s.index for s in site_steps(self.trace, site))
+        return Entry("site", str(site), steps) if steps else None
 
 
 __all__ = ["KINDS", "KIND_TITLES", "Entry", "FindIndex", "FindResult", "normalise"]

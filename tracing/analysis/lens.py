@@ -38,6 +38,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from tracing.formatting import step_text
+
 if TYPE_CHECKING:  # pragma: no cover
     from tracing.record import Step, Trace
 
@@ -50,7 +52,7 @@ _HEAD_ATTRS = ("n_heads", "num_heads", "n_head", "num_attention_heads", "h")
 def _need_values(trace: Trace, step: Step, what: str, which: str = "output") -> torch.Tensor:
     ids = step.outputs if which == "output" else step.inputs
     if not ids:
-        raise ValueError(f"{what}: step {step.index} ({step.label}) has no {which} tensor")
+        raise ValueError(f"{what}: {step_text(step.index)} ({step.label}) has no {which} tensor")
     value = trace.value(ids[0])
     if value is None:
         raise ValueError(

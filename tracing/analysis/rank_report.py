@@ -19,7 +19,7 @@ from typing import Any
 
 from tracing import markdown
 from tracing.analysis.ranks import RankSet, collectives_of, layout_of
-from tracing.formatting import format_shape
+from tracing.formatting import format_shape, step_number
 
 FORMATS = ("md", "json")
 
@@ -116,12 +116,12 @@ def compute(ranks: RankSet) -> RankReport:
         missing=ranks.missing,
     )
     for entry in collectives_of(first):
-        index = entry.get("step")
+        index = entry.get("index")
         if index is None:
             continue
         step = first.steps[index]
-        row = {k: v for k, v in entry.items() if k not in ("step",)}
-        row.update(step=index, module=step.module, inputs={}, outputs={})
+        row = {k: v for k, v in entry.items() if k != "index"}
+        row.update(step=step_number(index), module=step.module, inputs={}, outputs={})
         for rank in ranks.ranks:
             other = _aligned(ranks, rank, index)
             trace = ranks[rank]
@@ -134,12 +134,12 @@ def compute(ranks: RankSet) -> RankReport:
     for step in first.steps:
         shapes = {r: _outputs_text(ranks, r, _aligned(ranks, r, step.index)) for r in ranks}
         differs = len(set(shapes.values())) > 1
-        report.rows.append(RankRow(step.index, step.module, step.op, shapes, differs))
+        report.rows.append(RankRow(step_number(step.index), step.module, step.op, shapes, differs))
     found = ranks.first_divergence()
     if found is not None:
         report.divergence = {
             "rank": found.rank,
-            "step": found.step,
+            "step": None if found.step is None else step_number(found.step),
             "label": found.label,
             "reason": found.reason,
             "max_abs": found.entry.max_abs,

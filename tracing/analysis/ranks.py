@@ -69,7 +69,7 @@ def layout_of(trace: Trace, tensor_id: int) -> dict[str, Any] | None:
 def collectives_of(trace: Trace) -> list[dict[str, Any]]:
     """The collectives this rank ran, in step order (see ``tracing.distributed``)."""
     dist = trace.meta.get("distributed") or {}
-    return sorted(dist.get("collectives") or [], key=lambda c: c.get("step", 0))
+    return sorted(dist.get("collectives") or [], key=lambda c: c.get("index", 0))
 
 
 def is_replicated(layout: dict[str, Any] | None) -> bool:
@@ -352,7 +352,7 @@ class RankSet:
         cache = self.__dict__.setdefault("_collective_cache", {})
         found = cache.get(rank)
         if found is None:
-            found = {c["step"]: c for c in collectives_of(self.traces[rank]) if "step" in c}
+            found = {c["index"]: c for c in collectives_of(self.traces[rank]) if "index" in c}
             cache[rank] = found
         return found
 

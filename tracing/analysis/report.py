@@ -11,7 +11,9 @@ out. So every format shows the same facts, and a new format is one small functio
 
 Source paths are shortened so a report does not depend on the machine that made it: a
 file under the current folder is shown relative to it, one inside an installed package
-from its ``site-packages`` folder on, anything else as it was recorded.
+from its ``site-packages`` folder on, anything else as it was recorded. Steps are named by
+their number, 1-based as the app's step bar counts (``tracing.formatting.step_number``), in
+every format: the ``#`` column, the CSV's and JSON's ``step``.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any
 from tracing import collector, markdown
 from tracing.analysis.compute import NOTE, compute_of
 from tracing.dim_legend import NO_LETTERS, LegendRow, letter_legend
-from tracing.formatting import format_number, format_shape
+from tracing.formatting import format_number, format_shape, step_number
 from tracing.jsonable import to_jsonable
 from tracing.record import Step, TensorRecord, Trace
 from tracing.safe_text import csv_cell, inert_document, shown
@@ -55,8 +57,9 @@ SUFFIXES = {
     ".graphml": "graphml",
 }
 
-REPORT_SCHEMA = 1
-"""Version of the JSON report layout."""
+REPORT_SCHEMA = 2
+"""Version of the JSON report layout. 2: a step row's ``step`` is the step number people
+read (1-based, as the app counts) where 1 had ``index`` (0-based); ``first_step`` too."""
 
 
 # --------------------------------------------------------------------------- the rows
@@ -95,7 +98,7 @@ class StatsCell:
 class StepRow:
     """One step of the forward pass."""
 
-    index: int
+    step: int  # its number, as people read it (1-based: ``tracing.formatting.step_number``)
     kind: str  # "module" or "op"
     depth: int
     module: str  # dotted path, "" for the root
@@ -119,7 +122,7 @@ class ModuleRow:
     type: str
     depth: int
     calls: int
-    first_step: int | None
+    first_step: int | None  # the number of the step of its first call (1-based)
     params: int  # owned directly
     params_total: int  # whole subtree
     source: str
@@ -188,7 +191,7 @@ def _compute(trace: Trace) -> Report:
         source, code = source_text
         steps.append(
             StepRow(
-                index=s.index,
+                step=step_number(s.index),
                 kind=s.kind,
                 depth=s.depth,
                 module=name_shown(s.module),
@@ -220,7 +223,7 @@ def _compute(trace: Trace) -> Report:
                 type=shown(m.type, NAME_CUT),
                 depth=m.depth,
                 calls=len(ran),
-                first_step=first_call.index if first_call else None,
+                first_step=first_call.step if first_call else None,
                 params=m.params,
                 params_total=m.params_total,
                 source=first_call.source if first_call else "",
@@ -278,7 +281,7 @@ def _compute(trace: Trace) -> Report:
                 "first_nonfinite": None
                 if p.first_nonfinite is None
                 else {
-                    "step": p.first_nonfinite.step,
+                    "step": step_number(p.first_nonfinite.step),
                     "label": p.first_nonfinite.label,
                     "reason": p.first_nonfinite.reason,
                     "source": p.first_nonfinite.source,
@@ -561,7 +564,7 @@ def _md_step(s: StepRow) -> list[str]:
     if s.error:
         op += " ⚠"
     return [
-        str(s.index),
+        str(s.step),
         markdown.code(s.module or "<root>"),
         op,
         markdown.escape(_cells_text(s.inputs)),
@@ -587,7 +590,7 @@ def _nonfinite_text(stats: StatsCell) -> str:
 
 CSV_COLUMNS = (
     "row",
-    "index",
+    "step",
     "kind",
     "depth",
     "module",
@@ -661,7 +664,7 @@ def _csv_chunks(report: Report) -> Iterator[str]:
         w.writerow(
             [
                 "step",
-                s.index,
+                s.step,
                 s.kind,
                 s.depth,
                 s.module,
@@ -877,7 +880,7 @@ def _html_step(s: StepRow) -> str:
     inf_html = f'<span class="bad">{inf}</span>' if s.stats.inf else inf
     title = f' title="{_h(s.error)}"' if s.error else ""
     return (
-        f'<tr class="{" ".join(classes)}"{title}><td class=num>{s.index}</td>'
+        f'<tr class="{" ".join(classes)}"{title}><td class=num>{s.step}</td>'
         f"<td><code>{_h(s.module or '<root>')}</code></td>"
         f"<td{pad}>{_h(s.op)}</td>"
         f"<td>{_html_cells(s.inputs)}</td><td>{_html_cells(s.outputs)}</td>"

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from tracing import markdown
-from tracing.formatting import format_number, format_shape
+from tracing.formatting import format_number, format_shape, step_number
 from tracing.sites import StepKey, step_keys
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -512,7 +512,8 @@ def _render_md(d: TraceDiff, *, atol: float, all_steps: bool) -> str:
     if first is None:
         lines.append(f"No divergence above atol={atol:g}.")
     else:
-        where = f"A#{first.a_index}" if first.a_index is not None else f"B#{first.b_index}"
+        a, b = first.a_index, first.b_index  # step numbers, as the compare window counts
+        where = f"A#{step_number(a)}" if a is not None else f"B#{step_number(b)}"
         lines.append(
             f"First divergence (atol={atol:g}): **{first.label}** ({where}, {first.status})."
         )
@@ -522,8 +523,8 @@ def _render_md(d: TraceDiff, *, atol: float, all_steps: bool) -> str:
     shown = d.entries if all_steps else [e for e in d.entries if e.differs(atol)]
     rows = [
         [
-            "–" if e.a_index is None else str(e.a_index),
-            "–" if e.b_index is None else str(e.b_index),
+            "–" if e.a_index is None else str(step_number(e.a_index)),
+            "–" if e.b_index is None else str(step_number(e.b_index)),
             e.status,
             e.kind,
             markdown.code(e.module or "<root>"),

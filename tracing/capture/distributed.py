@@ -11,7 +11,8 @@ What a rank's trace gains
 - ``meta["rank"]``, ``meta["world_size"]``, ``meta["backend"]``, and
   ``meta["distributed"]`` with the host, the local rank, and two tables:
 - ``collectives``: one entry per collective that ran inside the traced forward —
-  ``{"step", "op", "api", "group", "ranks", ...}`` (``reduce_op``, ``src``/``dst``,
+  ``{"index", "op", "api", "group", "ranks", ...}`` (``index``: its step's place in
+  ``trace.steps``, 0-based; older files called it ``step``; ``reduce_op``, ``src``/``dst``,
   ``placements`` for a DTensor redistribution). Each is also an ordinary op step whose
   inputs are the tensors it sent and whose outputs are the tensors it wrote. A training
   step (``tracing.trace_step``) adds its backward's, DDP's gradient all-reduces included:
@@ -394,7 +395,7 @@ class RankCapture:
         finally:
             _local.depth -= 1
         if index is not None:
-            entry["step"] = index
+            entry["index"] = index
             self.collectives.append(entry)
         return result
 
@@ -410,7 +411,7 @@ class RankCapture:
             group_name = kwargs["group_name"]
         group, ranks = group_description(group_name)
         name = self.tracer._steps[index].op
-        entry = {"op": name, "api": "functional", "group": group, "ranks": ranks, "step": index}
+        entry = {"op": name, "api": "functional", "group": group, "ranks": ranks, "index": index}
         reduce_op = next((a for a in args[1:] if isinstance(a, str) and a != group_name), None)
         if reduce_op is not None and "reduce" in name:
             entry["reduce_op"] = reduce_op

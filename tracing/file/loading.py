@@ -24,7 +24,7 @@ from tracing.file.layout import (
 )
 from tracing.file.lazy_values import LazyValues
 from tracing.file.validate import validate
-from tracing.meta_checks import MetaProblem, check_meta
+from tracing.meta_checks import MetaProblem, check_meta, upgrade_meta
 from tracing.record import (
     SCHEMA_VERSION,
     Trace,
@@ -61,6 +61,7 @@ def load(path: str | os.PathLike) -> Trace:
             stored = {k: (e.shape, e.dtype) for k, e in container.entries.items()}
             trace = validate(manifest, stored)
             check_meta(trace.meta, steps=len(trace.steps), tensors=len(trace.tensors))
+            upgrade_meta(trace.meta)  # an older file's fields, read as this version writes
         except (Invalid, ContainerError, MetaProblem) as e:
             container.close()
             raise TraceFileError(f"{path}: {e}") from None

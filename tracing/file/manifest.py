@@ -1,4 +1,8 @@
-"""The manifest: a Trace encoded as JSON tables, and the checks that it is consistent."""
+"""The manifest: a Trace encoded as JSON tables, and the checks that it is consistent.
+
+A problem names a step by its place in the manifest's list, ``steps[5]`` (0-based, as the
+file stores it and as ``parent``, ``end`` and ``forward`` point), never "step 5": that is
+how people count steps in the app, from 1 (``tracing.formatting``)."""
 
 from __future__ import annotations
 
@@ -94,7 +98,7 @@ def check_trace(trace: Trace) -> None:
             raise Invalid(f"tensor record {i} has id {r.id}, expected {i}")
         if r.producer is not None and not 0 <= r.producer < n_steps:
             raise Invalid(
-                f"tensor record {i}: producer step {r.producer} is out of range "
+                f"tensor record {i}: producer steps[{r.producer}] is out of range "
                 f"(the trace has {n_steps} steps)"
             )
         if r.grad_of is not None and not 0 <= r.grad_of < n_tensors:
@@ -105,24 +109,25 @@ def check_trace(trace: Trace) -> None:
             raise Invalid(f"tensor record {i} has {len(r.why)} axis proofs for {len(r.shape)} axes")
     for i, s in enumerate(trace.steps):
         if s.index != i:
-            raise Invalid(f"step {i} has index {s.index}, expected {i}")
+            raise Invalid(f"steps[{i}] has index {s.index}, expected {i}")
         for name, ids in (("input", s.inputs), ("output", s.outputs)):
             for t in ids:
                 if not 0 <= t < n_tensors:
                     raise Invalid(
-                        f"step {i}: {name} tensor id {t} is out of range "
+                        f"steps[{i}]: {name} tensor id {t} is out of range "
                         f"(the trace has {n_tensors} tensors)"
                     )
         for name, ref in (("parent", s.parent), ("end", s.end), ("forward", s.forward)):
             if ref is not None and not 0 <= ref < n_steps:
                 raise Invalid(
-                    f"step {i}: {name} step {ref} is out of range (the trace has {n_steps} steps)"
+                    f"steps[{i}]: {name} steps[{ref}] is out of range "
+                    f"(the trace has {n_steps} steps)"
                 )
         _check_nesting(trace.steps, s)
         if s.module not in modules:
-            raise Invalid(f"step {i}: module path {s.module!r} is not a module of the trace")
+            raise Invalid(f"steps[{i}]: module path {s.module!r} is not a module of the trace")
         if s.kind not in STEP_KINDS:
-            raise Invalid(f"step {i}: kind {s.kind!r} is not one of {', '.join(STEP_KINDS)}")
+            raise Invalid(f"steps[{i}]: kind {s.kind!r} is not one of {', '.join(STEP_KINDS)}")
     for m in modules.values():
         if m.parent is not None and m.parent not in modules:
             raise Invalid(f"module {m.path!r} names an unknown parent {m.parent!r}")
@@ -208,26 +213,29 @@ def _check_nesting(steps: list[Step], s: Step) -> None:
     step borrows its forward step's parent and depth, after that call has ended."""
     i = s.index
     if s.depth < 0 or s.depth > MAX_DEPTH:
-        raise Invalid(f"step {i} has depth {s.depth}, not between 0 and {MAX_DEPTH}")
+        raise Invalid(f"steps[{i}] has depth {s.depth}, not between 0 and {MAX_DEPTH}")
     if s.end is not None and s.end < i:
-        raise Invalid(f"step {i} ends at step {s.end}, before it starts")
+        raise Invalid(f"steps[{i}] ends at steps[{s.end}], before it starts")
     if s.parent is None:
         if s.depth != 0:
-            raise Invalid(f"step {i} has depth {s.depth} but no parent (expected 0)")
+            raise Invalid(f"steps[{i}] has depth {s.depth} but no parent (expected 0)")
         return
     if s.parent >= i:
-        raise Invalid(f"step {i}: parent step {s.parent} does not come before it")
+        raise Invalid(f"steps[{i}]: parent steps[{s.parent}] does not come before it")
     parent = steps[s.parent]
     if parent.kind != "module":
-        raise Invalid(f"step {i}: parent step {s.parent} is not a module call")
+        raise Invalid(f"steps[{i}]: parent steps[{s.parent}] is not a module call")
     if s.kind == "backward":
         return
     if s.depth != parent.depth + 1:
         raise Invalid(
-            f"step {i} has depth {s.depth} but its parent step {s.parent} has depth {parent.depth}"
+            f"steps[{i}] has depth {s.depth} but its parent steps[{s.parent}] has depth "
+            f"{parent.depth}"
         )
     if parent.end is not None and i > parent.end:
-        raise Invalid(f"step {i} lies after the end ({parent.end}) of its parent step {s.parent}")
+        raise Invalid(
+            f"steps[{i}] lies after the end ({parent.end}) of its parent steps[{s.parent}]"
+        )
 
 
 def json_default(v: Any) -> Any:

@@ -29,7 +29,7 @@ def failure_from_json(v: object, n_steps: int) -> Failure | None:
     step, loc = v.get("step"), v.get("location")
     kind, message = v.get("type"), v.get("message")
     if type(step) is not int or not 0 <= step < max(n_steps, 1):
-        raise ValueError(f"the manifest's failure names step {step!r}, not a step of the trace")
+        raise ValueError(f"the manifest's failure names steps[{step!r}], not a step of the trace")
     if not isinstance(kind, str) or not isinstance(message, str):
         raise ValueError("the manifest's failure type or message is not text")
     location = None

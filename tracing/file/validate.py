@@ -287,7 +287,8 @@ def _raise_first_bad(columns: list, n: int, plan: list, what: str) -> None:
             try:
                 decode((value,))
             except _Bad as e:
-                raise Invalid(f"{what} {i}: {name} {value!r} is not {e}") from None
+                where = f"steps[{i}]" if what == "step" else f"{what} {i}"  # see manifest
+                raise Invalid(f"{where}: {name} {value!r} is not {e}") from None
     raise AssertionError("no bad value found")  # pragma: no cover
 
 

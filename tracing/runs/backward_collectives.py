@@ -283,7 +283,7 @@ class BackwardCollectives(RankCapture):
         index, work = self._step(
             entry, run, ins, in_names, outs, out_names, module, None, False, grads
         )
-        entry["step"] = index
+        entry["index"] = index
         self.collectives.append(entry)
         return work
 

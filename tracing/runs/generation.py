@@ -114,13 +114,13 @@ class GenerationTrace:
     def locate(self, global_step: int) -> tuple[int, int]:
         """``(pass index, step index within that pass)`` of a step counted over all passes."""
         if global_step < 0:
-            raise IndexError(f"step {global_step} is negative")
+            raise IndexError(f"step index {global_step} is negative")
         rest = global_step
         for n, t in enumerate(self.passes):
             if rest < len(t.steps):
                 return n, rest
             rest -= len(t.steps)
-        raise IndexError(f"step {global_step} is past the last of {self.step_count()} steps")
+        raise IndexError(f"step index {global_step} is past the last of {self.step_count()} steps")
 
     def global_step(self, pass_index: int, step: int) -> int:
         """Inverse of :meth:`locate`."""

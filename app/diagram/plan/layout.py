@@ -30,7 +30,7 @@ from app import theme
 from app.diagram.plan.folding import MODEL_INPUT, Run, TraceIndex
 from app.diagram.plan.geometry import Point, Rect, TextMeasure, bounding
 from tracing.dim_legend import dims_hover, dims_text, letter_legend
-from tracing.formatting import format_shape
+from tracing.formatting import format_shape, step_number, step_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from tracing import Step, Trace
@@ -296,7 +296,7 @@ class DiagramLayout:
             accent = theme.accent_for(s.op)
         else:
             title, subtitle, accent = s.op, "", theme.accent_for(s.op)
-        tip = [f"<b>{s.module or '<root>'}</b> · {s.op}", f"step {s.index + 1}"]
+        tip = [f"<b>{s.module or '<root>'}</b> · {s.op}", step_text(s.index)]
         for name, tid in zip(s.output_names or ("output",) * len(s.outputs), s.outputs):
             rec = trace.tensors[tid]
             tip.append(f"{name}: {rec.shape_str()} {rec.dtype}")
@@ -330,7 +330,7 @@ class DiagramLayout:
         head = trace.steps[kids[run.start]]
         tail = trace.steps[kids[run.stop - 1]]
         if run.period == 0:
-            title = f"steps {first_step + 1:,}–{last_step + 1:,}"
+            title = f"steps {step_number(first_step):,}–{step_number(last_step):,}"
             subtitle = f"{run.count:,} boxes · {last_step - first_step + 1:,} steps"
             accent = theme.accent_for("range")
         elif run.period == 1:
@@ -354,7 +354,7 @@ class DiagramLayout:
         spark = self._sparkline(run)
         tip = [
             f"<b>{_html(title)}</b>",
-            f"steps {first_step + 1:,}–{last_step + 1:,}",
+            f"steps {step_number(first_step):,}–{step_number(last_step):,}",
             "double-click to open" if not opened else "double-click the title to fold",
         ]
         if spark:

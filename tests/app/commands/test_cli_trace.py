@@ -187,7 +187,7 @@ def test_report_every_format_to_a_file(trace_file, tmp_path, capsys, fmt):
 
 def test_report_format_from_suffix_and_its_errors(trace_file, tmp_path, capsys):
     rc, _, _ = run_cli(capsys, "report", trace_file, "-o", tmp_path / "r.csv")
-    assert rc == 0 and (tmp_path / "r.csv").read_text().startswith("row,index")
+    assert rc == 0 and (tmp_path / "r.csv").read_text().startswith("row,step")
     rc, _, err = run_cli(capsys, "report", trace_file, "-o", tmp_path / "r.txt")
     assert_user_error(rc, err, "--format")
     rc, _, err = run_cli(capsys, "report", tmp_path / "nothing.sft")
@@ -215,7 +215,7 @@ def test_installed_entry_point_traces_and_reports(tmp_path):
         [exe, "report", str(out), "--format", "csv"], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("row,index,kind")
+    assert done.stdout.startswith("row,step,kind")
 
 
 # --------------------------------------------------------------------------- bench

@@ -4,6 +4,9 @@ the app lands on the op that made it."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import re
 from pathlib import Path
 
 import pytest
@@ -20,12 +23,19 @@ DATA = f"{EXAMPLE / 'data.py'}:get_batch"
 
 
 @pytest.fixture(scope="module")
-def bad_trace(tmp_path_factory):
-    """The README's walk-through, through the command line."""
+def bad_run(tmp_path_factory):
+    """The README's walk-through, through the command line: the file and what it printed."""
     out = tmp_path_factory.mktemp("nan") / "bad.sft"
     args = ["train", "--model", MODEL, "--data", DATA, "--lr", "1e14", "--steps", "6"]
-    assert main([*args, "--trace-on-nonfinite", "-o", str(out), "--quiet"]) == 0
-    return out
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main([*args, "--trace-on-nonfinite", "-o", str(out), "--quiet"]) == 0
+    return out, printed.getvalue()
+
+
+@pytest.fixture(scope="module")
+def bad_trace(bad_run):
+    return bad_run[0]
 
 
 def test_the_nanogpt_example_goes_nan_and_the_origin_is_the_attention_call(bad_trace):
@@ -156,3 +166,37 @@ def test_gradient_norms_group_by_repeated_layers_and_keep_nan(bad_trace):
         )
         assert math.isnan(norm) == bad, layer
     assert any(math.isnan(v) for v in norms.values())
+
+
+@pytest.mark.gui
+def test_the_step_train_names_is_the_step_the_app_opens_on(bad_run, qtbot, tmp_path, capsys):
+    """One step numbering (issue 33): the number ``train`` prints, typed into Ctrl+G, lands
+    on the op it named; ``report`` and ``find "#N"`` name the same step by the same number."""
+    from PySide6.QtCore import QSettings, Qt
+
+    from app.windows.main_window import MainWindow
+
+    path, printed = bad_run
+    said = re.search(r"went non-finite at trace step (\d+): (.+?): ", printed)
+    assert said, printed
+    number, label = int(said[1]), said[2]
+    assert main(["report", str(path), "--format", "md"]) == 0
+    report = capsys.readouterr().out
+    assert f"forward: first non-finite**: step {number} {label}:" in report
+    assert main(["find", str(path), f"#{number}"]) == 0
+    assert f"#{number} {label}  ·  1 × #{number}" in capsys.readouterr().out
+
+    w = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitExposed(w)
+    w.activateWindow()
+    qtbot.waitUntil(w.isActiveWindow, timeout=3000)  # shortcuts go to the active window
+    assert w.open_path(path)
+    qtbot.keyClick(w, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier)  # go to step
+    qtbot.keyClicks(w.finder.field, str(number))
+    qtbot.keyClick(w.finder.field, Qt.Key.Key_Return)
+    step = w.trace.steps[w.current]
+    assert step.label == label and step.op == "scaled_dot_product_attention"
+    assert w.status_text().startswith(f"step {number} / {len(w.trace.steps)} · {label}")
+    assert w.inspector._title.text().startswith(f"Step {number} / ")

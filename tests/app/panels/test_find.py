@@ -231,3 +231,96 @@ def test_find_and_go_to_step_on_50000_steps(qtbot, window, errors, loop50k):
     assert window.current == max(i for i in matches if i < after)
     assert window.step_bar.slider.value() == window.current and n > 50_000 - 1
     assert not errors
+
+
+# --------------------------------------------------------------------------- issue 33
+
+
+class NanGuard(torch.nn.Module):
+    """A module whose name starts with "Nan", run before anything goes non-finite."""
+
+    def forward(self, x):
+        return x * 1.0
+
+
+class GoesNan(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.nan_guard = NanGuard()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        x = self.nan_guard(x)
+        return (self.lin(x) * 0.0 - 1.0).sqrt()  # sqrt(-1): NaN, made here
+
+
+@pytest.fixture(scope="module")
+def goes_nan():
+    torch.manual_seed(0)
+    return tracing.trace(GoesNan(), torch.randn(2, 4), capture="stats")
+
+
+def test_nan_ranks_the_non_finite_steps_before_a_module_named_nan(goes_nan):
+    trace = goes_nan
+    sqrt = next(s.index for s in trace.steps if s.op == "sqrt")
+    guard = trace.module_steps("nan_guard")[0].index
+    assert guard < sqrt  # the module comes first in the trace, and matches "nan" too
+    for query in ("nan", "NaN", "inf"):
+        result = FindIndex(trace).search(query)
+        assert result.kinds[0] == "nonfinite", (query, result.kinds)
+        assert result.entries[0].label == "went non-finite here"
+        assert result.entries[0].steps == (sqrt,)
+        assert result.first_from(0) == sqrt  # what Enter goes to first
+    assert "module" in FindIndex(trace).search("nan").kinds  # still listed, after
+
+
+def test_cli_find_nan_lists_the_non_finite_steps_first(tmp_path, capsys, goes_nan):
+    from app.cli import main
+
+    path = tmp_path / "nan.sft"
+    goes_nan.save(path)
+    assert main(["find", str(path), "nan"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("Non-finite (") < out.index("Modules (")
+    sqrt = next(s.index for s in goes_nan.steps if s.op == "sqrt")
+    assert f"went non-finite here  ·  1 × #{sqrt + 1}" in out
+
+
+def test_find_accepts_the_site_spelling_edits_use(twelve):
+    from tracing.sites import site_steps, step_site
+
+    index = FindIndex(twelve)
+    softmax = [s for s in twelve.steps if s.op == "softmax"]
+    attn = twelve.module_steps("blocks.3.attn")[0]
+    for step, with_call in [(softmax[0], True), (softmax[7], False), (attn, True)]:
+        site = str(step_site(twelve, step, with_call=with_call))  # as an edit names it
+        (entry,) = index.search(site).groups["site"]
+        assert step.index in entry.steps
+        assert entry.steps == tuple(s.index for s in site_steps(twelve, site))
+    # an op site names one step per call of its module; the app's Enter goes to it
+    op_site = str(step_site(twelve, softmax[7], with_call=False))
+    assert ":softmax#0" in op_site and index.search(op_site).steps == [softmax[7].index]
+    assert not index.search("blocks.3.attn:softmax#9").groups.get("site")  # no such op
+    assert "site" not in index.search("blocks.3.attn").groups  # a path is a module query
+
+
+@pytest.mark.parametrize("size", [(1500, 950), (900, 600), (640, 420)])
+def test_ctrl_f_puts_the_cursor_in_a_visible_field_at_any_size(qtbot, window, twelve, size):
+    from PySide6.QtWidgets import QApplication, QLineEdit
+
+    window.set_trace(twelve)
+    window.resize(*size)
+    qtbot.wait(20)
+    window.go_to(5)
+    qtbot.keyClick(window, Qt.Key.Key_F, CTRL)
+    qtbot.waitUntil(lambda: isinstance(QApplication.focusWidget(), QLineEdit), timeout=2000)
+    field = QApplication.focusWidget()
+    assert field is window.finder.field and field.isVisible()
+    assert not field.visibleRegion().isEmpty() and field.width() >= 100
+    qtbot.keyClicks(field, "nexp")  # n, e, x, p: letters that might be shortcuts
+    for key in (Qt.Key.Key_N, Qt.Key.Key_End, Qt.Key.Key_Space):  # N: next non-finite
+        qtbot.keyClick(field, key)
+    assert window.current == 5
+    assert field.text().startswith("nexpn")
+    qtbot.keyClick(window, Qt.Key.Key_G, CTRL)  # Ctrl+G: the same field, with "#"
+    assert QApplication.focusWidget() is field and field.text() == "#"

@@ -220,9 +220,13 @@ def test_render_json_and_markdown(value_traces):
     assert data["first_divergence"]["module"] == "blocks.1.feed_forward.linear1"
     md = d.render("md")
     assert "First divergence (atol=0): **blocks.1.feed_forward.linear1 · linear**" in md
+    first = d.first_divergence()  # named by its step number, as the compare window counts
+    assert f"(A#{first.a_index + 1}, changed)" in md
     changed_rows = [line for line in md.splitlines() if "| changed |" in line]
     changed_steps = {row.split("|")[1].strip() for row in changed_rows}  # a row per output
     assert len(changed_steps) == d.counts()["changed"]
+    numbers = {e.a_index + 1 for e in d if e.status == "changed"}
+    assert {int(n) for n in changed_steps} == numbers
     assert "| equal |" not in md and "| equal |" in d.render("md", all_steps=True)
     with pytest.raises(ValueError, match="unknown diff format"):
         d.render("xml")

@@ -13,6 +13,7 @@ import csv
 import io
 import json
 import os
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -51,7 +52,7 @@ def test_csv_has_a_row_per_module_and_per_step_with_the_recorded_shapes():
     assert [r["module"] for r in modules] == list(trace.modules)
     assert len(steps) == len(trace.steps)
     for row, step in zip(steps, trace.steps):
-        assert int(row["index"]) == step.index
+        assert int(row["step"]) == step.index + 1  # the number the app's step bar shows
         assert row["op"] == step.op
         assert row["module"] == step.module
         for tid in step.outputs:
@@ -73,7 +74,9 @@ def test_json_is_strict_and_carries_shapes_dims_and_stats():
 
     doc = json.loads(report.render(trace, "json"), parse_constant=no_constants)
     assert len(doc["steps"]) == len(trace.steps)
+    assert doc["schema"] == 2
     for row, step in zip(doc["steps"], trace.steps):
+        assert row["step"] == step.index + 1 and row["op"] == step.op
         for cell, tid in zip(row["outputs"], step.outputs):
             rec = trace.tensors[tid]
             assert cell["shape"] == list(rec.shape)
@@ -92,8 +95,8 @@ def test_json_is_strict_and_carries_shapes_dims_and_stats():
 
 def test_stats_of_a_tensor_with_nan_and_inf_are_reported_as_counts():
     text = report.render(handmade_trace(), "md")
-    head_row = next(line for line in text.splitlines() if line.startswith("| 10 |"))
-    assert "| 1/1 |" in head_row
+    head_row = next(line for line in text.splitlines() if line.startswith("| 11 |"))
+    assert "| 1/1 |" in head_row and "| linear |" in head_row  # step 11 is steps[10]
 
 
 class _Collector(HTMLParser):
@@ -138,6 +141,9 @@ def test_html_is_self_contained_balanced_and_escaped():
     # one body row per step and per module
     assert page.count('<tr class="module') + page.count('<tr class="op') == len(trace.steps)
     assert page.count("<tr") == len(trace.steps) + len(trace.modules) + 2
+    # the "#" cell of each step row is its number, 1-based as the app counts
+    numbers = re.findall(r'<tr class="(?:module|op)[^"]*"[^>]*><td class=num>(\d+)</td>', page)
+    assert [int(n) for n in numbers] == [s.index + 1 for s in trace.steps]
 
 
 def test_graphml_has_a_node_per_step_and_data_flow_edges(tmp_path):
@@ -189,7 +195,7 @@ def test_write_takes_the_format_from_the_suffix(tmp_path, name, fmt):
 def test_write_with_an_explicit_format_and_bad_formats(tmp_path):
     trace = handmade_trace()
     report.write(trace, tmp_path / "report.txt", fmt="csv")
-    assert (tmp_path / "report.txt").read_text().startswith("row,index,kind")
+    assert (tmp_path / "report.txt").read_text().startswith("row,step,kind")
     with pytest.raises(ValueError, match="cannot tell the report format"):
         report.write(trace, tmp_path / "report.txt")
     with pytest.raises(ValueError, match="unknown report format 'pdf'"):

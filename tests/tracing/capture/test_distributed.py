@@ -75,7 +75,7 @@ def test_row_parallel_all_reduce_is_a_step_with_group_and_tensors(folder):
         (entry,) = trace.meta["distributed"]["collectives"]
         assert entry["op"] == "all_reduce" and entry["api"] == "torch.distributed"
         assert entry["ranks"] == [0, 1] and entry["reduce_op"] == "sum"
-        step = trace.steps[entry["step"]]
+        step = trace.steps[entry["index"]]
         assert step.op == "all_reduce" and step.module == ""
         assert step.source is not None and "dist.all_reduce" in step.source.text
         # input: this rank's partial sum; output: the sum over ranks = the full matmul
@@ -202,6 +202,8 @@ def test_cli_trace_under_ranks_writes_one_file_per_rank_and_report_reads_them(fo
     assert main(["report", str(folder / "drift.sft"), "--format", "json"]) == 0
     found = json.loads(capsys.readouterr().out)["divergence"]
     assert found["rank"] == 1 and found["label"].endswith("linear1 · linear")
+    drift = load_ranks(folder / "drift.sft")  # the step number, as the app counts
+    assert drift.first.steps[found["step"] - 1].label == found["label"]
     assert main(["report", str(folder / "tp.rank0.sft"), str(folder / "tp.rank0.sft")]) == 2
     assert "rank 0 is also" in capsys.readouterr().err
 
@@ -312,7 +314,7 @@ def test_fsdp_unshard_all_gathers_are_steps_and_the_output_is_the_unsharded_mode
         gathers = [c for c in collectives_of(trace) if c["op"] == "all_gather_single"]
         assert len(gathers) == 2 and all(c["ranks"] == [0, 1] for c in gathers)
         for c in gathers:  # rank's flat shard in, every rank's shards out
-            step = trace.steps[c["step"]]
+            step = trace.steps[c["index"]]
             (shard,), (whole,) = step.inputs, step.outputs
             assert trace.tensors[whole].shape[0] == 2 * trace.tensors[shard].shape[0]
             n = trace.tensors[shard].shape[0]
@@ -336,12 +338,12 @@ def test_send_recv_barrier_and_async_pairs_are_steps(folder):
     assert [c["op"] for c in collectives_of(receiver)] == ["recv", "barrier", "irecv"]
     recv = next(c for c in collectives_of(receiver) if c["op"] == "recv")
     assert recv["src"] == 0 and recv["ranks"] == [0, 1]
-    step = receiver.steps[recv["step"]]
+    step = receiver.steps[recv["index"]]
     assert step.inputs == () and len(step.outputs) == 1
     torch.testing.assert_close(receiver.value(step.outputs[0]), x)  # what rank 0 sent
-    barrier = receiver.steps[collectives_of(receiver)[1]["step"]]
+    barrier = receiver.steps[collectives_of(receiver)[1]["index"]]
     assert barrier.inputs == () and barrier.outputs == ()
-    irecv = receiver.steps[collectives_of(receiver)[2]["step"]]
+    irecv = receiver.steps[collectives_of(receiver)[2]["index"]]
     # issued, not yet written: the shape is kept, no statistics
     assert receiver.tensors[irecv.outputs[0]].stats is None
     assert receiver.graph.number_of_nodes() == len(receiver.steps)
@@ -394,7 +396,7 @@ def test_traced_ddp_step_records_each_bucket_all_reduce_among_the_backward_steps
         for c in reduces:
             assert (c["api"], c["op"], c["reduce_op"]) == ("DDP", "all_reduce", "sum")
             assert c["ranks"] == [0, 1] and c["what"] == "gradient bucket"
-            step = trace.steps[c["step"]]
+            step = trace.steps[c["index"]]
             assert (step.kind, step.op) == ("backward", "all_reduce")
             assert step.index > forward_steps
             assert step.input_names == step.output_names == tuple(c["params"])
@@ -412,12 +414,12 @@ def test_traced_ddp_step_records_each_bucket_all_reduce_among_the_backward_steps
                 )
                 assert trace.meta["distributed"]["reduced_grads"][name] == got
         # interleaved: backward steps run after the first all-reduce, not all at the end
-        assert reduces[0]["step"] < len(trace.steps) - 10
+        assert reduces[0]["index"] < len(trace.steps) - 10
     # the bucket all-reduces should agree across ranks, and do; the ranks' own gradients differ
     first = ranks.first
     for c in _backward_collectives(first):
-        assert ranks.should_agree(c["step"], replicas=False) == "all_reduce output"
-        a, b = ranks[0].steps[c["step"]], ranks[1].steps[c["step"]]
+        assert ranks.should_agree(c["index"], replicas=False) == "all_reduce output"
+        a, b = ranks[0].steps[c["index"]], ranks[1].steps[c["index"]]
         for ta, tb in zip(a.outputs, b.outputs):
             assert torch.equal(ranks[0].value(ta), ranks[1].value(tb))
     assert ranks.first_divergence() is None
@@ -452,7 +454,7 @@ def test_traced_gradient_accumulation_reduces_the_sum_once(folder):
         saved = _twins(folder / f"ddp_sync_grads.rank{rank}.safetensors")
         micro = local[rank]
         for c in reduces:
-            step = trace.steps[c["step"]]
+            step = trace.steps[c["index"]]
             for name, sent, got in zip(c["params"], step.inputs, step.outputs):
                 # what DDP sends is both micro-steps' gradients summed, / world size
                 both = micro.value(micro.meta["param_grads"][name]) + trace.value(
@@ -481,7 +483,7 @@ def _sharded_step_checks(folder, stem):
         scatters = [c for c in backward if c["op"].startswith("reduce_scatter")]
         assert scatters and all(c["ranks"] == [0, 1] for c in scatters)
         for c in scatters:
-            s = trace.steps[c["step"]]
+            s = trace.steps[c["index"]]
             assert s.kind == "backward" and s.index > trace.meta["forward_steps"]
             (sent,), (got,) = s.inputs, s.outputs
             assert trace.tensors[sent].shape[0] == 2 * trace.tensors[got].shape[0]

@@ -4,6 +4,7 @@ checked when a file is opened: a wrong type or a value out of range is one
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from helpers.golden.handmade import handmade_trace
 import tracing
 from app.cli import main
 from app.widgets.tensor_view import token_labels
-from tracing.analysis.ranks import load_ranks
+from tracing.analysis.ranks import collectives_of, load_ranks
 from tracing.errors import TraceFileError
 
 
@@ -74,6 +75,8 @@ HOSTILE = [
     ({"distributed": _dist(collectives=[{"op": "x", "step": "3"}])}, "collectives[0].step"),
     ({"distributed": _dist(collectives=[{"op": "x", "step": 10**9}])}, "collectives[0].step"),
     ({"distributed": _dist(collectives=[{"op": "x", "step": -1}])}, "collectives[0].step"),
+    ({"distributed": _dist(collectives=[{"op": "x", "index": 10**9}])}, "collectives[0].index"),
+    ({"distributed": _dist(collectives=[{"op": "x", "index": None}])}, "collectives[0].index"),
     ({"distributed": _dist(collectives=[{"op": "redistribute", "placements": 3}])}, "placements"),
     ({"distributed": _dist(dtensors=[1, 2])}, "meta.distributed.dtensors"),
     ({"distributed": _dist(dtensors={10**6: {}})}, "a tensor id"),
@@ -111,6 +114,16 @@ def test_well_formed_rank_files_still_load_and_report(tmp_path):
     paths = write_rank_files(tmp_path, world=4)  # ranks 2 and 3 never copied back
     ranks = load_ranks(paths)
     assert ranks.world_size == 4 and ranks.missing == [2, 3]
+
+
+def test_an_older_files_collective_step_is_read_as_its_index(tmp_path, capsys):
+    """Files written before ``index`` called a collective's 0-based index ``step``."""
+    paths = write_rank_files(tmp_path)  # {"op": "all_reduce", "step": 3, ...}: the old way
+    (entry,) = collectives_of(tracing.load(paths[0]))
+    assert entry["index"] == 3 and "step" not in entry
+    assert main(["report", str(tmp_path / "t.sft"), "--format", "json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["collectives"]
+    assert row["step"] == 4 and row["op"] == "all_reduce"  # step 4 is steps[3], as the app counts
 
 
 def test_a_rank_beyond_the_world_size_is_refused(tmp_path):

@@ -269,7 +269,7 @@ def test_save_into_a_missing_folder_is_a_clear_error(tmp_path):
 def test_save_refuses_an_inconsistent_trace(tmp_path):
     trace = handmade_trace()
     trace.steps[3] = trace.steps[3].__class__(**{**trace.steps[3].__dict__, "inputs": (99,)})
-    with pytest.raises(TraceFileError, match="step 3: input tensor id 99 is out of range"):
+    with pytest.raises(TraceFileError, match=r"steps\[3\]: input tensor id 99 is out of range"):
         trace.save(tmp_path / "x.sft")
     assert not (tmp_path / "x.sft").exists()
 
@@ -352,16 +352,16 @@ def _edit_step(index: int, field: str, value):
     [
         (_edit_tensor(1, "shape", [1, 3, 5]), ("'t1'", "shape [1, 3, 4]", "[1, 3, 5]")),
         (_edit_tensor(1, "dtype", "float64"), ("'t1'", "stored as float32", "float64")),
-        (_edit_tensor(2, "producer", 500), ("tensor record 2", "producer step 500")),
+        (_edit_tensor(2, "producer", 500), ("tensor record 2", "producer steps[500]")),
         (_edit_tensor(2, "shape", "big"), ("tensor record 2", "shape")),
         (_edit_tensor(2, "dims", ["B", "T"]), ("tensor record 2", "2 axis names for 4 axes")),
-        (_edit_step(5, "inputs", [1, 42]), ("step 5", "input tensor id 42 is out of range")),
-        (_edit_step(5, "outputs", [-1]), ("step 5", "output tensor id -1")),
-        (_edit_step(5, "parent", 12), ("step 5", "parent step 12 is out of range")),
-        (_edit_step(5, "module", "blocks.7.attn"), ("step 5", "'blocks.7.attn'")),
-        (_edit_step(5, "kind", "magic"), ("step 5", "'magic'")),
-        (_edit_step(5, "source", 99), ("step 5", "source 99")),
-        (_edit_step(5, "index", 6), ("step 5 has index 6",)),
+        (_edit_step(5, "inputs", [1, 42]), ("steps[5]", "input tensor id 42 is out of range")),
+        (_edit_step(5, "outputs", [-1]), ("steps[5]", "output tensor id -1")),
+        (_edit_step(5, "parent", 12), ("steps[5]", "parent steps[12] is out of range")),
+        (_edit_step(5, "module", "blocks.7.attn"), ("steps[5]", "'blocks.7.attn'")),
+        (_edit_step(5, "kind", "magic"), ("steps[5]", "'magic'")),
+        (_edit_step(5, "source", 99), ("steps[5]", "source 99")),
+        (_edit_step(5, "index", 6), ("steps[5] has index 6",)),
         (lambda m: m["modules"]["rows"][1].__setitem__(2, "ghost"), ("unknown parent 'ghost'",)),
         (lambda m: m["steps"]["rows"][0].pop(), ("row 0 of the steps table",)),
         (lambda m: m.pop("tensors"), ("no tensors table",)),

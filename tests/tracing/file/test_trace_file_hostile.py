@@ -54,14 +54,14 @@ def _edit_header(path: Path, edit) -> None:
 @pytest.mark.parametrize(
     ("edit", "words"),
     [
-        (_step(5, "parent", 5), ("step 5", "parent step 5 does not come before it")),
-        (_step(2, "parent", 9), ("step 2", "parent step 9 does not come before it")),
-        (_step(2, "parent", 0), ("step 2", "parent step 0", "depth")),
-        (_step(5, "parent", 2), ("step 5", "parent step 2 is not a module call")),
-        (_step(2, "depth", 7), ("step 2 has depth 7",)),
-        (_step(0, "depth", 10**400), ("step 0", "depth")),
-        (_step(1, "end", 0), ("step 1 ends at step 0",)),
-        (_step(1, "end", 1), ("step 2 lies after the end (1) of its parent step 1",)),
+        (_step(5, "parent", 5), ("steps[5]", "parent steps[5] does not come before it")),
+        (_step(2, "parent", 9), ("steps[2]", "parent steps[9] does not come before it")),
+        (_step(2, "parent", 0), ("steps[2]", "parent steps[0]", "depth")),
+        (_step(5, "parent", 2), ("steps[5]", "parent steps[2] is not a module call")),
+        (_step(2, "depth", 7), ("steps[2] has depth 7",)),
+        (_step(0, "depth", 10**400), ("steps[0]", "depth")),
+        (_step(1, "end", 0), ("steps[1] ends at steps[0]",)),
+        (_step(1, "end", 1), ("steps[2] lies after the end (1) of its parent steps[1]",)),
         (lambda m: m.__setitem__("stats_fields", [[1], {}]), ("stats_fields",)),
         (
             lambda m: m["tensors"]["rows"][1].__setitem__(

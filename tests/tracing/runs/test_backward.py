@@ -362,7 +362,7 @@ def test_first_nonfinite_gradient_names_the_forward_op_and_line():
     before = copy.deepcopy(model.state_dict())
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     live = trace_step(model, x, lambda out: out.sum(), opt, break_on=[NonFinite()])
-    assert live.meta["stopped_at"]["step"] == first  # the node that made it, like N
+    assert live.meta["stopped_at"]["index"] == first  # the node that made it, like N
     assert live.steps[-1].op == "ReluBackward0"  # recorded up to the one that received it
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
     assert model.proj.weight.grad is not None  # the backward itself completed
@@ -387,7 +387,7 @@ def test_grad_norm_breakpoints_catch_exploding_and_vanishing_layers():
     assert not find_all(trace, [GradNormBelow(1e-3)])
     # live: the forward is never stopped by a gradient-only condition
     live = trace_step(model, x, lambda out: out.sum(), break_on=[GradNormAbove(1e3)])
-    stopped = live.steps[live.meta["stopped_at"]["step"]]
+    stopped = live.steps[live.meta["stopped_at"]["index"]]
     assert stopped.kind == "backward" and stopped.index == big[0].step
     with torch.no_grad():
         model[2].weight.mul_(1e-4)
