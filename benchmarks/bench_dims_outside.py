@@ -38,9 +38,14 @@ Targets (issue 31): ≥ 90% named, no wrong name, no changed name, every map fou
 Installing the libraries for the benchmark only (they pin their own torch or packages that
 break ``transformers``; never let pip resolve their dependencies)::
 
-    .venv/bin/pip install --no-deps x-transformers einops einx loguru
-    .venv/bin/pip install --no-deps litgpt lightning-utilities
-    .venv/bin/pip install --no-deps timm   # its ViT, if it imports without torchvision
+    .venv/bin/pip install --no-deps x-transformers einops einx loguru frozendict \
+        torch-einops-utils
+    .venv/bin/pip install --no-deps litgpt lightning lightning-utilities torchmetrics psutil
+    .venv/bin/pip install --no-deps timm  # its layers import torchvision: skipped without a
+                                          # torchvision built for this torch (PyPI's is not)
+
+litgpt's own ``__init__`` (its whole training stack) is not run: its ``model.py`` and
+``config.py`` are imported alone.
 """
 
 from __future__ import annotations
@@ -141,6 +146,7 @@ OWN_GQA_VARIANTS = {
     "B == T": dict(B=11),
     "H == D/2": dict(D=16),
     "H·D == C": dict(D=12),
+    "(H+2KV)·D == F": dict(F=240),  # a fused q/k/v as wide as the MLP
     "F == V": dict(V=200),
 }
 TORCH_KNOBS = dict(d_model="C", nhead="H", dim_feedforward="F", vocab_size="V")

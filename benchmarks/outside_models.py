@@ -284,7 +284,10 @@ def litgpt(s: dict):
 
 
 def timm_vit(s: dict):
-    from timm.models.vision_transformer import VisionTransformer
+    try:  # timm's layers import torchvision; a wheel built for another torch fails to load
+        from timm.models.vision_transformer import VisionTransformer
+    except RuntimeError as e:
+        raise ImportError(str(e), name="a torchvision built for this torch") from e
 
     model = VisionTransformer(img_size=s["img"], patch_size=s["patch"], in_chans=3,
                               num_classes=s["classes"], embed_dim=s["C"], depth=2,
