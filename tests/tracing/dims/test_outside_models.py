@@ -176,6 +176,15 @@ def test_vit_token_axis_is_named_through_every_block(vit):
     assert len(set(tokens.values())) == 1
 
 
+@issue("at 16 patches == head width no attention map is found (the maps are recognised by names)")
+def test_vit_attention_maps_are_found_at_every_size(vit):
+    for trace in vit.values():
+        maps = trace.attention_maps()
+        assert list(maps) == ["blocks.0.attn", "blocks.1.attn"]
+        patches = trace.tensor(0).shape[-1] // trace.tensor(1).shape[-1]  # image / kernel
+        assert tuple(maps["blocks.0.attn"].shape[2:]) == (patches**2 + 1,) * 2
+
+
 @issue("the heads read ? although the attention declares num_heads")
 def test_vit_heads_read_H(vit):
     for trace in vit.values():
