@@ -517,8 +517,8 @@ def house_sizes(
 ) -> dict[str, int]:
     """The sizes the tutorial's letters take where no spelling of :data:`LETTERS` gives them
     directly: ``B`` and ``T`` from the first input's shape (``(B, T)`` ids or ``(B, T, C)``
-    embeddings), ``D = C / H`` where the config or modules give both but no head width, ``F =
-    4C`` where the config leaves its feed-forward width unset (GPT-2's ``n_inner=None``), and
+    embeddings; of an image ``(B, 3, H, W)`` only ``B``: its channels are no positions),
+    ``D = C / H`` where the config or modules give both but no head width, ``F = 4C`` where the config leaves its feed-forward width unset (GPT-2's ``n_inner=None``), and
     ``V``, ``C`` from the token embedding's shape (the first ``Embedding`` not named for
     positions). :func:`letter_sizes` adds the spellings, with their origins."""
     sizes: dict[str, int] = {}
@@ -542,8 +542,14 @@ def house_sizes(
             sizes["F"] = 4 * c[1]
     if c is not None and h is not None and h[1] > 0 and c[1] % h[1] == 0:
         sizes["D"] = c[1] // h[1]
-    if first_input_shape is not None and len(first_input_shape) >= 2:
+    elif c is None and h is not None:  # heads and their width declared, no width: H·D
+        d = _module_attributes(model).get("D")
+        if d is not None:
+            sizes["C"] = h[1] * d.size
+    if first_input_shape is not None and len(first_input_shape) in (2, 3):
         sizes["B"], sizes["T"] = int(first_input_shape[0]), int(first_input_shape[1])
+    elif first_input_shape is not None and len(first_input_shape) > 3:
+        sizes["B"] = int(first_input_shape[0])  # an image, a volume: no axis of it is T
     return sizes
 
 

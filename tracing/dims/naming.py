@@ -49,6 +49,7 @@ _TRANSPOSES = frozenset({"transpose", "transpose_", "swapaxes", "swapdims", "t",
 _RESHAPES = frozenset({"view", "reshape", "flatten", "unflatten", "_unsafe_view", "view_as"})
 _SLICES = frozenset({"getitem", "narrow", "split", "chunk", "tensor_split", "unbind", "slice"})
 _MATMULS = frozenset({"matmul", "bmm", "baddbmm"})
+_CONVS = frozenset({"conv1d", "conv2d", "conv3d"})
 _MOVES_AXES = frozenset(  # ops whose output axes are their input's, moved or with 1s added
     {"unsqueeze", "squeeze", "expand", "expand_as", "permute", "movedim", "repeat", "unbind"}
 )
@@ -186,6 +187,8 @@ def _constant(pair: Pair) -> bool:
 
 def _offset_of_t(pair: Pair, s1: Mapping[str, int], s2: Mapping[str, int]) -> list[str]:
     """``T+3`` for an axis that moved by T's step but is 3 longer (a prefix, a cache)."""
+    if "T" not in s1 or "T" not in s2:
+        return []
     c = pair[0] - s1["T"]
     if pair[1] is not None and pair[1] - s2["T"] == c and 0 < abs(c) <= 8:
         return [f"T+{c}" if c > 0 else f"T-{-c}"]
@@ -217,7 +220,8 @@ class _Namer:
     def run(self, first_input: int | None) -> list[Dims | None]:
         if first_input is not None:
             shape = self.tensors[first_input].shape
-            seed = (("B", "T") + (None,) * len(shape))[: len(shape)]
+            seed = ("B", "T" if "T" in self.table.sizes1 else None) + (None,) * len(shape)
+            seed = seed[: len(shape)]
             self.name(first_input, list(seed), "", "", via="input")
         for rid, record in enumerate(self.tensors):  # parameters, buffers, inputs
             if record.producer is None and self.names[rid] is None:
@@ -372,6 +376,8 @@ class _Namer:
             if op == "embedding" and len(step.inputs) >= 2:
                 ids, weight = step.inputs[0], step.inputs[1]
                 return [*self._get(ids), self._get(weight)[-1]][-n:]
+            if op in _CONVS and len(step.inputs) >= 2:
+                return self._conv(step.inputs[0], step.inputs[1], n)
             if op in _MATMULS and len(step.inputs) >= 2:
                 return self._matmul(step.inputs[-2], step.inputs[-1], n)
             primary = self._primary(step)
@@ -603,6 +609,12 @@ class _Namer:
         names = list(self.names[rid] or ("?",) * len(self.tensors[rid].shape))
         names[axis] = name
         self._store(rid, names)
+
+    def _conv(self, x: int, weight: int, n: int) -> list[str | None]:
+        """A convolution's output: the input's batch axis, the weight's out-channels axis,
+        and spatial axes no rule names (their size depends on stride and padding)."""
+        batch = self._get(x)[:1] if len(self.tensors[x].shape) == n else []
+        return [*batch, self._get(weight)[0]] + [None] * (n - len(batch) - 1)
 
     def _matmul(self, a: int, b: int, n: int) -> list[str | None]:
         da, db = self._get(a), self._get(b)
@@ -946,7 +958,7 @@ def name_axes(
         for k, v in letters.items()
         if v.origin.startswith(("source:", "config.")) and not table.moved_by(k)
     }
-    names = namer.run(first if "B" in sizes1 and "T" in sizes1 else None)
+    names = namer.run(first if "B" in sizes1 else None)
     out = [_with_dims(r, n, w if n else None) for n, w, r in zip(names, namer.why, tensors)]
     return out, _used_letters(names, letters, table, evidence)
 

@@ -74,6 +74,8 @@ def other_sizes(b: int, t: int, constants: set[int], max_t: int | None) -> tuple
     same sizes)."""
     taken = set(constants) | {b, t}
     b2 = next(n for n in range(b + 1, b + 64) if n not in taken)
+    if t < 0:  # no time axis (an image): the batch alone moves
+        return b2, t
     for step in (-5, -7, -3, -2, -1, 5, 7, 3, 11, 13, 2, 1):  # fewer tokens first: cheaper
         t2 = t + step
         if t2 < 2 or (max_t is not None and t2 > max_t) or t2 in taken | {b2}:

@@ -123,7 +123,9 @@ def gather(
         )
     else:
         shapes = aligned_shapes(steps, tensors, other.steps, other.shapes)
-        sizes2 = dict(sizes1, B=other.b, T=other.t)
+        sizes2 = dict(sizes1, B=other.b)
+        if "T" in sizes1:
+            sizes2["T"] = other.t
         evidence.inputs = Pass("inputs", other.how, sizes2, shapes, other.seconds)
         evidence.info.update(
             {"pass": other.how, "B": other.b, "T": other.t, "pass_seconds": other.seconds}
@@ -147,11 +149,11 @@ def _inputs_pass(subject: Subject, sizes1: Mapping[str, int], shapes_pass):
         return None, "torch.distributed: a second pass would run collectives"
     if subject.call is None:
         return None, "the forward did not complete"
-    if "B" not in sizes1 or "T" not in sizes1:
-        return None, "the first input has no batch and time axes"
+    if "B" not in sizes1:
+        return None, "the first input has no batch axis"
     constants = {v for k, v in sizes1.items() if k not in INPUT_LETTERS}
     return passes_mod.run_other(
-        subject.model, subject.call, sizes1["B"], sizes1["T"], constants,
+        subject.model, subject.call, sizes1["B"], sizes1.get("T", -1), constants,
         sizes1.get("N"), subject.train, subject.ops, shapes_pass,
     )  # fmt: skip
 
@@ -167,9 +169,17 @@ def tied_knobs(
     inputs = evidence.inputs
     table = Table([sizes1, inputs.sizes if inputs else None])
     by_sig: dict[tuple, list[str]] = {}
+    derived = {  # letters one derives from others (D = C / H), and those others
+        x
+        for k, v in evidence.letters.items()
+        if " / " in v.origin or " × " in v.origin
+        for x in (k, *_origin_letters(v.origin, evidence))
+    }
     for name, sig in table.every:
         if name in LETTERS or ("/" in name and "·" not in name):  # letters, ratios, halves
             by_sig.setdefault(sig, []).append(name)
+        elif "·" in name and not set(letters_in(name)) <= derived:
+            by_sig.setdefault(sig, []).append(name)  # a product of knobs set apart (H·D, C)
     ties = {sig: names for sig, names in by_sig.items() if len(names) > 1 and sig[0] > 1}
     seen: set[tuple] = set()
     tied: set[str] = set()
