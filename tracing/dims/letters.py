@@ -518,8 +518,9 @@ def house_sizes(
     """The sizes the tutorial's letters take where no spelling of :data:`LETTERS` gives them
     directly: ``B`` and ``T`` from the first input's shape (``(B, T)`` ids or ``(B, T, C)``
     embeddings; of an image ``(B, 3, H, W)`` only ``B``: its channels are no positions),
-    ``D = C / H`` where the config or modules give both but no head width, ``F = 4C`` where the config leaves its feed-forward width unset (GPT-2's ``n_inner=None``), and
-    ``V``, ``C`` from the token embedding's shape (the first ``Embedding`` not named for
+    ``D = C / H`` where the config or modules give both but no head width, ``F = 4C`` where
+    the config leaves its feed-forward width unset (GPT-2's ``n_inner=None``), and ``V``,
+    ``C`` from the token embedding's shape (the first ``Embedding`` not named for
     positions). :func:`letter_sizes` adds the spellings, with their origins."""
     sizes: dict[str, int] = {}
     text = _text_config(config)
