@@ -214,7 +214,7 @@ class _Namer:
         self.final: list[Dims | None] = [None] * len(tensors)  # no named axis: None
         self.why: list[tuple[str, ...] | None] = [None] * len(tensors)  # each axis's proof
         self.written: dict[str, str] = {}  # letter -> where the source passes its size
-        self._why, self._declared_by = "", ""
+        self._why, self._declared_by, self._data = "", "", False
         self._comments: dict[str, Dims | None] = {}
 
     def run(self, first_input: int | None) -> list[Dims | None]:
@@ -260,6 +260,8 @@ class _Namer:
         self, rid, carried, context, text, comment=None, leaf: bool = False, via: str = ""
     ) -> None:
         pairs = self.pairs[rid]
+        record = self.tensors[rid]  # an image's axes past B: data layout, no declared size
+        self._data = record.role == "input" and len(record.shape) > 3
         out, why = [], []
         for i, pair in enumerate(pairs):
             hints = (carried[i] if carried else None, comment[i] if comment else None)
@@ -295,7 +297,11 @@ class _Namer:
         if pair[1] is None and any(_moves(c) for c in cands):
             return "?"  # no second pass for this tensor: names that move need the ops
         if len(cands) == 1:
+            if self._data and _constant(pair) and not table.moved_by(cands[0]):
+                return "?"  # an image's 3 channels are not the 3 heads a config declares
             if not leaf and _constant(pair) and not table.moved_by(cands[0]):
+                if hints[0] == "?":
+                    return "?"  # the op says it is an input's axis, which nothing named
                 declared = self._declared(context, cands[0], pair[0])
                 if declared is None:
                     return "?"  # a computed axis of a constant's size, which nothing carried
@@ -808,7 +814,7 @@ class _Namer:
             for back in range(1, min(n, len(pairs)) + 1):
                 if out[n - back] is None and _same(pairs[-back], out_pairs[n - back]):
                     name = names[-back]
-                    out[n - back] = None if name == "?" else name
+                    out[n - back] = name  # "?" too: this axis is that unnamed one
         if inputs and None in out and step.op in _MOVES_AXES:
             src = inputs[0]
             names, pairs = self.names[src], self.pairs[src]

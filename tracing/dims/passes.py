@@ -441,8 +441,8 @@ def run_knob(
     for new in sorted(values, key=lambda v: v in avoid):  # a size no other letter has first
         started = time.perf_counter()
         try:
-            twin_config = with_knob(config, knob, new)
             with _quiet():
+                twin_config = with_knob(config, knob, new)
                 other, twin = _run_twin(rebuild, twin_config, real, device, call, train, ops,
                                         shapes_pass)  # fmt: skip
         except Exception as e:  # a size the model's own checks refuse: try the next
