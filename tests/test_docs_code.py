@@ -235,7 +235,7 @@ def test_every_documented_command_is_a_real_subcommand() -> None:
 
 
 def test_the_dims_page_lists_every_letter_of_the_table() -> None:
-    """docs/dims.md's letter table and tracing.capture.dim_letters.LETTERS say the same."""
+    """docs/dims.md's letter table and tracing.dims.letters.LETTERS say the same."""
     from tracing.dims.letters import LETTERS
 
     page = (ROOT / "docs" / "dims.md").read_text(encoding="utf-8")

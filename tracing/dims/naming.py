@@ -1,24 +1,23 @@
-"""Every axis of a trace named from evidence, or ``?``.
+"""Every axis of a trace named from evidence, or ``?``: :func:`name_axes`, a pure function.
 
-An axis name is a claim about what the axis is, so each one must be proven:
+It reads only the records and the :class:`~tracing.dims.evidence.Evidence` gathered for them,
+and walks the steps once, in order, naming each tensor where it is produced:
 
-1. **Its sizes.** The name must give the axis size in the real trace *and* in the second
-   pass at other input sizes (:mod:`tracing.capture.dim_evidence`): ``T`` for an axis that moved
-   from 11 to 16 with T, ``D`` for one that stayed 16. So ``T == D`` or ``B == T`` can no
-   longer mix letters up. The names an axis could have, by its two sizes, are its
-   *candidates* (letters and expressions of :mod:`tracing.capture.dim_letters`).
-2. **The ops.** An op's output axes take the names of the input axes they come from: a
-   ``linear`` its weight's rows, a ``view`` splits ``KV·D`` into ``KV, D`` and merges
-   ``B, T`` into ``B·T``, ``transpose``/``permute`` move names, ``matmul`` keeps its left
-   operand's rows and its right one's columns, broadcasting ops keep the names of aligned
-   axes. A carried name still has to be a candidate (or give both sizes).
-3. **The modules.** Where candidates remain (experts and heads both 6), the nearest module
-   that declares one of those sizes as an attribute (``self.num_experts = 6``) decides;
-   else the words of its path and source line (``attn``, ``experts``, ``rotary``, ``mlp``).
-4. Shape comments on the line (``# (B, nh, T, hs)``) count as carried names.
+1. **Its sizes in every pass.** An axis has a size in the real trace and in each extra pass
+   (the inputs pass, the knob passes); a name has one too, from the letter sizes each pass
+   ran with (:class:`Table`). A name fits an axis when the two agree in every pass that saw
+   it: ``T`` for an axis that moved with the tokens, ``H`` for one that moved with
+   ``num_attention_heads`` and nothing else.
+2. **The ops.** An op's output takes the names of the input axes it comes from, by the
+   rules of :mod:`tracing.dims.rules` (linear, conv, view/reshape, transpose/permute,
+   matmul, einsum, broadcasting, cat/split/chunk/slice/index, repeat...). A carried name
+   must still fit the axis.
+3. **Declarations and the line.** A constant no pass moved takes a letter only where the
+   config, a module attribute or the source declares it and no other name has its size; a
+   shape comment or a number the line writes names its axis if it fits.
+4. **Words, last**, where names still tie (the proof then says so).
 
-Nothing proven: ``?``. Without the second pass, names that move with the inputs are only
-given where the ops carry them from the first input (its axes are B and T by definition).
+Each named axis keeps why (``TensorRecord.why``, :data:`PROOFS`). Nothing proven: ``?``.
 """
 
 from __future__ import annotations
@@ -30,6 +29,12 @@ from collections.abc import Mapping, Sequence
 
 from tracing.dims.evidence import Evidence
 from tracing.dims.letters import INPUT_LETTERS, LETTERS, Sized, expressions, letters_in, size_of
+from tracing.dims.rules import (
+    BY_OP,
+    CATS,
+    MOVES_AXES,
+    einsum_subscripts,
+)
 from tracing.dims.source import (
     literal_sizes,
     permutation,
@@ -45,14 +50,6 @@ from tracing.record import Step, TensorRecord, built
 Dims = tuple[str, ...]
 Pair = tuple[int | None, ...]  # an axis's size in the real trace, the inputs pass, each knob pass
 
-_TRANSPOSES = frozenset({"transpose", "transpose_", "swapaxes", "swapdims", "t", "mT"})
-_RESHAPES = frozenset({"view", "reshape", "flatten", "unflatten", "_unsafe_view", "view_as"})
-_SLICES = frozenset({"getitem", "narrow", "split", "chunk", "tensor_split", "unbind", "slice"})
-_MATMULS = frozenset({"matmul", "bmm", "baddbmm"})
-_CONVS = frozenset({"conv1d", "conv2d", "conv3d"})
-_MOVES_AXES = frozenset(  # ops whose output axes are their input's, moved or with 1s added
-    {"unsqueeze", "squeeze", "expand", "expand_as", "permute", "movedim", "repeat", "unbind"}
-)
 _WORDS = {  # words in a module path or source line -> the letter family they point at
     "rotary": ("rot", "rope", "rotary", "cos", "sin", "inv_freq"),
     "experts": ("expert", "experts", "moe", "router", "gate", "routing", "top_k"),
@@ -371,54 +368,97 @@ class _Namer:
     # ---- what an op carries from its inputs, per output axis
 
     def carried(self, step: Step, k: int, rid: int) -> list[str | None]:
+        """The names an op carries to output ``k`` from its inputs' axes: the first rule of
+        :data:`tracing.dims.rules.RULES` for the op that says something, else broadcasting
+        (and, for ``cat``, the sum of its parts)."""
         n = len(self.tensors[rid].shape)
-        named = [i for i in step.inputs if self.names[i] is not None]
-        if not named:
+        if all(self.names[i] is None for i in step.inputs):
             return [None] * n
-        op = step.op
-        try:
-            if op == "linear" and len(step.inputs) >= 2:
-                return self._linear(step.inputs[0], step.inputs[1], n, step.inputs[2:3])
-            if op == "embedding" and len(step.inputs) >= 2:
-                ids, weight = step.inputs[0], step.inputs[1]
-                return [*self._get(ids), self._get(weight)[-1]][-n:]
-            if op in _CONVS and len(step.inputs) >= 2:
-                return self._conv(step.inputs[0], step.inputs[1], n)
-            if op in _MATMULS and len(step.inputs) >= 2:
-                return self._matmul(step.inputs[-2], step.inputs[-1], n)
-            primary = self._primary(step)
-            if primary is not None and op in _TRANSPOSES | {"permute"}:
-                moved = self._moved(step, primary, rid)
-                if moved is not None:
-                    return moved
-            if primary is not None and op in _RESHAPES:
-                shaped = self._reshape(primary, rid, literal_sizes(step, k, self.tensors))
-                if shaped is not None:
-                    return shaped
-            if op == "getitem" and len(step.inputs) == 2:
-                gathered = self._gathered(step.inputs[0], step.inputs[1], rid)
-                if gathered is not None:
-                    return gathered
-            if primary is not None and op in _SLICES:
-                sliced = self._sliced(primary, rid, step if op == "getitem" else None)
-                if sliced is None and op in ("getitem", "select", "unbind"):
-                    sliced = self._indexed(primary, rid, step)
-                if sliced is not None:
-                    return sliced
-            if primary is not None and op == "getitem" and "None" in text_of(step):
-                grown = self._grown(primary, rid, step)
-                if grown is not None:
-                    return grown
-            if primary is not None and op == "view_as_real":  # a complex axis: its 2 parts
-                return [*self._get(primary), "2"][-n:]
-            if primary is not None and op == "view_as_complex":  # pairs become one number
-                return self._get(primary)[:-1][-n:]
-            if primary is not None and op == "repeat":
-                return self._repeated(primary, rid)
-        except (IndexError, KeyError, ValueError):
-            pass
+        for rule in BY_OP.get(step.op, ()):
+            try:
+                out = getattr(self, rule.method)(step, k, rid, n)
+            except (IndexError, KeyError, ValueError):
+                out = None
+            if out is not None:
+                return out
         out = self._broadcast(step, rid)
-        return self._cat(step, rid, out) if op in ("cat", "concat", "concatenate") else out
+        return self._cat(step, rid, out) if step.op in CATS else out
+
+    # ---- the rules (tracing.dims.rules): (step, output k, its id, its rank) -> names
+
+    def _rule_linear(self, step: Step, k: int, rid: int, n: int):
+        if len(step.inputs) >= 2:
+            return self._linear(step.inputs[0], step.inputs[1], n, step.inputs[2:3])
+        return None
+
+    def _rule_embedding(self, step: Step, k: int, rid: int, n: int):
+        if len(step.inputs) >= 2:
+            return [*self._get(step.inputs[0]), self._get(step.inputs[1])[-1]][-n:]
+        return None
+
+    def _rule_conv(self, step: Step, k: int, rid: int, n: int):
+        return self._conv(step.inputs[0], step.inputs[1], n) if len(step.inputs) >= 2 else None
+
+    def _rule_matmul(self, step: Step, k: int, rid: int, n: int):
+        if len(step.inputs) >= 2:
+            return self._matmul(step.inputs[-2], step.inputs[-1], n)
+        return None
+
+    def _rule_einsum(self, step: Step, k: int, rid: int, n: int):
+        found = einsum_subscripts(text_of(step), len(step.inputs))
+        if found is None or len(found[1]) != n:
+            return None
+        where: dict[str, str | None] = {}
+        for operand, axes in zip(step.inputs, found[0]):
+            names = self._get(operand)
+            if len(axes) != len(names):
+                return None
+            for sub, name in zip(axes, names):
+                if where.get(sub) in (None, "?"):
+                    where[sub] = name
+        return [where.get(sub) for sub in found[1]]
+
+    def _rule_moved(self, step: Step, k: int, rid: int, n: int):
+        primary = self._primary(step)
+        return None if primary is None else self._moved(step, primary, rid)
+
+    def _rule_reshape(self, step: Step, k: int, rid: int, n: int):
+        primary = self._primary(step)
+        if primary is None:
+            return None
+        return self._reshape(primary, rid, literal_sizes(step, k, self.tensors))
+
+    def _rule_gathered(self, step: Step, k: int, rid: int, n: int):
+        if len(step.inputs) != 2:
+            return None
+        return self._gathered(step.inputs[0], step.inputs[1], rid)
+
+    def _rule_sliced(self, step: Step, k: int, rid: int, n: int):
+        primary = self._primary(step)
+        if primary is None:
+            return None
+        sliced = self._sliced(primary, rid, step if step.op == "getitem" else None)
+        if sliced is None and step.op in ("getitem", "select", "unbind"):
+            sliced = self._indexed(primary, rid, step)
+        return sliced
+
+    def _rule_grown(self, step: Step, k: int, rid: int, n: int):
+        primary = self._primary(step)
+        if primary is None or "None" not in text_of(step):
+            return None
+        return self._grown(primary, rid, step)
+
+    def _rule_complex(self, step: Step, k: int, rid: int, n: int):
+        primary = self._primary(step)
+        if primary is None:
+            return None
+        if step.op == "view_as_real":  # a complex axis: its 2 parts
+            return [*self._get(primary), "2"][-n:]
+        return self._get(primary)[:-1][-n:]  # pairs become one number
+
+    def _rule_repeated(self, step: Step, k: int, rid: int, n: int):
+        primary = self._primary(step)
+        return None if primary is None else self._repeated(primary, rid)
 
     def _cat(self, step: Step, rid: int, out: list[str | None]) -> list[str | None]:
         """A ``cat`` axis is the sum of its parts: ``D/2`` and ``D/2`` make ``D``, ``Lkv``
@@ -815,7 +855,7 @@ class _Namer:
                 if out[n - back] is None and _same(pairs[-back], out_pairs[n - back]):
                     name = names[-back]
                     out[n - back] = name  # "?" too: this axis is that unnamed one
-        if inputs and None in out and step.op in _MOVES_AXES:
+        if inputs and None in out and step.op in MOVES_AXES:
             src = inputs[0]
             names, pairs = self.names[src], self.pairs[src]
             for j in range(n):

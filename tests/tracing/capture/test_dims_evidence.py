@@ -38,9 +38,10 @@ def named_share(trace) -> float:
 PROJ = {"linear", "view", "transpose", "reshape", "matmul", "softmax"}
 
 EXPECTED = {
-    "llama": {  # GQA: 6 query heads, 2 key/value heads
+    "llama": {  # GQA: 6 query heads, 2 key/value heads; head_dim given apart from C, so
+        # the knob passes tell H·D (q_proj's width, o_proj's input) from C
         "self_attn": [
-            ("linear", "(B,T,C)"),
+            ("linear", "(B,T,H·D)"),
             ("view", "(B,T,H,D)"),
             ("transpose", "(B,H,T,D)"),
             ("linear", "(B,T,KV·D)"),
@@ -56,7 +57,7 @@ EXPECTED = {
             ("softmax", "(B,H,T,T)"),
             ("matmul", "(B,H,T,D)"),
             ("transpose", "(B,T,H,D)"),
-            ("reshape", "(B,T,C)"),
+            ("reshape", "(B,T,H·D)"),
             ("linear", "(B,T,C)"),
         ],
         "mlp": [("linear", "(B,T,F)"), ("linear", "(B,T,F)"), ("linear", "(B,T,C)")],

@@ -177,3 +177,21 @@ def test_each_named_axis_says_why():
     assert named[x].why[:2] == ("the first input's axes: B, then T",) * 2
     assert named[y].why == ("carried by linear from its input's axis",) * 3
     assert table["T"]["moved_by"] == ["inputs"] and "moved_by" not in table["F"]
+
+
+def test_einsum_takes_each_output_subscript_from_the_input_axis_of_that_subscript():
+    w = Walk(sizes={**SIZES, "T": 4})  # T == D: only the equation can tell i, j from d
+    x = w.input((2, 4, 12), (3, 9, 12))
+    heads = w.op("view", [x], [(2, 4, 3, 4)], [(3, 9, 3, 4)])
+    q = w.op("transpose", [heads], [(2, 3, 4, 4)], [(3, 3, 9, 4)], "q.transpose(1, 2)")
+    text = 'sim = einsum("b h i d, b h j d -> b h i j", q, k)'  # einops' spaced spelling
+    scores = w.op("einsum", [q, q], [(2, 3, 4, 4)], [(3, 3, 9, 9)], text)
+    out = w.op(
+        "einsum",
+        [scores, q],
+        [(2, 3, 4, 4)],
+        [(3, 3, 9, 4)],
+        "torch.einsum('bhij,bhjd->bhid', a, v)",
+    )
+    names = w.names()
+    assert names[scores] == ("B", "H", "T", "T") and names[out] == ("B", "H", "T", "D")
