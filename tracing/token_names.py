@@ -2,11 +2,11 @@
 
 A trace of a model with its own tokenizer carries the tokenizer's strings itself:
 ``meta["token_labels"]`` (the prompt's tokens as text, ``" world"``) and
-``meta["token_strings"]`` (``{"id": text}`` for every id of its vocabulary, bounded, else
-for the prompt's; written by ``app.core.token_text``); our own models' traces carry bytes.
-:func:`token_namer` turns that into one ``name(id) -> str`` for any id (a prompt token, a
-predicted one): the recorded string, else ``#50256``; the byte label (``'a'``, ``'␣'``,
-``'0xc3'``) only for a trace of a byte-level model.
+``meta["token_strings"]`` (the text of every id of its vocabulary as a list, bounded,
+else ``{"id": text}`` for the prompt's; written by ``app.core.token_text``); our own
+models' traces carry bytes. :func:`token_namer` turns that into one ``name(id) -> str``
+for any id (a prompt token, a predicted one): the recorded string, else ``#50256``; the
+byte label (``'a'``, ``'␣'``, ``'0xc3'``) only for a trace of a byte-level model.
 
 Opening a trace never reads another file: ``meta["tokenizer"]`` (where the tokenizer was,
 kept so a re-trace can find it) is only a name here. An older trace that has that path
@@ -83,12 +83,21 @@ def _labels_fit(labels: Any, tokens: Sequence[int]) -> bool:
     )
 
 
+def _recorded(table: Any, token: int) -> Any:
+    """Token ``token``'s entry of ``meta["token_strings"]``: a list (index = id) or
+    ``{"id": text}``; None where it has none."""
+    if isinstance(table, (list, tuple)):
+        return table[token] if 0 <= token < len(table) else None
+    if isinstance(table, Mapping):
+        return table.get(str(token))
+    return None
+
+
 def token_namer(meta: Mapping[str, Any]) -> Callable[[int], str]:
     """``name(id)`` for the tokens of this trace (see the module doc)."""
     if not has_tokenizer(meta):
         return byte_label
     table = meta.get("token_strings")
-    table = table if isinstance(table, Mapping) else {}
     prompt: dict[int, str] = {}
     tokens = prompt_tokens(meta)
     labels = meta.get("token_labels")
@@ -100,7 +109,8 @@ def token_namer(meta: Mapping[str, Any]) -> Callable[[int], str]:
         token = int(token)
         label = shown.get(token)
         if label is None:
-            text = table.get(str(token), prompt.get(token))
+            text = _recorded(table, token)
+            text = prompt.get(token) if text is None else text
             label = text_label(text) if isinstance(text, str) else f"#{token}"
             shown[token] = label
         return label

@@ -17,8 +17,8 @@ decoder would, one token at a time, as ``convert_ids_to_tokens`` plus the decode
 
 :func:`recorded_strings` is what a trace keeps in ``meta["token_strings"]`` so a viewer
 never has to open the tokenizer again (see :mod:`tracing.token_names`): the text of every
-id of the vocabulary, bounded (:data:`MAX_TOKEN_STRINGS` ids, :data:`MAX_TOKEN_CHARS`
-characters each), else of the prompt's ids alone.
+id of the vocabulary as a list (index = id), bounded (:data:`MAX_TOKEN_STRINGS` ids,
+:data:`MAX_TOKEN_CHARS` characters each), else ``{"id": text}`` for the prompt's ids.
 """
 
 from __future__ import annotations
@@ -72,27 +72,63 @@ def token_text(tokenizer: Any, token: int, kind: str, special: frozenset[int]) -
         return f"#{token}"
     if token in special:
         return piece
+    return piece_text(piece, kind) or _decoded(tokenizer, int(token), piece)
+
+
+def piece_text(piece: str, kind: str) -> str | None:
+    """The text of a vocabulary entry of a ``byte_level`` or ``metaspace`` tokenizer;
+    None where the entry does not read that way (then ``decode`` says it)."""
     if kind == "byte_level":
-        letters = _byte_decoder()
-        if all(c in letters for c in piece):
-            return bytes(letters[c] for c in piece).decode("utf-8", "backslashreplace")
-        return piece
+        raw = piece.translate(_byte_table())
+        if raw.isascii():
+            return raw  # plain ASCII (most entries): as it is
+        try:
+            return raw.encode("latin-1").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:  # a letter outside the byte alphabet: not byte-level
+            return None
     if kind == "metaspace":
         byte = _BYTE_FALLBACK.fullmatch(piece)
         if byte is not None:
             value = int(byte.group(1), 16)
             return chr(value) if value < 0x80 else piece
         return piece.replace("▁", " ")
-    text = tokenizer.decode([int(token)], skip_special_tokens=False)
+    return None
+
+
+def _decoded(tokenizer: Any, token: int, piece: str) -> str:
+    text = tokenizer.decode([token], skip_special_tokens=False)
     return text if text and "\ufffd" not in text else piece
+
+
+@functools.cache
+def _byte_table() -> dict[int, str]:
+    """``str.translate`` table: each stand-in letter to the byte it stands for (as a
+    latin-1 character, so the result encodes back to those bytes)."""
+    return {ord(letter): chr(byte) for letter, byte in _byte_decoder().items()}
 
 
 def recorded_strings(
     tokenizer: Any, kind: str, special: frozenset[int], prompt: Iterable[int] = ()
-) -> dict[str, str]:
-    """``meta["token_strings"]``: ``{"id": text}`` for the whole vocabulary when it has at
-    most :data:`MAX_TOKEN_STRINGS` ids, else for the ``prompt``'s ids; each text cut to
-    :data:`MAX_TOKEN_CHARS` characters."""
+) -> list[str] | dict[str, str]:
+    """``meta["token_strings"]``: the text of every id (a list, index = id) when the
+    vocabulary has at most :data:`MAX_TOKEN_STRINGS` ids, else ``{"id": text}`` for the
+    ``prompt``'s ids; each text cut to :data:`MAX_TOKEN_CHARS` characters."""
     size = tokenizer.get_vocab_size(with_added_tokens=True)
-    ids = range(size) if size <= MAX_TOKEN_STRINGS else sorted(set(map(int, prompt)))
-    return {str(i): token_text(tokenizer, i, kind, special)[:MAX_TOKEN_CHARS] for i in ids}
+    if size > MAX_TOKEN_STRINGS:
+        return {
+            str(i): token_text(tokenizer, i, kind, special)[:MAX_TOKEN_CHARS]
+            for i in sorted(set(map(int, prompt)))
+        }
+    texts = []
+    for i in range(size):  # (id_to_token per id is quicker than get_vocab's dict)
+        piece = tokenizer.id_to_token(i)
+        if piece is None:
+            text = f"#{i}"
+        elif i in special:
+            text = piece
+        else:
+            text = piece_text(piece, kind)
+            if text is None:
+                text = _decoded(tokenizer, i, piece)
+        texts.append(text[:MAX_TOKEN_CHARS])
+    return texts

@@ -90,13 +90,14 @@ def test_the_recorded_strings_are_the_vocabulary_bounded(byte_level, monkeypatch
     tok = byte_level
     kind, special = _read(tok)
     table = recorded_strings(tok, kind, special, prompt=[5, 7])
-    assert len(table) == tok.get_vocab_size()
-    assert all(len(text) <= MAX_TOKEN_CHARS for text in table.values())
-    assert table[str(tok.token_to_id("Ġdog"))] == " dog"
+    assert table == [token_text(tok, i, kind, special) for i in range(tok.get_vocab_size())]
+    assert all(len(text) <= MAX_TOKEN_CHARS for text in table)
+    assert table[tok.token_to_id("Ġdog")] == " dog"
     import app.core.token_text as module
 
     monkeypatch.setattr(module, "MAX_TOKEN_STRINGS", 100)  # a vocabulary over the bound
-    assert sorted(recorded_strings(tok, kind, special, prompt=[7, 5, 7])) == ["5", "7"]
+    texts = recorded_strings(tok, kind, special, prompt=[7, 5, 7])
+    assert texts == {"5": token_text(tok, 5, kind, special), "7": token_text(tok, 7, kind, special)}
 
 
 def test_opening_a_trace_never_reads_the_tokenizer_it_names(tmp_path):
@@ -121,7 +122,8 @@ def test_a_strangers_token_strings_are_inert_and_bounded():
         "tokenizer": "x",
         "token_strings": {"5": "\x1b]0;title\x07", "6": "a" * 500, "bad": "x", "7": 3},
     }
-    name = token_namer(meta)
-    assert "\x1b" not in name(5) and "\x07" not in name(5)
-    assert len(name(6)) <= 40
-    assert name(7) == "#7" and name(8) == "#8"
+    for table in (meta["token_strings"], ["", "", "", "", "", "\x1b]0;title\x07", "a" * 500, 3]):
+        name = token_namer({**meta, "token_strings": table})
+        assert "\x1b" not in name(5) and "\x07" not in name(5)
+        assert len(name(6)) <= 40
+        assert name(7) == "#7" and name(8) == "#8" and name(-1) == "#-1"
