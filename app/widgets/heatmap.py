@@ -16,7 +16,8 @@ shows one 2-D array the way a person reads a matrix:
 - **Honest colours.** Signed data gets a diverging map centred on zero (blue < 0 < red);
   non-negative data and probabilities get a sequential map (viridis, inferno for attention).
 - **Hover** shows ``(row, col) = value`` from the full-resolution matrix, in a line under
-  the plot and as a tooltip.
+  the plot and as a tooltip; stepping to another matrix under a still mouse reads the
+  new value there.
 
 The widget keeps one ``ImageItem`` for its whole life: stepping through a trace only swaps
 the pixels, which keeps a step update to a few milliseconds.
@@ -33,7 +34,7 @@ from typing import ClassVar, Literal
 import numpy as np
 import pyqtgraph as pg
 import torch
-from PySide6.QtCore import QPointF, QRectF, QSize, Qt, Signal
+from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QFontMetrics, QImage, QPainter, QPalette
 from PySide6.QtWidgets import (
     QComboBox,
@@ -475,6 +476,7 @@ class HeatmapView(QWidget):
         self._signed_cmap = SIGNED_CMAP_DARK if dark else SIGNED_CMAP
         self._square = False
         self._extra = (0.0, 0.0)  # margins added for square cells (across, down), pixels
+        self._hover_pos: QPointF | None = None  # where the mouse last was, scene coordinates
         self._axis_names: tuple[str, str] = ("", "")
         self._ticks_shown: dict[str, tuple] = {}  # axis -> (labels, first, last, every)
         self._widest: tuple = (None, 0)  # (labels, pixel width of the widest)
@@ -545,6 +547,7 @@ class HeatmapView(QWidget):
         bar_axis.setPen(pg.mkPen(foreground))
         bar_axis.setTextPen(pg.mkPen(foreground))
         self._canvas.scene().sigMouseMoved.connect(self._on_mouse_moved)
+        self._canvas.installEventFilter(self)  # a mouse that leaves takes the readout along
         self._plot.getViewBox().sigRangeChanged.connect(self._update_ticks)
         self._plot.getViewBox().sigResized.connect(self._fit_square)
         self._plot.getViewBox().sigResized.connect(self._update_ticks)
@@ -743,6 +746,8 @@ class HeatmapView(QWidget):
         self._fit_square()
         self._update_ticks()
         self._pages.setCurrentIndex(0)
+        if self._hover_pos is not None:  # the readout follows the step: the new value there
+            self._on_mouse_moved(self._hover_pos)
 
     def _fit_square(self, *_args) -> None:
         """Square cells (``set_matrix(square=True)``) with the view still on the map.
@@ -887,7 +892,14 @@ class HeatmapView(QWidget):
             return row, col
         return None
 
+    def eventFilter(self, watched, event) -> bool:
+        if watched is self._canvas and event.type() == QEvent.Type.Leave:
+            self._hover_pos = None
+            self._hover.setText(" ")
+        return super().eventFilter(watched, event)
+
     def _on_mouse_moved(self, pos: QPointF) -> None:
+        self._hover_pos = QPointF(pos)
         cell = self.cell_at_scene_pos(pos)
         if cell is None:
             self._hover.setText(" ")
