@@ -13,6 +13,10 @@ shows one 2-D array the way a person reads a matrix:
   as tick labels (``AxisItem.setTicks``). Only the labels that fit are handed to the axis:
   every token when there is room, else every 2nd, 4th, 8th ... recomputed when the view is
   zoomed, panned or resized, so 256 tokens never mean 256 labels measured on every paint.
+  Column labels too wide to sit side by side turn upright (:class:`TokenAxisItem`), so a
+  column a line wide is room enough.
+- **On the map.** The view's range is the matrix, at any widget size; square cells
+  (attention maps) come from margins around the plot, not from widening the range.
 - **Honest colours.** Signed data gets a diverging map centred on zero (blue < 0 < red);
   non-negative data and probabilities get a sequential map (viridis, inferno for attention).
 - **Hover** shows ``(row, col) = value`` from the full-resolution matrix, in a line under
