@@ -106,3 +106,14 @@ def test_app_command_says_what_is_missing_instead_of_aborting(broken_plugin, tmp
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: Qt cannot load its xcb platform")
     assert "apt-get install -y libxcb-icccm4 libxcb-keysyms1" in lines[0]
+
+
+def test_tracing_show_says_the_same_before_loading_qt(broken_plugin, monkeypatch):
+    import app.windows.live_show as live_show
+
+    monkeypatch.delenv("QT_QPA_PLATFORM", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    monkeypatch.setenv("DISPLAY", ":99")
+    monkeypatch.setattr(qt_platform, "xcb_plugin", lambda: broken_plugin)
+    why = live_show.can_run_here()
+    assert why is not None and why.endswith("apt-get install -y libxcb-icccm4 libxcb-keysyms1")
