@@ -13,8 +13,8 @@ it once, then times, interleaved round by round:
   ``safetensors.torch.save_file`` of the same tensors;
 - opening lazily (header only), which must stay fast whatever the file's size.
 
-Prints medians and ratios, and the CRC-32's speed (``tracing.crc32``: libdeflate where
-installed, against zlib): the least a verified read can take on two cores is about the
+Prints medians and ratios, and the CRC-32's speed (``tracing.crc32``: the zlib-ng wheel,
+against zlib): the least a verified read can take on two cores is about the
 plain read plus half the CRC-32's time, which bounds the ratio ``scratchformer bench``
 can reach while every value is checked. It never fails.
 
@@ -22,10 +22,13 @@ Figures measured here before, quoted from the code they explain (2-core EPYC, th
 gpt2-small ``values`` trace, every tensor read once; rerun to check them):
 
 - ``tracing/file/container.py``: ~56 ms without checksums, ~75 ms with; the CRC-32 is
-  ~34 ms of CPU at libdeflate's 14 GB/s, split over the two cores; reading ahead the next
-  entry on the helper thread measured no better (both cores are busy already);
-- ``tracing/file/crc32.py``: ``zlib.crc32`` ~4 GB/s per core, libdeflate ~14 GB/s; a
-  ``combiner`` append ~0.2 us instead of ~4 for ``combine``, its tables ~0.3 ms.
+  ~34 ms of CPU at libdeflate's 14 GB/s (~16 ms at zlib-ng's 30), split over the two
+  cores; reading ahead the next entry on the helper thread measured no better (both
+  cores are busy already);
+- ``tracing/file/crc32.py``: ``zlib.crc32`` ~4 GB/s per core, libdeflate (found by
+  ``ctypes``, before) ~14 GB/s, the zlib-ng wheel (now) ~30 GB/s, in the same runs
+  interleaved; a ``combiner`` append ~0.2 us instead of ~4 for ``combine``, its tables
+  ~0.3 ms.
 """
 
 from __future__ import annotations

@@ -1,11 +1,16 @@
 """Token ids as the strings a person reads, from a trace's meta: one namer for every axis.
 
-A trace of a model with its own tokenizer carries ``meta["token_labels"]`` (the prompt's
-tokens as text, ``" world"``) and ``meta["tokenizer"]`` (the ``tokenizer.json`` they came
-from); our own models' traces carry bytes. :func:`token_namer` turns that into one
-``name(id) -> str`` for any id (a prompt token, a predicted one): the prompt's own label,
-else the tokenizer file's (when it is still there and ``tokenizers`` is installed), else
-the byte label (``'a'``, ``'␣'``, ``'0xc3'``; ``#50256`` beyond the bytes).
+A trace of a model with its own tokenizer carries the tokenizer's strings itself:
+``meta["token_labels"]`` (the prompt's tokens as text, ``" world"``) and
+``meta["token_strings"]`` (the text of every id of its vocabulary as a list, bounded,
+else ``{"id": text}`` for the prompt's; written by ``app.core.token_text``); our own
+models' traces carry bytes. :func:`token_namer` turns that into one ``name(id) -> str``
+for any id (a prompt token, a predicted one): the recorded string, else ``#50256``; the
+byte label (``'a'``, ``'␣'``, ``'0xc3'``) only for a trace of a byte-level model.
+
+Opening a trace never reads another file: ``meta["tokenizer"]`` (where the tokenizer was,
+kept so a re-trace can find it) is only a name here. An older trace that has that path
+and no ``token_strings`` shows its prompt's labels and ``#id`` for the rest.
 
 Labels are short and printable: a space shows as ``␣``, a newline as ``\\n``, control
 and bidi characters are made inert.
@@ -14,8 +19,6 @@ and bidi characters are made inert.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from tracing.safe_text import inert
@@ -62,9 +65,14 @@ def prompt_labels(meta: Mapping[str, Any]) -> list[str] | None:
     if tokens is None:
         return None
     labels = meta.get("token_labels")
-    if _labels_fit(labels, tokens) and meta.get("tokenizer"):
+    if _labels_fit(labels, tokens) and has_tokenizer(meta):
         return [text_label(str(s)) for s in labels]
     return [byte_label(t) for t in tokens]
+
+
+def has_tokenizer(meta: Mapping[str, Any]) -> bool:
+    """Whether the trace's tokens came from a tokenizer of their own (not bytes)."""
+    return bool(meta.get("tokenizer") or meta.get("token_strings"))
 
 
 def _labels_fit(labels: Any, tokens: Sequence[int]) -> bool:
@@ -75,39 +83,36 @@ def _labels_fit(labels: Any, tokens: Sequence[int]) -> bool:
     )
 
 
-@lru_cache(maxsize=4)
-def _tokenizer_file(path: str):
-    try:
-        from tokenizers import Tokenizer
-
-        return Tokenizer.from_file(path)
-    except Exception:  # not installed, gone, or not a tokenizer: the prompt's labels only
-        return None
+def _recorded(table: Any, token: int) -> Any:
+    """Token ``token``'s entry of ``meta["token_strings"]``: a list (index = id) or
+    ``{"id": text}``; None where it has none."""
+    if isinstance(table, (list, tuple)):
+        return table[token] if 0 <= token < len(table) else None
+    if isinstance(table, Mapping):
+        return table.get(str(token))
+    return None
 
 
 def token_namer(meta: Mapping[str, Any]) -> Callable[[int], str]:
     """``name(id)`` for the tokens of this trace (see the module doc)."""
-    path = meta.get("tokenizer")
-    if not path or not isinstance(path, str):
+    if not has_tokenizer(meta):
         return byte_label
-    known: dict[int, str] = {}
+    table = meta.get("token_strings")
+    prompt: dict[int, str] = {}
     tokens = prompt_tokens(meta)
     labels = meta.get("token_labels")
     if tokens is not None and _labels_fit(labels, tokens):
-        known = {t: text_label(s) for t, s in zip(tokens, labels)}
-    tok = _tokenizer_file(path) if Path(path).is_file() else None
+        prompt = dict(zip(tokens, labels))
+    shown: dict[int, str] = {}  # labels made on first use: a vocabulary is 10^5 strings
 
     def name(token: int) -> str:
         token = int(token)
-        if token in known:
-            return known[token]
-        if tok is not None:
-            text = tok.decode([token], skip_special_tokens=False)
-            if not text or text == "\ufffd":
-                text = tok.id_to_token(token) or ""
-            if text:
-                known[token] = text_label(text)
-                return known[token]
-        return f"#{token}"
+        label = shown.get(token)
+        if label is None:
+            text = _recorded(table, token)
+            text = prompt.get(token) if text is None else text
+            label = text_label(text) if isinstance(text, str) else f"#{token}"
+            shown[token] = label
+        return label
 
     return name

@@ -78,6 +78,11 @@ def run(args: argparse.Namespace) -> int:
             raise UserError("give either trace files or --compare A B, not both")
         for path in compare:
             input_file(path, "trace file")
+    from app.core.qt_platform import platform_problem
+
+    problem = platform_problem()  # before Qt loads: it would abort on a missing library
+    if problem is not None:
+        raise UserError(problem)
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 

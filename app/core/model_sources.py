@@ -14,8 +14,10 @@
 A tokenizer travels with the model: the folder's ``tokenizer.json`` (read with the small
 ``tokenizers`` library it is written for), or ``--tokenizer PATH`` for a file model; our
 own models keep the byte tokenizer. The prompt is encoded as the model expects, and the
-trace's meta carries the token strings (``token_labels``), so every token axis of every
-view shows them, in this process or from the saved file.
+trace's meta carries the token strings (``token_labels`` for the prompt, and
+``token_strings`` for every id of the vocabulary, bounded: :mod:`app.core.token_text`), so
+every token any view shows is the tokenizer's, in this process or from the saved file,
+which never needs the tokenizer again.
 
 Every failure is one :class:`UserCodeError` line. Plain Python, no Qt.
 """
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from app.core import token_text
 from app.core.user_model import (
     InputSpec,
     LoadedModel,
@@ -98,6 +101,8 @@ class TextTokenizer:
             detail = " ".join(str(e).split())[:200]
             raise UserCodeError(f"{path}: not a tokenizer.json ({detail})") from e
         self.path = path
+        self._kind = token_text.decoder_kind(self._tok)
+        self._special = frozenset(self._tok.get_added_tokens_decoder())
 
     def encode(self, text: str) -> list[int]:
         """The ids the model expects, special tokens (a BOS) included as the file says."""
@@ -107,15 +112,16 @@ class TextTokenizer:
         return self._tok.decode(list(ids), skip_special_tokens=False)
 
     def token_str(self, i: int) -> str:
-        """One token as text (``" hello"``); its vocabulary entry where it decodes to
-        nothing (a lone byte of a longer character)."""
-        text = self._tok.decode([int(i)], skip_special_tokens=False)
-        if not text or text == "\ufffd":
-            text = self._tok.id_to_token(int(i)) or f"#{i}"
-        return text
+        """One token as the text it stands for (``" hello"``, a part of a character as
+        ``\\xe2``): :func:`app.core.token_text.token_text`."""
+        return token_text.token_text(self._tok, int(i), self._kind, self._special)
 
     def token_strings(self, ids: list[int]) -> list[str]:
         return [self.token_str(i) for i in ids]
+
+    def recorded_strings(self, prompt: list[int]) -> dict[str, str]:
+        """What a trace keeps of this tokenizer (``meta["token_strings"]``, bounded)."""
+        return token_text.recorded_strings(self._tok, self._kind, self._special, prompt)
 
 
 def find_tokenizer(path: str | Path | None, model_path: Path | None = None) -> TextTokenizer | None:
@@ -285,6 +291,8 @@ def load(
     loaded.args, loaded.kwargs = _to_device(loaded.args, device), _to_device(loaded.kwargs, device)
     if tok is not None and loaded.meta.get("tokens"):
         loaded.meta["token_labels"] = tok.token_strings(loaded.meta["tokens"])
+    if tok is not None:  # every id a view may name, so opening the trace reads no file
+        loaded.meta["token_strings"] = tok.recorded_strings(loaded.meta.get("tokens") or [])
     loaded.meta.update(
         source={"file": "model_file", "folder": "hf_folder", "config": "hf_config"}[spec.kind],
         model=text,

@@ -41,6 +41,7 @@ from PySide6.QtWidgets import (
 from app.theme import PROBABILITY_CMAP
 from app.widgets.common import ElidedLabel, column
 from app.widgets.heatmap import HeatmapView, colormap
+from app.widgets.tensor_view import first_nonfinite_slice
 from tracing.record import Trace
 
 THUMB_PIXELS = 48
@@ -515,17 +516,31 @@ class AttentionPanel(QWidget):
     # ---- selection
 
     def set_layer(self, layer: int, head: int | None = None) -> None:
-        """Show ``layer``; the head stays as it was unless given (clamped to the layer)."""
+        """Show ``layer``; the head stays as it was unless given (clamped to the layer),
+        and unless the map holds NaN or ±Inf only in other heads or batch elements: then
+        the first of those opens."""
         if not self._maps:
             return
         layer = max(0, min(layer, len(self._maps) - 1))
+        keep = head is None
         head = self._head if head is None else head
         head = max(0, min(head, self.heads(layer) - 1))
+        jump = first_nonfinite_slice(self._maps[layer], (self._batch, head)) if keep else None
+        if jump is not None:
+            batch, head = jump
+            if batch != self._batch:
+                self.batch_spin.blockSignals(True)
+                self.batch_spin.setValue(batch)
+                self.batch_spin.blockSignals(False)
+                self._batch, self._grid_dirty = batch, True
+                self._layer = -1  # drawn afresh below
         if (layer, head) == (self._layer, self._head):
             return
         self._layer, self._head = layer, head
         self._sync_controls()
         self._changed()
+        if self._grid_dirty and self.isVisible():  # another batch element's thumbnails
+            self._build_grid()
 
     def set_head(self, head: int) -> None:
         self.set_layer(self._layer, head)

@@ -40,13 +40,13 @@ from app import theme
 from app.core import edit_session, session
 from app.core.session import SessionError
 from app.widgets.common import column, hint_label
-from app.widgets.tensor_view import token_label
 from app.windows import dialogs
 from app.windows.compare_window import CompareWindow
 from app.windows.sweep_dialog import SweepDialog
 from app.workers import BackgroundJob, JobWithProgress
 from tracing.capture.edits import Action, Edit, EditError
 from tracing.formatting import step_text
+from tracing.token_names import token_namer
 
 if TYPE_CHECKING:  # pragma: no cover
     from app.core.session import TraceOutcome
@@ -385,7 +385,7 @@ class EditsController(QObject):
         described = "; ".join(e.describe() for e in self.active_edits()) or "edited"
         compare = CompareWindow(original, edited, "original", "edited", parent=self.window)
         compare.setWindowTitle(f"Edit: {described} — Scratchformer")
-        rows = edit_session.prediction_change(original, edited, token_label)
+        rows = edit_session.prediction_change(original, edited, token_namer(original.meta))
         change = edit_session.output_change(original, edited)
         compare.add_card("Prediction (last position)", prediction_card(rows, change))
         edits_label = hint_label(html.escape(described), wrap=True)

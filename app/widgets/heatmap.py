@@ -13,10 +13,15 @@ shows one 2-D array the way a person reads a matrix:
   as tick labels (``AxisItem.setTicks``). Only the labels that fit are handed to the axis:
   every token when there is room, else every 2nd, 4th, 8th ... recomputed when the view is
   zoomed, panned or resized, so 256 tokens never mean 256 labels measured on every paint.
+  Column labels too wide to sit side by side turn upright (:class:`TokenAxisItem`), so a
+  column a line wide is room enough.
+- **On the map.** The view's range is the matrix, at any widget size; square cells
+  (attention maps) come from margins around the plot, not from widening the range.
 - **Honest colours.** Signed data gets a diverging map centred on zero (blue < 0 < red);
   non-negative data and probabilities get a sequential map (viridis, inferno for attention).
 - **Hover** shows ``(row, col) = value`` from the full-resolution matrix, in a line under
-  the plot and as a tooltip.
+  the plot and as a tooltip; stepping to another matrix under a still mouse reads the
+  new value there.
 
 The widget keeps one ``ImageItem`` for its whole life: stepping through a trace only swaps
 the pixels, which keeps a step update to a few milliseconds.
@@ -33,8 +38,8 @@ from typing import ClassVar, Literal
 import numpy as np
 import pyqtgraph as pg
 import torch
-from PySide6.QtCore import QPointF, QRectF, QSize, Qt, Signal
-from PySide6.QtGui import QImage, QPainter, QPalette
+from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt, Signal
+from PySide6.QtGui import QFontMetrics, QImage, QPainter, QPalette
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
@@ -60,6 +65,9 @@ Scale = Literal["auto", "signed", "sequential", "probability"]
 
 MAX_DISPLAY = 768
 """Largest number of pixels per axis handed to the image; bigger matrices are strided."""
+
+PLOT_MARGINS = (4, 4, 4, 12)
+"""Space around the plot (left, top, right, bottom), pixels; square maps add to it."""
 
 MASKED_ARGB = 0xFF000000 | int(MASKED_COLOUR[1:], 16)
 """The mask-fill colour as the premultiplied ARGB word ``ColouredImageItem`` writes."""
@@ -261,6 +269,73 @@ class CachedAxisItem(pg.AxisItem):
         self.picture.play(p)
 
 
+class TokenAxisItem(CachedAxisItem):
+    """The column axis: token labels across, or turned upright when they do not fit.
+
+    A label across needs its text's width; upright it needs only a line's height. So when
+    the labels handed over (``setTicks``) would overlap across, :meth:`set_upright` turns
+    them to read bottom to top, one per column, and the axis grows as tall as the longest
+    (:data:`UPRIGHT_MAX_PIXELS` at most, longer ones elided). Numbers stay across.
+    """
+
+    UPRIGHT_MAX_PIXELS = 120
+
+    def __init__(self, orientation: str, **kwargs):
+        super().__init__(orientation, **kwargs)
+        self.upright = False
+        self._room = 0  # pixels for an upright label (longer ones are elided)
+
+    def set_upright(self, upright: bool, tallest: int = 0) -> None:
+        """Turn the labels upright (``tallest``: the longest one's width in pixels) or back."""
+        self._room = min(tallest, self.UPRIGHT_MAX_PIXELS)
+        name = int(self.label.boundingRect().height() * 0.8) if self.label.isVisible() else 0
+        height = self._room + 10 + name if upright else None  # the axis name on top
+        if upright == self.upright and height == self.fixedHeight:
+            return
+        self.upright = upright
+        self.setHeight(height)  # None: back to pyqtgraph's own height
+        self.picture = None
+        self.update()
+
+    def picture_key(self) -> tuple:
+        return (*super().picture_key(), self.upright)
+
+    def generateDrawSpecs(self, p):
+        specs = super().generateDrawSpecs(p)
+        if not self.upright or specs is None or not self._tickLevels:
+            return specs
+        axis_spec, tick_specs, _ = specs
+        lo, hi = self.range
+        width = self.mapRectFromParent(self.geometry()).width()
+        bottom = self.mapRectFromParent(self.geometry()).height() - 4
+        metrics = QFontMetrics(p.font())
+        line = metrics.height()
+        room = self._room + 2
+        texts = []  # (the upright label's rectangle, flags, text), as pyqtgraph's specs
+        for x, label in (tick for level in self._tickLevels for tick in level):
+            if hi <= lo or not lo <= x <= hi:
+                continue
+            at = (x - lo) / (hi - lo) * width
+            shown = metrics.elidedText(label, Qt.TextElideMode.ElideRight, room)
+            length = metrics.horizontalAdvance(shown)
+            rect = QRectF(at - line / 2, bottom - length, line, length)
+            texts.append((rect, int(Qt.AlignmentFlag.AlignLeft), shown))
+        return axis_spec, tick_specs, texts
+
+    def drawPicture(self, p, axisSpec, tickSpecs, textSpecs):
+        if not self.upright:
+            super().drawPicture(p, axisSpec, tickSpecs, textSpecs)
+            return
+        super().drawPicture(p, axisSpec, tickSpecs, [])
+        p.setPen(self.textPen())
+        for rect, flags, text in textSpecs:
+            p.save()
+            p.translate(rect.center().x(), rect.bottom())
+            p.rotate(-90)  # reads bottom to top, centred on its column
+            p.drawText(QRectF(0, -rect.width() / 2, rect.height(), rect.width()), flags, text)
+            p.restore()
+
+
 # --------------------------------------------------------------------------- image
 
 
@@ -404,6 +479,8 @@ class HeatmapView(QWidget):
         dark = self.palette().color(QPalette.ColorRole.Base).lightness() < 128
         self._signed_cmap = SIGNED_CMAP_DARK if dark else SIGNED_CMAP
         self._square = False
+        self._extra = (0.0, 0.0)  # margins added for square cells (across, down), pixels
+        self._hover_pos: QPointF | None = None  # where the mouse last was, scene coordinates
         self._axis_names: tuple[str, str] = ("", "")
         self._ticks_shown: dict[str, tuple] = {}  # axis -> (labels, first, last, every)
         self._widest: tuple = (None, 0)  # (labels, pixel width of the widest)
@@ -441,9 +518,9 @@ class HeatmapView(QWidget):
         self._canvas = pg.GraphicsLayoutWidget()
         self._canvas.setBackground(background)
         self._canvas.setMinimumSize(160, 120)
-        self._canvas.ci.setContentsMargins(4, 4, 4, 12)
+        self._canvas.ci.setContentsMargins(*PLOT_MARGINS)
         self._plot: pg.PlotItem = self._canvas.addPlot(
-            axisItems={name: CachedAxisItem(name) for name in ("left", "top")}
+            axisItems={"left": CachedAxisItem("left"), "top": TokenAxisItem("top")}
         )
         self._plot.hideButtons()
         self._plot.setMenuEnabled(False)
@@ -459,6 +536,7 @@ class HeatmapView(QWidget):
             # ticks point outward: an axis that reached into the plot would be repainted
             # with the image on every step
             axis.setStyle(tickLength=4, tickTextOffset=2, autoExpandTextSpace=True)
+            axis.setStyle(tickFont=self.font())  # the font labels are measured in
         self._image = ColouredImageItem(axisOrder="row-major")
         self._image_rect = QRectF()
         self._plot.addItem(self._image)
@@ -473,7 +551,9 @@ class HeatmapView(QWidget):
         bar_axis.setPen(pg.mkPen(foreground))
         bar_axis.setTextPen(pg.mkPen(foreground))
         self._canvas.scene().sigMouseMoved.connect(self._on_mouse_moved)
+        self._canvas.installEventFilter(self)  # a mouse that leaves takes the readout along
         self._plot.getViewBox().sigRangeChanged.connect(self._update_ticks)
+        self._plot.getViewBox().sigResized.connect(self._fit_square)
         self._plot.getViewBox().sigResized.connect(self._update_ticks)
 
     def _build_message_page(self) -> None:
@@ -662,17 +742,41 @@ class HeatmapView(QWidget):
         vb = self._plot.getViewBox()
         if square != self._square:
             self._square = square
-            vb.setAspectLocked(square, ratio=1.0)
             self._shape = None
         if self._shape != (rows, cols):
             self._shape = (rows, cols)
-            if square:  # square cells leave a margin on one axis: limits would cut instead
-                vb.setLimits(xMin=None, xMax=None, yMin=None, yMax=None)
-            else:
-                vb.setLimits(xMin=0, xMax=cols, yMin=0, yMax=rows)
+            vb.setLimits(xMin=0, xMax=cols, yMin=0, yMax=rows)  # the view stays on the map
             vb.setRange(xRange=(0, cols), yRange=(0, rows), padding=0.0)
+        self._fit_square()
         self._update_ticks()
         self._pages.setCurrentIndex(0)
+        if self._hover_pos is not None:  # the readout follows the step: the new value there
+            self._on_mouse_moved(self._hover_pos)
+
+    def _fit_square(self, *_args) -> None:
+        """Square cells (``set_matrix(square=True)``) with the view still on the map.
+
+        Locking the view's aspect would widen its range past the map on one axis (a
+        13-wide map shown from -10 to 25 in a wide dock). Instead the plot keeps the map's
+        range and gets margins on that side, so its view box has the map's own aspect
+        and the cells come out square; without ``square`` the margins go back."""
+        vb = self._plot.getViewBox()
+        extra = (0.0, 0.0)
+        if self._square and self._shape is not None:
+            rows, cols = self._shape
+            width, height = vb.width() + self._extra[0], vb.height() + self._extra[1]
+            if width <= 0 or height <= 0:
+                return
+            if width * rows > height * cols:  # too wide for the map: narrow it
+                extra = (width - height * cols / rows, 0.0)
+            else:
+                extra = (0.0, height - width * rows / cols)
+        if abs(extra[0] - self._extra[0]) < 1 and abs(extra[1] - self._extra[1]) < 1:
+            return
+        self._extra = extra
+        left, top, right, bottom = PLOT_MARGINS
+        x, y = extra[0] / 2, extra[1] / 2
+        self._canvas.ci.setContentsMargins(left + x, top + y, right + x, bottom + y)
 
     def _set_masked(self, shown: np.ndarray, extra: np.ndarray | None) -> None:
         cells = masked_cells(shown)
@@ -718,7 +822,12 @@ class HeatmapView(QWidget):
         self._hover.setText(" ")
 
     def _update_ticks(self, *_args) -> None:
-        """Hand each axis the token labels that fit the visible range (or numeric ticks)."""
+        """Hand each axis the token labels that fit the visible range (or numeric ticks).
+
+        Down the rows a label needs one text line. Across the columns it needs the widest
+        label's width; where that is more than a column, the labels turn upright
+        (:class:`TokenAxisItem`) and need only a line each, so every token that has a
+        line's width of column is labelled, and every 2nd, 4th ... only below that."""
         vb = self._plot.getViewBox()
         (x0, x1), (y0, y1) = vb.viewRange()
         line_height = self.fontMetrics().height() + 2
@@ -726,13 +835,19 @@ class HeatmapView(QWidget):
             ("left", self._row_labels, y0, y1, vb.height()),
             ("top", self._col_labels, x0, x1, vb.width()),
         ):
+            upright = False
             if not labels:
                 key: tuple = (None,)
             else:
-                # down: one text line per label; across: the widest label plus a gap
-                label_pixels = line_height if axis == "left" else self._label_width(labels) + 8
+                label_pixels = line_height
+                if axis == "top":  # across: the widest label plus a gap, else upright
+                    across = self._label_width(labels) + 8
+                    upright = token_every(hi - lo, pixels, across) > 1
+                    label_pixels = line_height if upright else across
                 every = token_every(hi - lo, pixels, label_pixels)
-                key = (labels, math.floor(lo), math.ceil(hi), every)
+                key = (labels, math.floor(lo), math.ceil(hi), upright, every)
+            if axis == "top":
+                self.col_axis.set_upright(upright, self._label_width(labels) if labels else 0)
             if self._ticks_shown.get(axis) == key:
                 continue  # same ticks as last time: the axis keeps its cached picture
             self._ticks_shown[axis] = key
@@ -781,7 +896,14 @@ class HeatmapView(QWidget):
             return row, col
         return None
 
+    def eventFilter(self, watched, event) -> bool:
+        if watched is self._canvas and event.type() == QEvent.Type.Leave:
+            self._hover_pos = None
+            self._hover.setText(" ")
+        return super().eventFilter(watched, event)
+
     def _on_mouse_moved(self, pos: QPointF) -> None:
+        self._hover_pos = QPointF(pos)
         cell = self.cell_at_scene_pos(pos)
         if cell is None:
             self._hover.setText(" ")

@@ -6,7 +6,8 @@ A heatmap shows a matrix, so a tensor is cut down to one:
   attention shows ``T x T``; ``(B, T, C)`` activations show ``T x C``;
 - every **leading axis** (batch ``B``, heads ``H`` ...) is held at one index the user picks
   with a spin box named after the axis. The choice is remembered by axis name, so head 3
-  stays head 3 while stepping from one ``(B, H, T, D)`` tensor to the next;
+  stays head 3 while stepping from one ``(B, H, T, D)`` tensor to the next, except that a
+  tensor holding NaN or ±Inf only in other slices opens on the first slice that holds them;
 - a **1-D** tensor is one row; a **scalar** is shown as text.
 
 Axes that run over time (``T``) get the prompt's tokens as tick labels.
@@ -100,6 +101,28 @@ def as_matrix(value: torch.Tensor, leading_index: Sequence[int]) -> torch.Tensor
         if not 0 <= i < size:
             raise IndexError(f"index {i} is out of range for axis {axis} of size {size}")
     return value[tuple(leading_index)] if n_leading else value
+
+
+def nonfinite_slice(
+    record: TensorRecord, value: torch.Tensor, index: Sequence[int]
+) -> tuple[int, ...] | None:
+    """The leading index of the first slice that holds a NaN or ±Inf, when the slice at
+    ``index`` holds none but another does (a step that went non-finite in batch element 1
+    opens on B=1, not on an all-finite B=0); None otherwise."""
+    if record.stats is not None and not record.stats.has_nonfinite:
+        return None  # the recorded counts say all finite: no pass over the values
+    return first_nonfinite_slice(value, index)
+
+
+def first_nonfinite_slice(value: torch.Tensor, index: Sequence[int]) -> tuple[int, ...] | None:
+    """:func:`nonfinite_slice` for any tensor (``index``: one per leading axis)."""
+    n_leading = value.dim() - 2
+    if n_leading <= 0 or not value.is_floating_point() or len(index) != n_leading:
+        return None
+    bad = (~torch.isfinite(value)).flatten(n_leading).any(-1)  # one flag per slice
+    if not bad.any() or bad[tuple(index)]:
+        return None
+    return tuple(int(i) for i in bad.nonzero()[0])
 
 
 # --------------------------------------------------------------------------- widget
@@ -251,6 +274,14 @@ class TensorView(QWidget):
                 label.setVisible(False)
                 spin.setVisible(False)
 
+        jump = nonfinite_slice(record, value, self.leading_index()) if leading else None
+        if jump is not None:  # open on the slice that holds the NaN/Inf, and keep it
+            for spin, i in zip(self._spins, jump):
+                spin.blockSignals(True)
+                spin.setValue(i)
+                spin.blockSignals(False)
+            self._remember()
+
         if value is None or value.dim() == 0:
             self._slice = None
             self._set_slice_text("")
@@ -325,7 +356,9 @@ __all__ = [
     "TensorView",
     "as_matrix",
     "axis_names",
+    "first_nonfinite_slice",
     "leading_axes",
+    "nonfinite_slice",
     "token_label",
     "token_labels",
 ]

@@ -31,7 +31,9 @@ def can_run_here() -> str | None:
     platform = os.environ.get("QT_QPA_PLATFORM", "")
     if sys.platform.startswith("linux") and headless and not platform:
         return "no display (DISPLAY is not set)"
-    return None
+    from app.core.qt_platform import platform_problem
+
+    return platform_problem()  # a system library Qt's xcb plugin needs is missing
 
 
 def show_live(model: Any, args: tuple, kwargs: dict, trace_kwargs: dict) -> Any:

@@ -60,3 +60,24 @@ def llama_folder(folder: Path, seed: int = 0) -> Path:
     model.save_pretrained(folder)  # safetensors by default
     train_tokenizer(folder / "tokenizer.json")
     return folder
+
+
+def sentencepiece_tokenizer(path: Path) -> Path:
+    """A SentencePiece-style ``tokenizer.json`` as Llama 2 and Phi-3 ship theirs: BPE with
+    ``▁`` for a space and ``<0xNN>`` byte-fallback tokens, whose decoder strips the space
+    of the first token; a small hand-written vocabulary, saved at ``path``."""
+    from tokenizers import Tokenizer, decoders, models, normalizers
+
+    pieces = ["<unk>", "<s>", "</s>", "<0x06>", "<0xE2>", "<0x80>", "<0x94>"]
+    pieces += ["▁", "c", "n", "r", "e", "▁n", "re", "▁c"]
+    vocab = {piece: i for i, piece in enumerate(pieces)}
+    merges = [("▁", "n"), ("r", "e"), ("▁", "c")]
+    tok = Tokenizer(models.BPE(vocab, merges, unk_token="<unk>", byte_fallback=True))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tok.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+         decoders.Strip(" ", 1, 0)]
+    )  # fmt: skip
+    tok.add_special_tokens(["<unk>", "<s>", "</s>"])
+    tok.save(str(path))
+    return path

@@ -262,9 +262,9 @@ def _compute(trace: Trace) -> Report:
         "parameters": modules[""].params_total if "" in modules else None,
         "torch": meta.get("torch_version", meta.get("torch", "")),
     }
-    if meta.get("tokenizer"):  # the model's own tokenizer: the prompt as it was split
-        from tracing.token_names import prompt_labels
+    from tracing.token_names import has_tokenizer, prompt_labels
 
+    if has_tokenizer(meta):  # the model's own tokenizer: the prompt as it was split
         labels = prompt_labels(meta)
         if labels is not None:
             summary["token_strings"] = labels[:MAX_TOKEN_STRINGS]

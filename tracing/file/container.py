@@ -22,7 +22,7 @@ layout allows:
   still open; their values are read unverified.
 
 Reading is ``preadv`` straight into the tensor's own memory, in ``PIECE``s each
-checksummed (:mod:`tracing.crc32`: libdeflate where installed, else zlib) right after it
+checksummed (:mod:`tracing.crc32`: the zlib-ng wheel, else zlib) right after it
 is read, while it is still in the CPU's cache; an entry of ``SPLIT_MIN`` bytes or more is
 read by the calling thread and a helper thread together (:class:`_SharedRead`), their
 CRC-32 combined. Both calls release the GIL. What checking still costs, and why: see

@@ -1,14 +1,12 @@
-"""CRC-32 (the one of zlib, gzip and PNG) of memory, fast where libdeflate is installed.
+"""CRC-32 (the one of zlib, gzip and PNG) of memory, fast through the ``zlib-ng`` wheel.
 
 Trace files store every entry's CRC-32 (see :mod:`tracing.container`), computed while
 saving and checked on the first read of each value, so its speed is part of both.
-libdeflate's ``libdeflate_crc32`` (the system library ``libdeflate0`` on Debian/Ubuntu,
-found at run time with ``ctypes``, no Python package needed) computes the same function
-as ``zlib.crc32`` with carry-less multiplication, several times faster
-(``benchmarks/bench_checksum.py`` prints both speeds). Without libdeflate everything
-falls back to ``zlib.crc32``: the results are the same bit for bit, only slower.
-(ctypes releases the GIL during the call, as ``zlib.crc32`` does for large buffers, so
-other threads run meanwhile.)
+``zlib-ng`` (a dependency: wheels for Linux, macOS and Windows, no system package) computes
+the same function as ``zlib.crc32`` with carry-less multiplication, several times faster
+(``benchmarks/bench_checksum.py`` prints both speeds). Where it cannot be imported
+everything falls back to ``zlib.crc32``: the results are the same bit for bit, only
+slower. Both release the GIL for large buffers, so other threads run meanwhile.
 
 :func:`combine` joins the CRC-32 of two pieces into the CRC-32 of both (zlib's
 ``crc32_combine``), so one buffer can be checksummed in pieces on several threads.
@@ -17,7 +15,6 @@ other threads run meanwhile.)
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 import zlib
 from collections.abc import Callable
@@ -26,39 +23,32 @@ from typing import Any
 _POLY = 0xEDB88320
 """The CRC-32 polynomial, bit-reflected (bit 31 holds x^0), as zlib uses it."""
 
-_LIBDEFLATE_NAMES = ("libdeflate.so.0", "libdeflate.0.dylib", "libdeflate.dll")
 
-
-def _find_libdeflate() -> Callable[[int, int, int], int] | None:
-    """``libdeflate_crc32(crc, address, nbytes)`` if the library loads and agrees with
-    zlib on a test buffer, else None."""
-    names = [*_LIBDEFLATE_NAMES, ctypes.util.find_library("deflate")]
-    for name in names:
-        if not name:
-            continue
-        try:
-            function = ctypes.CDLL(name).libdeflate_crc32
-        except (OSError, AttributeError):
-            continue
-        function.restype = ctypes.c_uint32
-        function.argtypes = [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t]
-        probe = bytes(range(256)) * 5 + b"123456789"
-        if function(0, probe, len(probe)) == zlib.crc32(probe) and function(
-            zlib.crc32(probe), probe, 9
-        ) == zlib.crc32(probe + probe[:9]):
-            return function
-    return None
+def _find_zlib_ng() -> Callable[[Any, int], int] | None:
+    """``zlib_ng.crc32(data, value)`` if the wheel imports and agrees with zlib on a test
+    buffer, else None."""
+    try:
+        from zlib_ng import zlib_ng
+    except ImportError:
+        return None
+    function = zlib_ng.crc32
+    probe = bytes(range(256)) * 5 + b"123456789"
+    if function(probe) == zlib.crc32(probe) and function(probe[:9], zlib.crc32(probe)) == (
+        zlib.crc32(probe + probe[:9])
+    ):
+        return function
+    return None  # pragma: no cover - a broken build
 
 
 @functools.cache
-def _native() -> Callable[[int, int, int], int] | None:
+def _native() -> Callable[[Any, int], int] | None:
     """The accelerated function, looked for once (None: zlib is used)."""
-    return _find_libdeflate()
+    return _find_zlib_ng()
 
 
 def implementation() -> str:
-    """``"libdeflate"`` or ``"zlib"``: which code computes the checksums."""
-    return "libdeflate" if _native() is not None else "zlib"
+    """``"zlib-ng"`` or ``"zlib"``: which code computes the checksums."""
+    return "zlib-ng" if _native() is not None else "zlib"
 
 
 def crc32_at(address: int, nbytes: int, value: int = 0) -> int:
@@ -68,27 +58,14 @@ def crc32_at(address: int, nbytes: int, value: int = 0) -> int:
     The caller keeps that memory alive and unchanged during the call."""
     if nbytes <= 0:
         return value
-    native = _native()
-    if native is not None:
-        return native(value, address, nbytes)
-    return zlib.crc32((ctypes.c_char * nbytes).from_address(address), value)
+    return crc32((ctypes.c_char * nbytes).from_address(address), value)
 
 
 def crc32(data: Any, value: int = 0) -> int:
     """``zlib.crc32(data, value)`` for any C-contiguous buffer (bytes, memoryview, a
-    NumPy array...), through libdeflate when it is there."""
+    NumPy array...), through zlib-ng when it is there."""
     native = _native()
-    if native is None:
-        return zlib.crc32(data, value)
-    if isinstance(data, bytes):
-        return native(value, data, len(data)) if data else value
-    view = memoryview(data)
-    if not view.c_contiguous:
-        raise ValueError("crc32 needs contiguous memory")
-    if view.readonly or not view.nbytes:  # no address to take without a copy: zlib's
-        return zlib.crc32(view, value)
-    view = view.cast("B")
-    return native(value, ctypes.addressof(ctypes.c_char.from_buffer(view)), view.nbytes)
+    return zlib.crc32(data, value) if native is None else native(data, value)
 
 
 # ---- combining the CRC-32 of two pieces (zlib's crc32_combine, in Python)

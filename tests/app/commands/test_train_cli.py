@@ -125,6 +125,19 @@ def test_progress_bar_redraws_in_place_on_a_tty():
     assert "4/4" in text and "tok_s=1.0k" in text
 
 
+def test_progress_bar_is_tqdm_so_other_tqdm_writes_step_around_it():
+    from tqdm import tqdm
+
+    stream = FakeTTY()
+    with ProgressBar(10, "t", stream=stream, min_interval=0) as bar:
+        bar.update(5)
+        before = len(stream.getvalue())
+        tqdm.write("from transformers", file=stream)  # another library's line
+        after = stream.getvalue()[before:]
+    assert after.index("from transformers\n") > after.index("\r")  # the bar cleared first
+    assert after.rstrip("\n").rsplit("\r", 1)[-1].startswith("t  50% |")  # then redrawn
+
+
 def test_train_saves_a_training_step_trace_of_step_n(tmp_path, capsys):
     import tracing
 

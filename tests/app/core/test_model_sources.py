@@ -55,6 +55,34 @@ def test_trace_command_on_a_folder_keeps_the_token_strings(folder, tmp_path, cap
     assert len(trace.attention_maps()) == 2
 
 
+def test_a_saved_trace_names_any_token_after_its_tokenizer_is_gone(folder, tmp_path):
+    """Every id, predicted ones too, carries the tokenizer's text in the file: with the
+    tokenizer.json deleted, the namer still gives each one."""
+    import shutil
+
+    from tokenizers import Tokenizer
+
+    import tracing
+    from tracing.token_names import text_label, token_namer
+
+    copy = shutil.copytree(folder, tmp_path / "model")
+    out = tmp_path / "t.sft"
+    args = ["trace", "--model", str(copy), "--prompt", "the cat", "-o", str(out), "--quiet"]
+    assert main(args) == 0
+    tok = Tokenizer.from_file(str(copy / "tokenizer.json"))
+    (copy / "tokenizer.json").unlink()
+    name = token_namer(tracing.load(out).meta)
+    anchor = tok.token_to_id("t")
+    checked = 0
+    for i in range(tok.get_vocab_size()):
+        before = tok.decode([anchor])
+        text = tok.decode([anchor, i], skip_special_tokens=False)[len(before) :]
+        if "\ufffd" not in text and i > 1:
+            assert name(i) == text_label(text)
+            checked += 1
+    assert checked > 150
+
+
 def test_the_report_spells_the_prompt_as_the_tokenizer_split_it(folder, tmp_path, capsys):
     """``report`` of a folder model's trace: the prompt's tokens as their strings (a model
     of ours keeps its byte report: no such line)."""

@@ -4,9 +4,12 @@ Edits panel toggles and re-runs; a trace from a file says what is missing; sweep
 
 from __future__ import annotations
 
+import html
+
 import pytest
 import torch
 from PySide6.QtCore import QSettings
+from PySide6.QtWidgets import QLabel
 
 import scratchformer
 from app.core import edit_session, session
@@ -175,3 +178,35 @@ def test_right_click_on_a_box_asks_for_that_steps_menu(window):
     for item in outside:
         right_click(item)
     assert seen == [key]
+
+
+@pytest.mark.slow
+def test_the_prediction_card_of_a_hugging_face_model_names_its_tokenizers_tokens(
+    qtbot, tmp_path, errors
+):
+    """After an edit on a folder model, the card's tokens are the tokenizer's strings (as
+    a decoder reads each one), not byte labels of their ids."""
+    pytest.importorskip("transformers")
+    from helpers.hf_folders import llama_folder
+    from tokenizers import Tokenizer
+
+    from tracing.token_names import text_label
+
+    folder = llama_folder(tmp_path / "tl")
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    window = MainWindow(settings=settings)
+    qtbot.addWidget(window)
+    request = session.TraceRequest("the cat sat", session.ModelSource("file", model=str(folder)))
+    window._pending_request = request
+    window._on_trace_finished(session.run_trace(request))
+    _, make = _head_menu_edit(window, 0, 1)
+    assert window.edits.apply("zero", make, background=False)
+    assert not errors
+    card = window.edits.last_compare.findChild(QLabel, "predictionChange").text()
+    rows = edit_session.prediction_change(window.trace, window.edits.last_compare.trace_b)
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    anchor = tok.token_to_id("t")
+    for row in rows:
+        text = tok.decode([anchor, row.token])[len(tok.decode([anchor])) :]
+        if "\ufffd" not in text:
+            assert html.escape(repr(text_label(text)), quote=False) in card
