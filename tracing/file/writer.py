@@ -202,6 +202,7 @@ class TraceWriter:
             if kept == self.path:  # the manifest fitted in the header after all
                 return self.path
             why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            why = why.removeprefix(f"cannot write {self.path}: ")  # (from _append)
             where = (
                 f"what was recorded is kept in {kept} (it opens as a partial trace)"
                 if kept is not None

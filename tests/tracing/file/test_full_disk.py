@@ -73,6 +73,7 @@ def test_a_size_limit_with_no_room_for_the_header_keeps_a_partial_file_it_names(
     partial = Path(words[1])
     assert partial.parent == tmp_path and partial.name.endswith(".partial")
     assert "File too large" in done.stdout and f"kept in {partial}" in done.stdout
+    assert done.stdout.count("cannot write") == 1, done.stdout
     trace = tracing.load(partial)  # the error's path opens: every step is there
     assert len(trace.steps) == 8001
     journal = partial.with_name(partial.name.removesuffix(".partial") + ".journal")
