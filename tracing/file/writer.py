@@ -270,9 +270,11 @@ class TraceWriter:
         if nbytes <= self._room:
             return
         at = self._file.tell()
-        self._file.seek(self._room)
-        self._write(bytes(nbytes - self._room))
-        self._file.seek(at)
+        try:
+            self._file.seek(self._room)
+            self._write(bytes(nbytes - self._room))
+        finally:
+            self._file.seek(at)  # (a full disk: the values go on where they were)
         self._room = nbytes
 
     def _header(self, metadata: dict[str, str]) -> bytes | None:
