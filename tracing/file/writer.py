@@ -348,7 +348,7 @@ class TraceWriter:
 
     def abort(self) -> None:
         """Stop writing and remove the partial file."""
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, AttributeError):  # (not opened at all)
             self._file.close()
         self._tmp.unlink(missing_ok=True)
         self._journal.unlink(missing_ok=True)
