@@ -9,6 +9,7 @@ and argparse's own errors take the same one-line form (:class:`OneLineParser`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 
@@ -36,6 +37,31 @@ def _end_on_sigterm() -> None:
     main_thread = threading.current_thread() is threading.main_thread()
     if main_thread and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+@contextlib.contextmanager
+def signals_held(said: str):
+    """Ctrl-C and SIGTERM wait while the block runs (a save: the file is written whole),
+    then act as they would have, after ``said`` (where the file went) is printed. Only in
+    the main thread, where Python runs its signal handlers; elsewhere a plain block."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    before = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        before[signum] = signal.signal(signum, lambda n, frame: held.append(n))
+    try:
+        yield
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+    if held:
+        print(said, file=sys.stderr)
+        signal.raise_signal(held[0])  # the handler it would have met: Terminated, Ctrl-C...
 
 
 def _exit_despite_threads(code: int) -> None:

@@ -83,21 +83,46 @@ def run(args: argparse.Namespace) -> int:
     problem = platform_problem()  # before Qt loads: it would abort on a missing library
     if problem is not None:
         raise UserError(problem)
-    from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
+    own_app = QApplication.instance() is None  # (tests bring their own)
     qt_app = QApplication.instance() or QApplication(sys.argv[:1])
     qt_app.setApplicationName("Scratchformer")
     qt_app.setOrganizationName("Scratchformer")
 
     from app.theme import apply_theme
-    from app.windows.main_window import MainWindow, install_excepthook
 
     apply_theme(qt_app)
-    if compare is not None:
-        return _run_compare(qt_app, *compare)
-    if ranks:
-        return _run_ranks(qt_app, paths)
+    from app.signals import end_on_signals
+
+    ending = end_on_signals(qt_app)  # SIGTERM, Ctrl-C: close the windows, end
+    try:
+        if compare is not None:
+            code = _run_compare(qt_app, *compare)
+        elif ranks:
+            code = _run_ranks(qt_app, paths)
+        else:
+            code = _run_main(qt_app, args)
+    finally:
+        ending.restore()
+    if ending.signal is not None and own_app:
+        # the windows are closed (their closeEvent ran): end now, without the seconds of
+        # the interpreter's teardown of Qt and torch that a signal's sender will not wait
+        import os
+
+        print("terminated" if code == 143 else "interrupted", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _run_main(qt_app, args: argparse.Namespace) -> int:
+    """The main window: a trace file, a ``--model``, or the demo."""
+    from PySide6.QtCore import QTimer
+
+    from app.windows.main_window import MainWindow, install_excepthook
+
     window = MainWindow()
     install_excepthook(window)
     window.show()

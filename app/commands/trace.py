@@ -173,20 +173,20 @@ def _trace_and_save(model, inputs, kwargs, meta, args, options, output: Path) ->
         )
     except tracing.TraceError as e:
         trace, failure = e.trace, e
-    except KeyboardInterrupt as e:  # Ctrl-C: keep what was recorded, then stop
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM: keep what was recorded, then stop
         partial = getattr(e, "trace", None)
         if partial is not None:
-            if getattr(partial.values, "path", None) != output:  # not streamed there already
-                tracing.save(partial, output)
-            print(f"interrupted: the partial trace was saved to {output}", file=sys.stderr)
+            _keep(partial, output, getattr(e, "kept", False), "interrupted")
         raise
     except BaseException as e:  # sys.exit() or another BaseException inside the forward
         if getattr(e, "trace", None) is None:
             raise
         trace, failure = e.trace, e
+        if isinstance(e, tracing.TraceFileError) and hasattr(e, "kept"):
+            raise  # streamed, and it could not be finished: the error says where it is
     stages.update(1, stage="saving")
     if getattr(trace.values, "path", None) != output:  # not streamed there: save it now
-        tracing.save(trace, output)
+        _save(trace, output, "the trace was saved")
     stages.update(1, stage="done")
     stages.close()
 
@@ -207,6 +207,28 @@ def _trace_and_save(model, inputs, kwargs, meta, args, options, output: Path) ->
         )
         return 1
     return 0
+
+
+def _save(trace, output: Path, what: str) -> None:
+    """``tracing.save``, finished before Ctrl-C or SIGTERM act (they then say where)."""
+    import tracing
+    from app.cli import signals_held
+
+    with signals_held(f"interrupted while saving: {what} to {output}"):
+        tracing.save(trace, output)
+
+
+def _keep(partial, output: Path, kept, why: str) -> None:
+    """An interrupted capture's trace: saved to ``output``, unless it was streamed (then
+    the file is finished there already, or kept as a partial file beside it), and said."""
+    where = getattr(partial.values, "path", None)
+    if kept is None:  # streamed, and nothing of it could be written
+        print(f"{why}: nothing could be kept", file=sys.stderr)
+        return
+    if where is None or (kept is False and Path(where) != output):  # in memory: save it
+        _save(partial, output, "the partial trace was saved")
+        where = output
+    print(f"{why}: the partial trace was saved to {where}", file=sys.stderr)
 
 
 def _human_bytes(n: float) -> str:

@@ -248,6 +248,14 @@ def run(args: argparse.Namespace) -> int:
             on_eval=on_eval,
             on_start=on_start,
         )
+    except BaseException:
+        from app.commands.train_own import say_written
+
+        if bar is not None:
+            bar.close()
+            bar = None
+        say_written(watchers)  # a replay that raised or exited: its trace is kept, and said
+        raise
     finally:
         if bar is not None:
             bar.close()

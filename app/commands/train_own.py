@@ -121,6 +121,9 @@ def run_own(args: argparse.Namespace) -> int:
             if not math.isfinite(value):
                 print(f"step {step}: the loss is {value}; stopping")
                 break
+    except BaseException:
+        say_written(watchers)  # a replay that raised or exited: its trace is kept, and said
+        raise
     finally:
         for w in watchers:
             w.close()
@@ -133,6 +136,13 @@ def run_own(args: argparse.Namespace) -> int:
             print(f"no training-step trace written: {why}")
     print(f"done: {step} steps (wall time {time.perf_counter() - wall_start:.1f}s)")
     return 0
+
+
+def say_written(watchers) -> None:
+    """The training-step traces written so far, when training stopped early."""
+    for w in watchers:
+        for path, reason in zip(w.traces, w.reasons):
+            print(f"wrote training-step trace {path} ({reason})", flush=True)
 
 
 def say_origin(path: Path) -> None:

@@ -42,6 +42,7 @@ from tracing.record import (
     Failure,
     SourceLocation,
     Step,
+    TensorRecord,
     Trace,
 )
 from tracing.safe_text import exception_text
@@ -233,7 +234,7 @@ class Tracer:
             for index, *_ in self._stack:  # close the module calls the stop interrupted
                 self._steps[index].end = last
             self._stack.clear()
-            self.trace = self._finish(None)
+            self.trace = self._finish_kept(None)
             self.trace.meta["stopped_at"] = exc.hit.to_meta()
             return True  # stopped on purpose: the trace so far, no error
         error = None
@@ -248,14 +249,17 @@ class Tracer:
             self._second_pass_ok = False  # the user asked it to stop: run nothing more
             if isinstance(exc, KeyboardInterrupt):
                 stop = "KeyboardInterrupt: interrupted before the forward ended"
-            self.trace = self._finish(stop)
+            self.trace = self._finish_kept(stop)
             exc.trace = self.trace  # type: ignore[union-attr]
             return False
         if (exc is not None and not isinstance(exc, Exception)) or isinstance(exc, TraceFileError):
             self._second_pass_ok = False
-        if exc is not None and not isinstance(exc, Exception):
+        if exc is not None and not isinstance(exc, (Exception, KeyboardInterrupt)):
             self._sink.abort()  # stopped from outside (exit...): no file that looks complete
-        self.trace = self._finish(error)
+        self.trace = self._finish_kept(error)
+        if isinstance(exc, KeyboardInterrupt):  # after the forward returned: all of it kept
+            exc.trace = self.trace  # type: ignore[attr-defined]
+            return False
         if isinstance(exc, TraceFileError):  # the streamed file could not grow: named as is
             exc.trace = self.trace  # type: ignore[attr-defined]
             raise exc
@@ -860,6 +864,37 @@ class Tracer:
             self._close_file(trace)
         return trace
 
+    def _finish_kept(self, error: str | None) -> Trace:
+        """``_finish``; Ctrl-C or SIGTERM while it runs (naming the axes, checking, closing
+        a streamed file) keeps the trace all the same: the records as they are, axes not
+        named, the file closed with them; the interrupt goes on up with it as ``.trace``."""
+        try:
+            return self._finish(error)
+        except KeyboardInterrupt as stop:
+            if self.trace is None:  # before the file was closed (_close_file sets it)
+                self.trace = self._unnamed_trace(error)
+                if self.out is not None and not self._sink.aborted:
+                    self._close_file(self.trace)
+            stop.trace = self.trace  # type: ignore[attr-defined]
+            raise
+
+    def _unnamed_trace(self, error: str | None) -> Trace:
+        """The trace of what was recorded, without the work after the forward that an
+        interrupt cut short: no axis names, no embedded sources."""
+        self._stats.finish()
+        self._sink.finish()
+        meta = self._meta()
+        steps = [s if isinstance(s, Step) else s.seal(i) for i, s in enumerate(self._steps)]
+        tensors = [
+            t if isinstance(t, TensorRecord) else t.seal(rid, None, tuple(t.shape))
+            for rid, t in enumerate(self._tensors)
+        ]
+        stop = "interrupted after the forward, while the trace was being finished"
+        return Trace(
+            steps=steps, modules=self._structure.module_infos(self.model), tensors=tensors,
+            meta=meta, values=self._values, error=error or stop, failure=self._failure,
+        )  # fmt: skip
+
     def _dims_subject(self, passes: bool = True) -> Subject:
         """What :mod:`tracing.dims` needs to prove each axis name: the root call for its
         passes (after a forward that raised too, whose passes then prove the steps before
@@ -921,7 +956,15 @@ class Tracer:
         """A streamed trace's header, then the file takes its name and ``trace.values``
         reads from it lazily. (``tracing.backward`` closes it later: the backward streams
         into the same file.)"""
-        self._sink.writer.close(trace)
+        try:
+            self._sink.writer.close(trace)
+        except BaseException as e:  # a full disk, Ctrl-C...: the writer kept what it could
+            kept = getattr(e, "kept", None)
+            if kept is not None:
+                with contextlib.suppress(Exception):
+                    trace.values = trace_file.load(kept).values
+            e.trace = self.trace = trace  # type: ignore[attr-defined]
+            raise
         trace.values = trace_file.load(self.out).values
 
 

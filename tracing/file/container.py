@@ -362,6 +362,23 @@ class Container:
         raw = self.read_bytes(name, out)
         return raw.view(getattr(torch, entry.dtype)).reshape(entry.shape)
 
+    def empty_tensor(self, name: str) -> torch.Tensor:
+        """Entry ``name``, which holds no bytes (a dimension of size 0), as a tensor of its
+        dtype and shape: no read, no check that the file is unchanged (nothing of it is
+        used); its checksum, if any, must be that of no bytes."""
+        import torch
+
+        entry = self.entries[name]
+        if entry.start != entry.end:
+            raise ValueError(f"entry {name!r} holds {entry.end - entry.start} bytes")
+        if self._fd is None:
+            raise ContainerError("the file was closed")
+        if entry.checksum not in (None, 0):
+            raise ContainerError(
+                f"entry {name!r} fails its checksum: the file is corrupt or was changed"
+            )
+        return torch.empty(entry.shape, dtype=getattr(torch, entry.dtype))
+
     def keys(self) -> list[str]:
         return list(self.entries)
 

@@ -92,9 +92,9 @@ def leftovers_for(path: Path) -> list[Path]:
 def write_journal(
     journal: Path, reserve: int, entries: dict[str, tuple[str, list[int], int, int]],
     metadata: dict[str, str],
-) -> None:  # fmt: skip
+) -> int:  # fmt: skip
     """Replace ``journal`` atomically by one describing ``entries`` (offsets from the end
-    of the ``reserve``) and ``metadata`` (the header's, manifest inline)."""
+    of the ``reserve``) and ``metadata`` (the header's, manifest inline); returns its size."""
     record = {
         "format": JOURNAL_FORMAT,
         "reserve": reserve,
@@ -103,9 +103,14 @@ def write_journal(
     }
     data = json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     tmp = journal.with_name(journal.name + ".new")
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, journal)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, journal)
+    except BaseException:  # a full disk, a size limit: no half-written sidecar left behind
+        tmp.unlink(missing_ok=True)
+        raise
+    return len(data)
 
 
 # --------------------------------------------------------------------------- reading

@@ -29,7 +29,8 @@ class LazyValues(Mapping):
     checksum, and against the file having changed since it was opened: both raise
     ``TraceFileError``); the last ``VALUE_CACHE_SIZE`` tensors read (up to
     ``VALUE_CACHE_BYTES``) stay in memory, and so does any value the caller still holds:
-    asked for again, it is that same tensor, never a second copy. The mapping holds the
+    asked for again, it is that same tensor, never a second copy (an empty one, which
+    holds no memory, is made anew each time, without a read). The mapping holds the
     file open (a plain descriptor, never memory-mapped, so a file replaced underneath
     cannot crash the process) until ``close()`` or until it is garbage-collected. Safe to
     use from several threads.
@@ -59,10 +60,16 @@ class LazyValues(Mapping):
                 return t
             if self._handle is None:
                 raise TraceFileError(f"{self.path}: the trace file was closed")
+            entry = self._handle.entries[key]
+            if entry.start == entry.end:  # no bytes: nothing to read, check, cache or share
+                try:
+                    return self._handle.empty_tensor(key)
+                except ContainerError as e:
+                    raise TraceFileError(f"{self.path}: cannot read tensor {key!r}: {e}") from None
             t = self._alive.get(key)
             if t is None:
                 try:
-                    out = self._spares.take(self._handle.entries[key])
+                    out = self._spares.take(entry)
                     t = self._handle.get_tensor(key, out)
                 except (ContainerError, OSError) as e:
                     raise TraceFileError(f"{self.path}: cannot read tensor {key!r}: {e}") from None

@@ -561,7 +561,7 @@ def record_step(
             undo.restore()
             raise
         trace = getattr(e, "trace", None) or tracer.trace
-        if trace is not None and isinstance(e, (Exception, KeyboardInterrupt)):
+        if trace is not None and not isinstance(e, GeneratorExit):  # sys.exit() too
             trace.error = trace.error or f"{type(e).__name__}: {e}"
             tracer.close_file(trace)  # a streamed file keeps the step so far
         else:

@@ -37,6 +37,7 @@ from torch import nn
 
 from tracing.capture.distributed import output_path
 from tracing.runs.backward import loss_fn_name, loss_from_output, record_step
+from tracing.safe_text import exception_text
 
 When = str | int | Callable[[int], bool]
 
@@ -125,16 +126,22 @@ class Watcher:
                 p.grad = None
             torch.set_rng_state(self._rng)
             path = output_path(self._path_for(self.step))  # a rank's own file under DDP
-            record_step(  # streamed to the file as it records
-                model,
-                lambda: model(*args, **kwargs),
-                self.loss_fn,
-                loss_type=self.loss_type,
-                capture=self.capture,
-                meta={"watch": {"step": self.step, "reason": reason}},
-                out=path,
-                **self.options,
-            )
+            try:
+                record_step(  # streamed to the file as it records
+                    model,
+                    lambda: model(*args, **kwargs),
+                    self.loss_fn,
+                    loss_type=self.loss_type,
+                    capture=self.capture,
+                    meta={"watch": {"step": self.step, "reason": reason}},
+                    out=path,
+                    **self.options,
+                )
+            except BaseException as e:  # the replay raised or exited: its file is kept
+                if getattr(e, "trace", None) is not None and path.exists():
+                    self.traces.append(path)
+                    self.reasons.append(f"{reason}; the replay stopped: {exception_text(e)}")
+                raise
             self.traces.append(path)
             self.reasons.append(reason)
         finally:

@@ -358,3 +358,24 @@ def test_pieces_read_by_either_thread_give_the_entry_and_its_checksum(
         assert sorted(starts) == [i * container_mod.PIECE for i in range(pieces)]
         if helper_starts == "after one piece":
             assert starts[1:] == sorted(starts[1:], reverse=True)  # from the back
+
+
+def test_an_empty_value_is_made_without_a_read_and_still_checked(stored, monkeypatch):
+    """A value of no bytes (a 0-sized axis) is a fresh tensor of its dtype and shape, made
+    without reading or stat-ing the file (249,000 of them load in seconds); a checksum
+    that is not that of no bytes is still an error, and so is a closed file."""
+    path, tensors = stored
+    values = _values(path, list(tensors), cache_size=4)
+    monkeypatch.setattr(os, "fstat", lambda fd: pytest.fail("an empty value stat-ed the file"))
+    empty = values["empty"]
+    assert empty.shape == (0, 4) and empty.dtype == torch.float32
+    monkeypatch.undo()
+    container = values._handle
+    entry = container.entries["empty"]
+    container.entries["empty"] = entry._replace(checksum=0x1234)
+    with pytest.raises(TraceFileError, match="fails its checksum"):
+        values["empty"]
+    container.entries["empty"] = entry
+    values.close()
+    with pytest.raises(TraceFileError, match="closed"):
+        values["empty"]

@@ -17,6 +17,7 @@ import pytest
 
 import tracing
 from app.cli import main
+from tracing.file.writer import HEADER_RESERVE
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -113,7 +114,8 @@ def _run(argv: list[str], **kw) -> subprocess.Popen:
 
 
 def _wait_for_steps(out: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
-    """Until the streamed file (``NAME.PID-TID.partial`` beside ``out``) has grown a little."""
+    """Until the streamed file (``NAME.PID-TID.partial`` beside ``out``) holds values: it
+    grows past its header's reserve (the start of which is written when it opens)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()
@@ -122,7 +124,7 @@ def _wait_for_steps(out: Path, proc: subprocess.Popen, timeout: float = 60) -> N
             for p in out.parent.iterdir()
             if p.name.startswith(f"{out.name}.") and p.name.endswith(".partial")
         ]
-        if grown and grown[0].stat().st_size > 200_000:
+        if grown and grown[0].stat().st_size > HEADER_RESERVE + 4_000:
             return
         time.sleep(0.1)
     raise AssertionError("the capture never got going")
