@@ -53,7 +53,7 @@ def _trace_with_sigterm_during(where: str, out: Path, *extra: str) -> subprocess
 @pytest.mark.parametrize(
     ("where", "stage"),
     [
-        ("tracing.capture.tracer.name_axes", "naming the axes"),
+        ("tracing.capture.tracer.name_trace", "naming the axes"),
         ("tracing.file.writer.header_metadata", "checking and writing the header"),
     ],
 )
