@@ -50,6 +50,15 @@ from tracing.record import Step, TensorRecord, built
 Dims = tuple[str, ...]
 Pair = tuple[int | None, ...]  # an axis's size in the real trace, the inputs pass, each knob pass
 
+LEAVES_NEED_PROOF = False
+"""Whether a parameter's axis, too, needs a pass or a declaration to take a constant's
+name (a ViT's 8×8 patch kernel beside a head width of 16 is not ``D/2``)."""
+
+WORDS_BREAK_TIES = False
+"""Whether the words of a module path and line may pick one of two names that give an
+axis's sizes in every pass. Off: a size that matches, with a word beside it, is no proof;
+such an axis reads ``?`` (a pass that moves one of the two knobs parts them)."""
+
 _WORDS = {  # words in a module path or source line -> the letter family they point at
     "rotary": ("rot", "rope", "rotary", "cos", "sin", "inv_freq"),
     "experts": ("expert", "experts", "moe", "router", "gate", "routing", "top_k"),
@@ -296,7 +305,7 @@ class _Namer:
         if len(cands) == 1:
             if self._data and _constant(pair) and not table.moved_by(cands[0]):
                 return "?"  # an image's 3 channels are not the 3 heads a config declares
-            if not leaf and _constant(pair) and not table.moved_by(cands[0]):
+            if (LEAVES_NEED_PROOF or not leaf) and _constant(pair) and not table.moved_by(cands[0]):
                 if hints[0] == "?":
                     return "?"  # the op says it is an input's axis, which nothing named
                 declared = self._declared(context, cands[0], pair[0])
@@ -309,12 +318,21 @@ class _Namer:
             return self._letter_or_hidden(cands[0], pair, context, text, leaf)
         if not cands:
             return "?"
-        families = {_family(c) for c in cands}
-        self._why = "words"
-        return (
-            _tie_break([*cands, *self._hidden(pair, families)], context, text, self.attrs, leaf)
-            or "?"
-        )
+        near = [c for c in cands if self._declared_here(context, c, pair[0]) is not None]
+        if len(near) == 1:  # one of the tied names is declared by the module it runs in
+            self._why, self._declared_by = (
+                "declared",
+                self._declared_here(context, near[0], pair[0]),
+            )
+            return near[0]
+        if WORDS_BREAK_TIES:
+            families = {_family(c) for c in cands}
+            self._why = "words"
+            return (
+                _tie_break([*cands, *self._hidden(pair, families)], context, text, self.attrs, leaf)
+                or "?"
+            )
+        return "?"  # two names give the axis's sizes in every pass: nothing parts them
 
     def _declared(self, context: str, name: str, size: int) -> str | None:
         """Where ``name``'s size is declared: the config or source line that gives it, or
@@ -336,6 +354,17 @@ class _Namer:
             if not path:
                 return None
             path = path.rpartition(".")[0]
+
+    def _declared_here(self, context: str, letter: str, size: int) -> str | None:
+        """The nearest module from ``context`` outwards whose own attribute declares
+        ``letter`` at ``size`` (``self.num_heads = 4``): the module the axis lives in says
+        which of two equal sizes it is. ``None``: no module on the path does."""
+        path = context
+        while path:
+            if self.attrs.get(path, {}).get(letter) == size:
+                return path
+            path = path.rpartition(".")[0]
+        return None
 
     def _hidden(self, pair: Pair, families: set[str]) -> list[str]:
         """The ratios and halves of other families that letters of ``pair`` hide (``R/2``
