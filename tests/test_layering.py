@@ -206,7 +206,7 @@ def tracing_modules() -> list[tuple[str, Path]]:
 
 def test_every_tracing_module_has_a_stage_folder_or_is_the_record() -> None:
     folders = {p.name for p in (ROOT / "tracing").iterdir() if p.is_dir() and p.name[0] != "_"}
-    assert folders <= {"file", "capture", "runs", "analysis", "__pycache__"}, folders
+    assert folders <= {"file", "dims", "capture", "runs", "analysis", "__pycache__"}, folders
     for folder in folders - {"__pycache__"}:
         init = ROOT / "tracing" / folder / "__init__.py"
         doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))

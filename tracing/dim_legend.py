@@ -143,7 +143,7 @@ def dims_hover(
     if why is not None and len(why) == len(dims):
         for i, (d, w) in enumerate(zip(dims, why)):
             if w and d not in ("", "?"):
-                lines.append(f"  axis {i} {d}: {w}")
+                lines.append(f"  axis {i} {d}: {proof_text(w)}")
     if legend is None:
         lines.append(NO_LETTERS)
         return "\n".join(lines)
@@ -166,6 +166,28 @@ def dims_hover(
     return "\n".join(lines)
 
 
+PROOFS = {
+    "input": "the first input's axes: B, then T",
+    "carried": "carried by {via} from its input's axis",
+    "written": "written on its source line (a shape comment, a number it passes)",
+    "one": "size 1",
+    "slice": "the part of an axis its line's slice cuts",
+    "moved": "its sizes in every pass, which no other name has",
+    "constant": "the only name of its size in every pass",
+    "declared": "declared by {via}, the only name of its size",
+    "words": "the words of its module or line; no pass tells it from another name",
+}
+"""What each proof code of ``TensorRecord.why`` (``tracing.dims``) says."""
+
+
+def proof_text(code: str) -> str:
+    """``carried linear`` -> ``carried by linear from its input's axis``; an unknown code
+    (a newer file) as it is."""
+    kind, _, via = code.partition(" ")
+    text = PROOFS.get(kind)
+    return code if text is None else text.format(via=via or "an op")
+
+
 _SLICE = re.compile(r"(.+)\[([^\[\]]*:[^\[\]]*)\]")
 """An axis named as the slice its line writes: ``Q[:i]``, ``i`` positions of ``Q`` (a loop's
 ``i``, another size at each step)."""
@@ -177,5 +199,8 @@ def letters_used(trace: Any, legend: Sequence[LegendRow] | None) -> set[str]:
     return {x for n in names for x in letters_of(n, legend)}
 
 
-__all__ = ["NO_LETTERS", "LegendRow", "dims_hover", "dims_text", "letter_legend", "letters_of"]
+__all__ = [
+    "NO_LETTERS", "PROOFS", "LegendRow", "dims_hover", "dims_text", "letter_legend", "letters_of",
+    "proof_text",
+]  # fmt: skip
 __all__ += ["letters_used"]

@@ -15,9 +15,11 @@ and walks the steps once, in order, naming each tensor where it is produced:
 3. **Declarations and the line.** A constant no pass moved takes a letter only where the
    config, a module attribute or the source declares it and no other name has its size; a
    shape comment or a number the line writes names its axis if it fits.
-4. **Words, last**, where names still tie (the proof then says so).
+4. **Ties**: where two names still fit, a module on the axis's path that declares one of
+   them picks it; words never do (:data:`WORDS_BREAK_TIES`): the axis reads ``?``.
 
-Each named axis keeps why (``TensorRecord.why``, :data:`PROOFS`). Nothing proven: ``?``.
+Each named axis keeps why (``TensorRecord.why``, :func:`tracing.dim_legend.proof_text`).
+Nothing proven: ``?``.
 """
 
 from __future__ import annotations
@@ -1043,23 +1045,10 @@ def _with_dims(record: TensorRecord, dims: Dims | None, why=None) -> TensorRecor
     return built(TensorRecord, {**record.__dict__, "dims": dims, "why": why})
 
 
-PROOFS = {
-    "input": "the first input's axes: B, then T",
-    "carried": "carried by {via} from its input's axis",
-    "written": "written on its source line (a shape comment, a number it passes)",
-    "one": "size 1",
-    "slice": "the part of an axis its line's slice cuts",
-    "moved": "its sizes in every pass, which no other name has",
-    "constant": "the only name of size {size} in every pass",
-    "declared": "declared by {via}, the only name of its size",
-    "words": "the words of its module or line; no pass tells it from another name",
-}
-"""Why an axis has its name, as a record keeps it (``TensorRecord.why``) and the hover
-shows it; ``words`` is the one that proves nothing by itself."""
-
-
 def _proof(kind: str, via: str, name: str, pair: Pair, table: Table) -> str:
-    """The proof of one axis's name as a short phrase (``""``: unnamed)."""
+    """The proof of one axis's name as a short code, ``TensorRecord.why`` (``""``: unnamed):
+    ``input``, ``carried linear``, ``written``, ``one``, ``slice``, ``moved``, ``constant``,
+    ``declared config.head_dim``, ``words``; :func:`tracing.dim_legend.proof_text` reads it."""
     if not name or name in ("?", CUT):
         return ""
     if kind == "carried" and via == "input":
@@ -1068,7 +1057,9 @@ def _proof(kind: str, via: str, name: str, pair: Pair, table: Table) -> str:
         kind = "moved" if table.moved_by(name) else "constant"
     if kind == "":
         kind = "constant"
-    return PROOFS[kind].format(via=via or "an op", size=pair[0])
+    if kind in ("carried", "declared"):
+        return f"{kind} {via or 'an op'}"
+    return kind
 
 
 def _pairs(record: TensorRecord, others: Sequence[tuple[int, ...] | None]) -> list[Pair]:

@@ -9,6 +9,7 @@ alone would be ``?`` (or wrong), and the rule must carry it from the input's axi
 
 from __future__ import annotations
 
+from tracing.dim_legend import proof_text
 from tracing.dims.evidence import Evidence, Pass
 from tracing.dims.letters import Sized
 from tracing.dims.naming import name_axes
@@ -174,8 +175,9 @@ def test_each_named_axis_says_why():
     letters = {k: Sized(v, f"config.{k}") for k, v in SIZES.items()}
     inputs = Pass("inputs", "device", {**SIZES, **MOVED}, w.other)
     named, table = name_axes(w.steps, w.tensors, Evidence(letters, inputs, param_paths=w.paths))
-    assert named[x].why[:2] == ("the first input's axes: B, then T",) * 2
-    assert named[y].why == ("carried by linear from its input's axis",) * 3
+    assert named[x].why[:2] == ("input", "input")
+    assert named[y].why == ("carried linear",) * 3
+    assert proof_text("carried linear") == "carried by linear from its input's axis"
     assert table["T"]["moved_by"] == ["inputs"] and "moved_by" not in table["F"]
 
 
