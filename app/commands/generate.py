@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import argparse
 
-from app.commands.checks import SEED, float_between, input_file, int_between
-from app.commands.options import add_command, add_model_option
+from app.commands.checks import SEED, float_between, input_file, int_between, output_folder
+from app.commands.options import add_command, add_model_option, model_inputs
 
 GREEDY_BELOW = 1e-4
 """A temperature below this samples as greedy (argmax): dividing logits by it overflows."""
@@ -78,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
     temperature = 0.0 if args.temperature < GREEDY_BELOW else args.temperature
     if not args.prompt:
         raise UserError("--prompt is empty; the model needs at least one token to continue")
+    if args.trace:  # checked before any work: never an input, nor inside a model folder
+        output_folder(args.trace, inputs=model_inputs(args))
 
     if args.model:
         return _any_model(args, temperature)
@@ -131,15 +133,10 @@ def _traced(model, idx, args, temperature, generator, stop_token, tok, meta=None
     from pathlib import Path
 
     import tracing
-    from app.cli import UserError
     from app.core.progress import ProgressBar
     from tracing.runs.generation import trace_generate
 
-    folder = Path(args.trace)
-    if folder.exists() and not folder.is_dir():
-        raise UserError(f"cannot write the generation to {folder}: it exists and is not a folder")
-    if not folder.parent.is_dir():
-        raise UserError(f"cannot write {folder}: the folder {folder.parent} does not exist")
+    folder = Path(args.trace)  # checked by run()
     bar = ProgressBar(args.max_new_tokens, "trace generation")
     handle = model.register_forward_hook(lambda *_: bar.update(1))
     try:

@@ -26,6 +26,7 @@ from app.commands.options import (
     add_model_source,
     load_any_model,
     load_model,
+    model_inputs,
     stderr_say,
 )
 
@@ -86,8 +87,6 @@ def run(args: argparse.Namespace) -> int:
 
     quiet = args.quiet
     say = stderr_say(quiet)
-
-    from app.commands.trace import model_inputs
 
     output = output_file(args.output, inputs=model_inputs(args))
     png = output_file(args.png, inputs=[*model_inputs(args), output]) if args.png else None

@@ -56,7 +56,9 @@ def run_own(args: argparse.Namespace) -> int:
         )
     if args.trace_step is not None and args.trace_step > args.steps:
         raise UserError(f"--trace-step must be between 1 and --steps ({args.steps})")
-    out = output_file(args.output)
+    read = [args.model, args.data, args.loss]  # FILE.py:NAME: the file is read
+    inputs = [text.rpartition(":")[0] or text for text in read if text] + [args.text]
+    out = output_file(args.output, inputs=inputs)
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -80,7 +82,7 @@ def run_own(args: argparse.Namespace) -> int:
         path = out
         if args.trace_step is not None:
             path = out.with_name(f"{out.stem}.nonfinite{out.suffix}")
-        requests.append(("nonfinite", path))
+        requests.append(("nonfinite", output_file(path, inputs=inputs)))
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     targets: dict[str, Any] = {}
     watch_loss = None

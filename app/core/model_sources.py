@@ -134,6 +134,28 @@ def find_tokenizer(path: str | Path | None, model_path: Path | None = None) -> T
     return None
 
 
+def model_reads(text: str | None, tokenizer: str | Path | None = None) -> list[Path]:
+    """Every file :func:`load` reads for ``--model text`` (and ``--tokenizer``): what no
+    output may replace. A folder stands for everything in it (``from_pretrained`` reads
+    its config, weights, index and generation config; the tokenizer is beside them); a
+    ``config.json`` brings the ``tokenizer.json`` beside it; a file model is its file.
+    Never raises: a ``text`` the loader will refuse reads what its spelling names."""
+    reads: list[Path] = []
+    if text:
+        path = Path(text).expanduser()
+        if path.is_dir():
+            reads.append(path)
+        elif path.suffix == ".json":
+            reads += [path, path.parent / "tokenizer.json"]
+        else:
+            file, sep, _name = text.rpartition(":")
+            reads.append(Path(file if sep and file else text).expanduser())
+    if tokenizer:
+        path = Path(tokenizer).expanduser()
+        reads.append(path / "tokenizer.json" if path.is_dir() else path)
+    return reads
+
+
 # --------------------------------------------------------------------------- building
 
 
