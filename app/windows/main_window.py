@@ -601,7 +601,7 @@ class MainWindow(QMainWindow):
         """Every file the shown trace came from: its file (values are read from it as
         they are shown), and what its model source read (a model folder whole, the
         tokenizer beside a config, a checkpoint). No save or export may replace one."""
-        request = self.trace_request()
+        request = self.trace_request
         files = request.source.reads() if request is not None else []
         if with_trace_file and self.trace_path is not None:
             files.append(self.trace_path)
