@@ -153,17 +153,21 @@ def _links_inside(folder: Path, info: os.stat_result, limit: int = 10_000) -> bo
     """Whether a file in ``folder`` (up to ``limit`` entries, at any depth) is the file
     ``info`` describes: a hard link made elsewhere to a file of an input folder."""
     seen = 0
-    for root, _dirs, names in os.walk(folder):
-        for name in names:
-            seen += 1
-            if seen > limit:
-                return False
-            try:
-                other = os.stat(os.path.join(root, name))
-            except (OSError, ValueError):
-                continue
-            if (other.st_dev, other.st_ino) == (info.st_dev, info.st_ino):
-                return True
+    walk = os.walk(folder)
+    try:
+        for root, _dirs, names in walk:
+            for name in names:
+                seen += 1
+                if seen > limit:
+                    return False
+                try:
+                    other = os.stat(os.path.join(root, name))
+                except (OSError, ValueError):
+                    continue
+                if (other.st_dev, other.st_ino) == (info.st_dev, info.st_ino):
+                    return True
+    finally:
+        walk.close()  # its open folder listing too, when the answer came early
     return False
 
 

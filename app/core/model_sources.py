@@ -5,7 +5,8 @@
 - ``FILE.py:NAME``: a person's own model (:mod:`app.core.user_model` builds it);
 - a Hugging Face model folder (``config.json`` plus ``*.safetensors`` weights), loaded
   offline with ``transformers``; pickle weights (``pytorch_model.bin``, ``*.pt``) are
-  refused, never unpickled;
+  refused, never unpickled, and no code of the folder runs (:mod:`app.core.folder_checks`
+  checks it first);
 - a ``config.json`` alone: the architecture with random weights, for shape work (on
   ``--device meta`` no memory is spent on weights at all).
 
@@ -23,11 +24,16 @@ Every failure is one :class:`UserCodeError` line. Plain Python, no Qt.
 from __future__ import annotations
 
 import contextlib
-import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from app.core.folder_checks import (
+    check_model_type,
+    check_weights,
+    read_config_data,
+)
 from app.core.user_model import (
     InputSpec,
     LoadedModel,
@@ -40,7 +46,6 @@ from app.core.user_model import (
 
 DEVICES = ("cpu", "cuda", "meta")
 INSTALL_HF = 'pip install "scratchformer[hf]"'
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 MODEL_HELP = (
     "the model: FILE.py:NAME (your own), a Hugging Face model folder (config.json + "
     "safetensors, offline), or a config.json alone (random weights)"
@@ -172,13 +177,13 @@ def _one_line(e: BaseException) -> str:
 
 
 def _read_config(path: Path):
+    """The transformers config of ``config.json`` at ``path``, checked first
+    (:mod:`app.core.folder_checks`: bounded, no code of its own, a built-in model_type)."""
     transformers = _transformers()
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise UserCodeError(f"{path}: cannot read it as JSON ({_one_line(e)})") from e
-    if not isinstance(data, dict) or "model_type" not in data:
-        raise UserCodeError(f"{path}: not a Hugging Face config (it has no model_type)")
+    data = read_config_data(path)
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    check_model_type(path, data["model_type"], CONFIG_MAPPING)
     try:
         return transformers.AutoConfig.for_model(**data)
     except Exception as e:
@@ -202,44 +207,49 @@ def _from_config(config, device: str, seed: int):
     import torch
 
     transformers = _transformers()
+    if device != "meta":
+        _check_memory(config, device)
     torch.manual_seed(seed)
     try:
         with torch.device(device):
             return transformers.AutoModelForCausalLM.from_config(
-                config, dtype=_config_dtype(config, device)
+                config, dtype=_config_dtype(config, device), trust_remote_code=False
             )
     except Exception as e:
         raise UserCodeError(f"cannot build {type(config).__name__}: {_one_line(e)}") from e
 
 
-def check_weights(folder: Path) -> None:
-    """A folder's weights are safetensors; pickle files are refused, named."""
-    if any(folder.glob("*.safetensors")):
-        return
-    pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
-    if pickles:
+def _check_memory(config, device: str) -> None:
+    """Random weights for ``config`` must fit in the memory free on ``device``: the model
+    is built on ``meta`` first (no memory, a second at most) and its bytes counted."""
+    import torch
+
+    model = _from_config(config, "meta", 0)
+    need = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+    if device == "cuda":
+        free = torch.cuda.mem_get_info()[0]
+    else:
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    if need > free:
         raise UserCodeError(
-            f"{folder}: refusing pickle weights {pickles[0]} (unpickling can run code; not "
-            f"loaded even with torch.load(weights_only=True)); save them as safetensors "
-            f"where you trust the file (model.save_pretrained(folder), safetensors is its "
-            f"default), or give {folder / 'config.json'} for random weights"
+            f"{type(config).__name__}'s weights need {need / 2**30:,.1f} GiB and {device} has "
+            f"{free / 2**30:,.1f} GiB free; --device meta traces its shapes without them"
         )
-    raise UserCodeError(
-        f"{folder}: no *.safetensors weights; give {folder / 'config.json'} for random weights"
-    )
 
 
 def _from_folder(folder: Path, device: str, seed: int):
     transformers = _transformers()
     if not (folder / "config.json").is_file():
         raise UserCodeError(f"{folder}: not a Hugging Face model folder (no config.json)")
+    config = _read_config(folder / "config.json")  # checked before transformers reads it
     if device == "meta":  # the weights would not be read: the architecture is enough
-        return _from_config(_read_config(folder / "config.json"), device, seed)
+        return _from_config(config, device, seed)
     check_weights(folder)
     try:
         model = transformers.AutoModelForCausalLM.from_pretrained(
-            str(folder), local_files_only=True, use_safetensors=True, dtype="auto"
-        )
+            str(folder), config=config, local_files_only=True, use_safetensors=True,
+            dtype="auto", trust_remote_code=False,
+        )  # fmt: skip
     except Exception as e:
         raise UserCodeError(f"{folder}: {_one_line(e)}") from e
     return model.to(device)
