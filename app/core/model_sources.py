@@ -179,8 +179,8 @@ def _one_line(e: BaseException) -> str:
 def _read_config(path: Path):
     """The transformers config of ``config.json`` at ``path``, checked first
     (:mod:`app.core.folder_checks`: bounded, no code of its own, a built-in model_type)."""
+    data = read_config_data(path)  # before transformers is imported: a refusal is quick
     transformers = _transformers()
-    data = read_config_data(path)
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     check_model_type(path, data["model_type"], CONFIG_MAPPING)
