@@ -24,6 +24,7 @@ Every failure is one :class:`UserCodeError` line. Plain Python, no Qt.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,7 @@ from app.core.user_model import (
     import_file,
     make_inputs,
 )
+from tracing.safe_text import inert_document
 
 DEVICES = ("cpu", "cuda", "meta")
 INSTALL_HF = 'pip install "scratchformer[hf]"'
@@ -169,7 +171,24 @@ def _transformers():
         import transformers
     except ImportError as e:
         raise UserCodeError(f"a Hugging Face model needs transformers: {INSTALL_HF}") from e
+    _inert_messages(transformers)
     return transformers
+
+
+class _InertRecords(logging.Filter):
+    """transformers' own warnings may quote a folder's config: each message is made inert
+    (``tracing.safe_text``) before its handler writes it to the terminal."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = inert_document(record.getMessage()), ()
+        return True
+
+
+def _inert_messages(transformers) -> None:
+    transformers.utils.logging.get_logger("transformers")  # makes its handler
+    for handler in logging.getLogger("transformers").handlers:
+        if not any(isinstance(f, _InertRecords) for f in handler.filters):
+            handler.addFilter(_InertRecords())
 
 
 def _one_line(e: BaseException) -> str:
