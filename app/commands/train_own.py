@@ -156,6 +156,7 @@ def _text_batches(args: argparse.Namespace, model: Any, text: Path):
     import torch
 
     from app.cli import UserError
+    from app.core.user_model import first_embedding_size
     from scratchformer.tasks import TextDataset
 
     block = args.block_size or getattr(getattr(model, "config", None), "block_size", None) or 64
@@ -163,5 +164,14 @@ def _text_batches(args: argparse.Namespace, model: Any, text: Path):
         data = TextDataset(text, block)
     except ValueError as e:
         raise UserError(str(e)) from e
+    vocab = first_embedding_size(model)
+    top = max(int(data.train_data.max()), int(data.val_data.max()))
+    if vocab is not None and top >= vocab:  # checked here, not an IndexError at step 1
+        raise UserError(
+            f"--text {text.name}: its bytes are token ids up to {top} (a vocabulary of "
+            f"{top + 1}; 256 holds any text) but the model's vocabulary (its first "
+            f"embedding) has {vocab} entries; build the model with a vocabulary of 256, or "
+            f"pass --data FILE.py:NAME giving batches of ids below {vocab}"
+        )
     gen = torch.Generator().manual_seed(args.seed)
     return lambda step: data.batch(gen, args.batch_size, "train")
