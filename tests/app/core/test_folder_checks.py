@@ -272,3 +272,19 @@ def test_a_released_config_is_within_every_bound():
     }
     folder_checks._check_shape(Path("c.json"), data)
     folder_checks._check_layers(Path("c.json"), data)
+
+
+def test_the_docs_tables_give_the_bounds_the_code_applies():
+    from app.core import folder_checks as fc
+    from tracing.capture import structure
+
+    models = (ROOT / "docs" / "models.md").read_text()
+    row = next(line for line in models.splitlines() if line.startswith("| a `config.json` over"))
+    assert f"{fc.MAX_CONFIG_BYTES // 2**20} MiB" in row and f"{fc.MAX_CONFIG_DEPTH} levels" in row
+    assert f"{fc.MAX_CONFIG_ENTRIES:,} keys" in row
+    assert f"over {fc.MAX_LAYERS:,} |" in models
+    trace_file = (ROOT / "docs" / "trace-file.md").read_text()
+    kept = (
+        f"({structure.CONFIG_KEPT_CHARS // 2**20} MiB of JSON, {structure.CONFIG_KEPT_DEPTH} levels"
+    )
+    assert kept in trace_file
