@@ -245,15 +245,25 @@ def _check_memory(config, device: str) -> None:
 
     model = _from_config(config, "meta", 0)
     need = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
-    if device == "cuda":
-        free = torch.cuda.mem_get_info()[0]
-    else:
-        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    free = torch.cuda.mem_get_info()[0] if device == "cuda" else _available_memory()
     if need > free:
         raise UserCodeError(
             f"{type(config).__name__}'s weights need {need / 2**30:,.1f} GiB and {device} has "
             f"{free / 2**30:,.1f} GiB free; --device meta traces its shapes without them"
         )
+
+
+def _available_memory() -> int:
+    """Bytes of memory this machine can give without swapping (Linux's MemAvailable,
+    which counts the page cache it can drop), else the free pages."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def _from_folder(folder: Path, device: str, seed: int):

@@ -69,14 +69,17 @@ def test_transformers_messages_are_inert():
     from app.core.model_sources import _transformers
 
     transformers = _transformers()
-    (handler,) = logging.getLogger("transformers").handlers
+    handlers = logging.getLogger("transformers").handlers
+    streams = [h for h in handlers if isinstance(h, logging.StreamHandler)]
+    assert streams
     stream = io.StringIO()
-    old = handler.setStream(stream)
+    old = [h.setStream(stream) for h in streams]
     try:
         logger = transformers.utils.logging.get_logger("transformers.models.llama")
         logger.warning("a config key \x1b]0;pwned\x07 %s", "\x9b2J")
     finally:
-        handler.setStream(old)
+        for h, was in zip(streams, old):
+            h.setStream(was)
     err = stream.getvalue()
     assert not any(c in err for c in RAW), repr(err)
     assert "a config key \\x1b]0;pwned\\x07 \\x9b2J" in err, repr(err)
