@@ -132,6 +132,16 @@ def output_folder(
     return path
 
 
+def not_an_input(
+    path: str | os.PathLike, *, inputs: Iterable[str | os.PathLike | None] = ()
+) -> Path:
+    """``path`` if it is none of ``inputs``, not the folder of one, and not inside an
+    input folder (a scratch folder a command makes its own files in: ``bench --tmp``)."""
+    path = Path(path)
+    _not_an_input(path, _stat(path), inputs, folder_of=False)
+    return path
+
+
 def _folders_holding(path: Path) -> set[tuple[int, int]]:
     """(device, inode) of every folder above ``path`` once its links are resolved: the
     folders it lies inside, whatever spelling, symlink or bind mount reaches them."""
@@ -172,11 +182,16 @@ def _links_inside(folder: Path, info: os.stat_result, limit: int = 10_000) -> bo
 
 
 def _not_an_input(
-    path: Path, info: os.stat_result | None, inputs: Iterable[str | os.PathLike | None]
+    path: Path,
+    info: os.stat_result | None,
+    inputs: Iterable[str | os.PathLike | None],
+    *,
+    folder_of: bool = True,
 ) -> None:
     """A PathProblem if ``path`` (stat ``info``, None if it does not exist yet) is one of
-    ``inputs``, the folder of one, or lies inside an input that is a folder (a model
-    folder is read whole: its weights, config and tokenizer are all inputs)."""
+    ``inputs``, the folder of one (unless not ``folder_of``), or lies inside an input that
+    is a folder (a model folder is read whole: its weights, config and tokenizer are all
+    inputs)."""
     holders = None  # the folders ``path`` lies inside, computed once when a folder is given
     for given in inputs:
         if given is None:
@@ -203,7 +218,8 @@ def _not_an_input(
         if info is None:
             continue
         folder = given.parent if str(given.parent) else Path(".")
-        for candidate, what in ((given, "an input of this command"), (folder, "the folder of")):
+        candidates = [(given, "an input of this command"), (folder, "the folder of")]
+        for candidate, what in candidates[: 2 if folder_of else 1]:
             try:
                 other = os.stat(candidate)
             except (OSError, ValueError):

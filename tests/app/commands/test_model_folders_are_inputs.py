@@ -50,6 +50,7 @@ def _files(root: Path) -> dict[str, bytes]:
     }
 
 
+TL = ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json"]
 P = "--prompt the --quiet"
 CASES = [
     f"trace --model tl {P} -o tl/model.safetensors",
@@ -67,6 +68,8 @@ CASES = [
     "generate --model tl --prompt the --max-new-tokens 1 --trace tl",
     "generate --model tl --prompt the --max-new-tokens 1 --trace tl/run.gen",
     "generate --model tl --prompt the --max-new-tokens 1 --trace link",
+    "bench --model tl --quick --tmp tl",  # its scratch folder
+    "bench --model tl --quick --tmp link",
     "train --model m.py:Net --text corpus.txt --steps 1 --trace-step 1 -o m.py",
     "train --model m.py:Net --text corpus.txt --steps 1 --trace-step 1 -o corpus.txt",
 ]
@@ -81,6 +84,7 @@ def test_nothing_a_command_reads_is_written(made, command, capsys, monkeypatch):
     assert len(err) == 1 and err[0].startswith("error: cannot write"), err
     assert "input" in err[0], err
     assert _files(made) == before  # nothing replaced, nothing added
+    assert sorted(p.name for p in (made / "tl").iterdir()) == sorted(TL)
     assert not (made / "ok.csv").exists()
 
 
