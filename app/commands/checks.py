@@ -213,7 +213,7 @@ def _not_an_input(
             if inside or (info is not None and info.st_nlink > 1 and _links_inside(given, info)):
                 raise PathProblem(
                     f"cannot write {_shown(path)}: it lies inside the input folder "
-                    f"{_shown(given)}, whose files this command reads; choose another output"
+                    f"{_shown(given)} (its files are read, never written); choose another output"
                 )
         if info is None:
             continue
