@@ -48,6 +48,8 @@ from tracing.safe_text import inert_document
 
 DEVICES = ("cpu", "cuda", "meta")
 INSTALL_HF = 'pip install "scratchformer[hf]"'
+MAX_TOKENIZER_BYTES = 256 * 2**20
+"""Largest ``tokenizer.json`` read (it is parsed whole; released ones are up to ~35 MB)."""
 MODEL_HELP = (
     "the model: FILE.py:NAME (your own), a Hugging Face model folder (config.json + "
     "safetensors, offline), or a config.json alone (random weights)"
@@ -99,6 +101,12 @@ class TextTokenizer:
             from tokenizers import Tokenizer
         except ImportError as e:
             raise UserCodeError(f"reading {path.name} needs tokenizers: {INSTALL_HF}") from e
+        size = path.stat().st_size
+        if size > MAX_TOKENIZER_BYTES:  # read whole by tokenizers: bounded like a config
+            raise UserCodeError(
+                f"{path}: the tokenizer is {size:,} bytes, more than the "
+                f"{MAX_TOKENIZER_BYTES:,} read (released ones are tens of MB)"
+            )
         try:
             self._tok = Tokenizer.from_file(str(path))
         except Exception as e:

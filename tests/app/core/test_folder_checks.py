@@ -288,3 +288,14 @@ def test_the_docs_tables_give_the_bounds_the_code_applies():
         f"({structure.CONFIG_KEPT_CHARS // 2**20} MiB of JSON, {structure.CONFIG_KEPT_DEPTH} levels"
     )
     assert kept in trace_file
+
+
+def test_a_huge_tokenizer_is_one_line_in_a_second(tiny, tmp_path, capsys):
+    m = _copy(tiny, tmp_path)
+    with open(m / "tokenizer.json", "r+b") as f:
+        f.truncate(300 * 2**20)  # sparse: 300 MB that cost no disk
+    start = time.perf_counter()
+    argv = ["trace", "--model", str(m), "--device", "meta", "--prompt", "the"]
+    assert main([*argv, "-o", str(tmp_path / "t.sft")]) == 2
+    assert "more than the 268,435,456 read" in _one_error(capsys)
+    assert time.perf_counter() - start < 5
