@@ -12,6 +12,7 @@ than a traceback after an hour of training:
   folder (a Hugging Face model folder) is read whole: nothing inside it may be an output.
 - :func:`output_folder` the same for a command that writes a folder of files
   (``generate --trace``): not an input, not inside an input folder, not holding an input.
+  :func:`not_an_input` only the first two, for a scratch folder (``bench --tmp``).
 - :func:`replace_atomically` writes a finished file under a temporary name beside the
   target, then renames it over the target: an existing output is never half-replaced.
 - the ``*_int`` / ``*_float`` factories are argparse ``type=`` functions: ``nan``, ``inf``,
