@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 from pathlib import Path
 from typing import Any
@@ -124,17 +125,23 @@ def _check_shape(path: Path, data: Any) -> None:
         todo.extend((v, depth + 1) for v in items if isinstance(v, (dict, list)))
 
 
+LAYER_COUNT = re.compile(r"^((num|n)_(\w+_)?layers?|(encoder|decoder)_layers|layers)$")
+"""Keys that count layers: ``num_hidden_layers``, ``n_layer``, ``num_kv_shared_layers``,
+``encoder_layers``... (every such key of transformers' configs), but not a size that
+merely mentions layers (Gemma 3n's ``vocab_size_per_layer_input`` is 262,144)."""
+
+
 def _check_layers(path: Path, data: dict, where: str = "") -> None:
-    """Every layer count (a whole number under a key naming layers, ``n_layer``...), at
-    any level (``text_config``), is at most :data:`MAX_LAYERS`."""
+    """Every layer count (:data:`LAYER_COUNT`), at any level (``text_config``), is at most
+    :data:`MAX_LAYERS`."""
     for key, value in data.items():
         if isinstance(value, dict):
             _check_layers(path, value, f"{where}{key}.")
         elif (
             isinstance(value, int)
             and not isinstance(value, bool)
-            and "layer" in key.lower()
             and value > MAX_LAYERS
+            and LAYER_COUNT.match(str(key).lower())
         ):
             raise UserCodeError(
                 f"{path}: {where}{key} is {value:,}; scratchformer builds models of up to "
