@@ -56,8 +56,11 @@ def run_own(args: argparse.Namespace) -> int:
         )
     if args.trace_step is not None and args.trace_step > args.steps:
         raise UserError(f"--trace-step must be between 1 and --steps ({args.steps})")
-    read = [args.model, args.data, args.loss]  # FILE.py:NAME: the file is read
-    inputs = [text.rpartition(":")[0] or text for text in read if text] + [args.text]
+    from app.core.model_sources import model_reads
+
+    # FILE.py:NAME: the file and the modules beside it are read
+    inputs = [p for text in (args.model, args.data, args.loss) for p in model_reads(text)]
+    inputs.append(args.text)
     out = output_file(args.output, inputs=inputs)
     if args.threads:
         torch.set_num_threads(args.threads)

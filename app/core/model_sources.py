@@ -153,7 +153,8 @@ def model_reads(text: str | None, tokenizer: str | Path | None = None) -> list[P
     """Every file :func:`load` reads for ``--model text`` (and ``--tokenizer``): what no
     output may replace. A folder stands for everything in it (``from_pretrained`` reads
     its config, weights, index and generation config; the tokenizer is beside them); a
-    ``config.json`` brings the ``tokenizer.json`` beside it; a file model is its file.
+    ``config.json`` brings the ``tokenizer.json`` beside it; a file model is its file and
+    the ``.py`` files beside it (its folder is first on ``sys.path`` while it imports).
     Never raises: a ``text`` the loader will refuse reads what its spelling names."""
     reads: list[Path] = []
     if text:
@@ -162,9 +163,12 @@ def model_reads(text: str | None, tokenizer: str | Path | None = None) -> list[P
             reads.append(path)
         elif path.suffix == ".json":
             reads += [path, path.parent / "tokenizer.json"]
-        else:
+        else:  # a file model, and the modules beside it, which it may import
             file, sep, _name = text.rpartition(":")
-            reads.append(Path(file if sep and file else text).expanduser())
+            path = Path(file if sep and file else text).expanduser()
+            reads.append(path)
+            with contextlib.suppress(OSError):
+                reads += sorted(path.parent.glob("*.py"))[:1000]
     if tokenizer:
         path = Path(tokenizer).expanduser()
         reads.append(path / "tokenizer.json" if path.is_dir() else path)

@@ -36,6 +36,7 @@ def made(tmp_path_factory) -> Path:
     (root / "tl").mkdir()
     llama_folder(root / "tl")
     (root / "m.py").write_text(MODEL)
+    (root / "helper.py").write_text("SIZE = 8\n")  # a module m.py could import
     (root / "corpus.txt").write_text("the cat sat on the mat. " * 20)
     os.symlink(root / "tl", root / "link")
     os.link(root / "tl" / "model.safetensors", root / "hard.safetensors")
@@ -63,6 +64,7 @@ CASES = [
     f"trace --model tl {P} -o hard.safetensors",  # a hard link to the weights
     f"trace --model m.py:Net --tokenizer tl {P} -o tl/tokenizer.json",
     f"trace --model m.py:Net --tokenizer tl/tokenizer.json {P} -o tl/tokenizer.json",
+    f"trace --model m.py:Net {P} -o helper.py",
     "patch --model tl --clean the --corrupted a --quiet -o tl/config.json",
     "patch --model tl --clean the --corrupted a --quiet -o ok.csv --png tl/heads.png",
     "generate --model tl --prompt the --max-new-tokens 1 --trace tl",
@@ -72,6 +74,7 @@ CASES = [
     "bench --model tl --quick --tmp link",
     "train --model m.py:Net --text corpus.txt --steps 1 --trace-step 1 -o m.py",
     "train --model m.py:Net --text corpus.txt --steps 1 --trace-step 1 -o corpus.txt",
+    "train --model m.py:Net --text corpus.txt --steps 1 --trace-step 1 -o helper.py",
 ]
 
 
