@@ -145,6 +145,8 @@ def _quit_after(qt_app, window) -> None:
 
     from PySide6.QtCore import QTimer
 
+    from tracing.safe_text import inert
+
     ms = os.environ.get("SCRATCHFORMER_QUIT_AFTER_MS", "")
     if not ms.isdigit():
         return
@@ -153,7 +155,7 @@ def _quit_after(qt_app, window) -> None:
     def report_and_quit() -> None:
         trace = window.trace
         where = window.status_text() if trace is not None else "no trace"
-        print(f"shown: {where}", flush=True)
+        print(f"shown: {inert(where)}", flush=True)  # names from a file: inert
         while (modal := qt_app.activeModalWidget()) is not None:  # an error box still open
             print(f"dialog: {modal.windowTitle()}", flush=True)
             modal.close()

@@ -489,6 +489,11 @@ def _run(args: argparse.Namespace) -> int:
     warmup = 1 if args.quick else 2
     if args.tmp is not None and not os.path.isdir(args.tmp):
         raise UserError(f"--tmp {args.tmp}: no such folder")
+    if args.tmp is not None:  # a scratch folder is made in it: never inside a model folder
+        from app.commands.checks import not_an_input
+        from app.commands.options import model_inputs
+
+        not_an_input(args.tmp, inputs=model_inputs(args) if args.model else ())
     if args.threads:
         torch.set_num_threads(args.threads)
     out = sys.stdout

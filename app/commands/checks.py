@@ -8,7 +8,11 @@ than a traceback after an hour of training:
 - :func:`output_file` checks the folder exists and may be written, and that the target
   is not a folder, a FIFO or a device, nor one of the command's ``inputs`` (the same file
   by device and inode, whatever its spelling: a symlink or a hard link is caught too). It
-  never creates folders: only what the user named is written.
+  never creates folders: only what the user named is written. An input that is a
+  folder (a Hugging Face model folder) is read whole: nothing inside it may be an output.
+- :func:`output_folder` the same for a command that writes a folder of files
+  (``generate --trace``): not an input, not inside an input folder, not holding an input.
+  :func:`not_an_input` only the first two, for a scratch folder (``bench --tmp``).
 - :func:`replace_atomically` writes a finished file under a temporary name beside the
   target, then renames it over the target: an existing output is never half-replaced.
 - the ``*_int`` / ``*_float`` factories are argparse ``type=`` functions: ``nan``, ``inf``,
@@ -96,11 +100,100 @@ def output_file(
     return path
 
 
+def output_folder(
+    path: str | os.PathLike, *, inputs: Iterable[str | os.PathLike | None] = ()
+) -> Path:
+    """``path`` as a Path if a command may write its files into it (a folder that exists,
+    or one it may create in a folder that does); creates nothing.
+
+    The rules of :func:`output_file`, for a folder: it may not be an input, nor lie
+    inside an input folder, nor hold an input (what it writes there could replace it)."""
+    path, inputs = Path(path), list(inputs)
+    info = _stat(path)
+    if info is not None and not stat.S_ISDIR(info.st_mode):
+        raise PathProblem(f"cannot write into {_shown(path)}: it exists and is not a folder")
+    _not_an_input(path, info, inputs)
+    if info is not None:
+        mine = (info.st_dev, info.st_ino)
+        for given in inputs:
+            if given is not None and mine in _folders_holding(Path(given)):
+                raise PathProblem(
+                    f"cannot write into {_shown(path)}: it holds {_shown(Path(given))}, an "
+                    "input of this command; choose another folder"
+                )
+    folder = path.parent if str(path.parent) else Path(".")
+    folder_info = _stat(folder)
+    if folder_info is None or not stat.S_ISDIR(folder_info.st_mode):
+        raise PathProblem(
+            f"cannot write {_shown(path)}: the folder {_shown(folder)} does not exist"
+        )
+    target = path if info is not None else folder
+    if not os.access(target, os.W_OK | os.X_OK):
+        raise PathProblem(f"cannot write into {_shown(path)}: permission denied")
+    return path
+
+
+def not_an_input(
+    path: str | os.PathLike, *, inputs: Iterable[str | os.PathLike | None] = ()
+) -> Path:
+    """``path`` if it is none of ``inputs``, not the folder of one, and not inside an
+    input folder (a scratch folder a command makes its own files in: ``bench --tmp``)."""
+    path = Path(path)
+    _not_an_input(path, _stat(path), inputs, folder_of=False)
+    return path
+
+
+def _folders_holding(path: Path) -> set[tuple[int, int]]:
+    """(device, inode) of every folder above ``path`` once its links are resolved: the
+    folders it lies inside, whatever spelling, symlink or bind mount reaches them."""
+    try:
+        real = Path(os.path.realpath(path))
+    except (OSError, ValueError):
+        return set()
+    found = set()
+    for folder in real.parents:
+        try:
+            info = os.stat(folder)
+        except (OSError, ValueError):
+            continue
+        found.add((info.st_dev, info.st_ino))
+    return found
+
+
+def _links_inside(folder: Path, info: os.stat_result, limit: int = 10_000) -> bool:
+    """Whether a file in ``folder`` (up to ``limit`` entries, at any depth) is the file
+    ``info`` describes: a hard link made elsewhere to a file of an input folder."""
+    seen = 0
+    walk = os.walk(folder)
+    try:
+        for root, _dirs, names in walk:
+            for name in names:
+                seen += 1
+                if seen > limit:
+                    return False
+                try:
+                    other = os.stat(os.path.join(root, name))
+                except (OSError, ValueError):
+                    continue
+                if (other.st_dev, other.st_ino) == (info.st_dev, info.st_ino):
+                    return True
+    finally:
+        walk.close()  # its open folder listing too, when the answer came early
+    return False
+
+
 def _not_an_input(
-    path: Path, info: os.stat_result | None, inputs: Iterable[str | os.PathLike | None]
+    path: Path,
+    info: os.stat_result | None,
+    inputs: Iterable[str | os.PathLike | None],
+    *,
+    folder_of: bool = True,
 ) -> None:
     """A PathProblem if ``path`` (stat ``info``, None if it does not exist yet) is one of
-    ``inputs`` or the folder of one."""
+    ``inputs``, the folder of one (unless not ``folder_of``), or lies inside an input that
+    is a folder (a model folder is read whole: its weights, config and tokenizer are all
+    inputs)."""
+    holders = None  # the folders ``path`` lies inside, computed once when a folder is given
     for given in inputs:
         if given is None:
             continue
@@ -110,10 +203,24 @@ def _not_an_input(
                 f"cannot write {_shown(path)}: it is an input of this command; "
                 "choose another output"
             )
+        try:
+            given_info = os.stat(given)
+        except (OSError, ValueError):
+            given_info = None
+        if given_info is not None and stat.S_ISDIR(given_info.st_mode):
+            if holders is None:
+                holders = _folders_holding(path)
+            inside = (given_info.st_dev, given_info.st_ino) in holders
+            if inside or (info is not None and info.st_nlink > 1 and _links_inside(given, info)):
+                raise PathProblem(
+                    f"cannot write {_shown(path)}: it lies inside the input folder "
+                    f"{_shown(given)} (its files are read, never written); choose another output"
+                )
         if info is None:
             continue
         folder = given.parent if str(given.parent) else Path(".")
-        for candidate, what in ((given, "an input of this command"), (folder, "the folder of")):
+        candidates = [(given, "an input of this command"), (folder, "the folder of")]
+        for candidate, what in candidates[: 2 if folder_of else 1]:
             try:
                 other = os.stat(candidate)
             except (OSError, ValueError):

@@ -5,7 +5,9 @@
     scratchformer generate --demo --prompt "hello|" --trace run.gen --capture values
     scratchformer generate --model ./my-hf-model --prompt "The cat" --temperature 0
 
-Prints the prompt followed by the generated text. ``--temperature 0`` is greedy
+Prints the prompt followed by the generated text, made inert: a control character that
+a model or a stranger's tokenizer produced is shown escaped (``\\x1b``), never sent to
+the terminal; newlines and tabs are kept. ``--temperature 0`` is greedy
 (deterministic); otherwise ``--seed`` makes sampling reproducible. ``--trace FOLDER``
 traces every pass and writes the generation folder (``tracing.generation.load_generation``
 reads it): each pass's values go to its file as they are produced, so memory stays flat
@@ -17,8 +19,9 @@ from __future__ import annotations
 
 import argparse
 
-from app.commands.checks import SEED, float_between, input_file, int_between
-from app.commands.options import add_command, add_model_option
+from app.commands.checks import SEED, float_between, input_file, int_between, output_folder
+from app.commands.options import add_command, add_model_option, model_inputs
+from tracing.safe_text import inert_document
 
 GREEDY_BELOW = 1e-4
 """A temperature below this samples as greedy (argmax): dividing logits by it overflows."""
@@ -78,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
     temperature = 0.0 if args.temperature < GREEDY_BELOW else args.temperature
     if not args.prompt:
         raise UserError("--prompt is empty; the model needs at least one token to continue")
+    if args.trace:  # checked before any work: never an input, nor inside a model folder
+        output_folder(args.trace, inputs=model_inputs(args))
 
     if args.model:
         return _any_model(args, temperature)
@@ -121,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         stop_token=stop_token,
     )
     new = out[0, idx.size(1) :].tolist()
-    print(args.prompt + tok.decode(new))
+    print(inert_document(args.prompt + tok.decode(new)))
     return 0
 
 
@@ -131,15 +136,11 @@ def _traced(model, idx, args, temperature, generator, stop_token, tok, meta=None
     from pathlib import Path
 
     import tracing
-    from app.cli import UserError
+    from app.cli import _one_line
     from app.core.progress import ProgressBar
     from tracing.runs.generation import trace_generate
 
-    folder = Path(args.trace)
-    if folder.exists() and not folder.is_dir():
-        raise UserError(f"cannot write the generation to {folder}: it exists and is not a folder")
-    if not folder.parent.is_dir():
-        raise UserError(f"cannot write {folder}: the folder {folder.parent} does not exist")
+    folder = Path(args.trace)  # checked by run()
     bar = ProgressBar(args.max_new_tokens, "trace generation")
     handle = model.register_forward_hook(lambda *_: bar.update(1))
     try:
@@ -152,15 +153,15 @@ def _traced(model, idx, args, temperature, generator, stop_token, tok, meta=None
         bar.close()
         partial = getattr(e, "generation", None)
         done = len(partial.passes) if partial is not None else 0
-        print(f"error: {e}; {done} pass(es) and the partial one were saved to {folder}",
-              file=sys.stderr)  # fmt: skip
+        print(f"error: {_one_line(e)}; {done} pass(es) and the partial one were saved to "
+              f"{folder}", file=sys.stderr)  # fmt: skip
         if isinstance(e, KeyboardInterrupt):
             raise
         return 1
     finally:
         handle.remove()
     bar.close()
-    print(args.prompt + tok.decode(generation.tokens))
+    print(inert_document(args.prompt + tok.decode(generation.tokens)))
     print(f"wrote {folder}: {len(generation.passes)} traced passes, "
           f"{generation.step_count()} steps", file=sys.stderr)  # fmt: skip
     return 0
@@ -194,7 +195,8 @@ def _any_model(args: argparse.Namespace, temperature: float) -> int:
         loaded.model, idx, args.max_new_tokens, temperature=temperature, top_k=args.top_k,
         generator=generator, stop_token=stop_token,
     )  # fmt: skip
-    print(tok.decode(idx[0].tolist() + new) if loaded.tokenizer else args.prompt + tok.decode(new))
+    text = tok.decode(idx[0].tolist() + new) if loaded.tokenizer else args.prompt + tok.decode(new)
+    print(inert_document(text))
     return 0
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from app.commands.checks import SEED, input_file
 
@@ -69,6 +70,22 @@ def add_model_option(p: argparse.ArgumentParser, group=None) -> None:
         help="with --model: a tokenizer.json (or a folder with one) to encode --prompt "
         "(default: the model folder's own, else one token per byte)",
     )
+
+
+def model_inputs(args: argparse.Namespace) -> list[Path]:
+    """Every file the model options of ``args`` read (no output may be one of them, nor
+    lie inside one that is a folder): the checkpoint, the bundled demo's, or all that
+    :func:`app.core.model_sources.model_reads` says ``--model`` / ``--tokenizer`` read."""
+    from app.core.model_sources import model_reads
+
+    files = model_reads(getattr(args, "model", None), getattr(args, "tokenizer", None))
+    if getattr(args, "checkpoint", None):
+        files.append(Path(args.checkpoint).expanduser())
+    elif not files and not getattr(args, "preset", None):  # the bundled demo model
+        from scratchformer import demo_checkpoint_path
+
+        files.append(Path(str(demo_checkpoint_path())))
+    return files
 
 
 def load_any_model(args: argparse.Namespace, inputs=None):

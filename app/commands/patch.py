@@ -26,6 +26,7 @@ from app.commands.options import (
     add_model_source,
     load_any_model,
     load_model,
+    model_inputs,
     stderr_say,
 )
 
@@ -83,11 +84,10 @@ def run(args: argparse.Namespace) -> int:
     from app.core.progress import ProgressBar
     from scratchformer import ByteTokenizer
     from tracing.runs.patching import sweep
+    from tracing.safe_text import inert
 
     quiet = args.quiet
     say = stderr_say(quiet)
-
-    from app.commands.trace import model_inputs
 
     output = output_file(args.output, inputs=model_inputs(args))
     png = output_file(args.png, inputs=[*model_inputs(args), output]) if args.png else None
@@ -137,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
     csv = result.to_csv()
     replace_atomically(output, lambda tmp: tmp.write_text(csv, encoding="utf-8"))
     best = result.best()
-    where = f"; largest: {best[0]} {best[1]} = {best[2]:.3f}" if best else ""
+    # the labels may be a stranger's tokenizer's strings: made inert for the terminal
+    where = f"; largest: {inert(f'{best[0]} {best[1]}')} = {best[2]:.3f}" if best else ""
     print(
         f"wrote {output}: {len(result.rows)}x{len(result.columns)} runs in "
         f"{result.seconds:.1f}s, {result.metric_name} clean {result.clean_metric:.3f} "

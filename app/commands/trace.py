@@ -21,7 +21,13 @@ from pathlib import Path
 
 from app.commands import ranks
 from app.commands.checks import float_between, output_file
-from app.commands.options import add_command, add_model_source, load_model, stderr_say
+from app.commands.options import (
+    add_command,
+    add_model_source,
+    load_model,
+    model_inputs,
+    stderr_say,
+)
 
 VALUE_DTYPES = ("float32", "float16", "bfloat16")
 
@@ -73,17 +79,6 @@ def add_input_arguments(p: argparse.ArgumentParser) -> None:
         help="with --input-shape: long = random token ids below the first embedding's "
         "size, float = randn (default long)",
     )
-
-
-def model_inputs(args: argparse.Namespace) -> list[str | Path | None]:
-    """The files a model option reads (an output may not be one of them)."""
-    files: list[str | Path | None] = [getattr(args, "checkpoint", None)]
-    if getattr(args, "model", None):
-        path, sep, _name = args.model.rpartition(":")
-        files.append(Path(path if sep and path else args.model).expanduser())
-    if getattr(args, "tokenizer", None):
-        files.append(Path(args.tokenizer).expanduser())
-    return files
 
 
 def load_user_model(args: argparse.Namespace):

@@ -56,7 +56,12 @@ def run_own(args: argparse.Namespace) -> int:
         )
     if args.trace_step is not None and args.trace_step > args.steps:
         raise UserError(f"--trace-step must be between 1 and --steps ({args.steps})")
-    out = output_file(args.output)
+    from app.core.model_sources import model_reads
+
+    # FILE.py:NAME: the file and the modules beside it are read
+    inputs = [p for text in (args.model, args.data, args.loss) for p in model_reads(text)]
+    inputs.append(args.text)
+    out = output_file(args.output, inputs=inputs)
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -80,7 +85,7 @@ def run_own(args: argparse.Namespace) -> int:
         path = out
         if args.trace_step is not None:
             path = out.with_name(f"{out.stem}.nonfinite{out.suffix}")
-        requests.append(("nonfinite", path))
+        requests.append(("nonfinite", output_file(path, inputs=inputs)))
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     targets: dict[str, Any] = {}
     watch_loss = None
@@ -165,6 +170,7 @@ def _text_batches(args: argparse.Namespace, model: Any, text: Path):
     import torch
 
     from app.cli import UserError
+    from app.core.user_model import first_embedding_size
     from scratchformer.tasks import TextDataset
 
     block = args.block_size or getattr(getattr(model, "config", None), "block_size", None) or 64
@@ -172,5 +178,14 @@ def _text_batches(args: argparse.Namespace, model: Any, text: Path):
         data = TextDataset(text, block)
     except ValueError as e:
         raise UserError(str(e)) from e
+    vocab = first_embedding_size(model)
+    top = max(int(data.train_data.max()), int(data.val_data.max()))
+    if vocab is not None and top >= vocab:  # checked here, not an IndexError at step 1
+        raise UserError(
+            f"--text {text.name}: its bytes are token ids up to {top} (a vocabulary of "
+            f"{top + 1}; 256 holds any text) but the model's vocabulary (its first "
+            f"embedding) has {vocab} entries; build the model with a vocabulary of 256, or "
+            f"pass --data FILE.py:NAME giving batches of ids below {vocab}"
+        )
     gen = torch.Generator().manual_seed(args.seed)
     return lambda step: data.batch(gen, args.batch_size, "train")

@@ -5,7 +5,8 @@
 - ``FILE.py:NAME``: a person's own model (:mod:`app.core.user_model` builds it);
 - a Hugging Face model folder (``config.json`` plus ``*.safetensors`` weights), loaded
   offline with ``transformers``; pickle weights (``pytorch_model.bin``, ``*.pt``) are
-  refused, never unpickled;
+  refused, never unpickled, and no code of the folder runs (:mod:`app.core.folder_checks`
+  checks it first);
 - a ``config.json`` alone: the architecture with random weights, for shape work (on
   ``--device meta`` no memory is spent on weights at all).
 
@@ -25,12 +26,18 @@ Every failure is one :class:`UserCodeError` line. Plain Python, no Qt.
 from __future__ import annotations
 
 import contextlib
-import json
+import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from app.core import token_text
+from app.core.folder_checks import (
+    check_model_type,
+    check_weights,
+    read_config_data,
+)
 from app.core.user_model import (
     InputSpec,
     LoadedModel,
@@ -40,10 +47,12 @@ from app.core.user_model import (
     import_file,
     make_inputs,
 )
+from tracing.safe_text import inert_document
 
 DEVICES = ("cpu", "cuda", "meta")
 INSTALL_HF = 'pip install "scratchformer[hf]"'
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+MAX_TOKENIZER_BYTES = 256 * 2**20
+"""Largest ``tokenizer.json`` read (it is parsed whole; released ones are up to ~35 MB)."""
 MODEL_HELP = (
     "the model: FILE.py:NAME (your own), a Hugging Face model folder (config.json + "
     "safetensors, offline), or a config.json alone (random weights)"
@@ -95,6 +104,12 @@ class TextTokenizer:
             from tokenizers import Tokenizer
         except ImportError as e:
             raise UserCodeError(f"reading {path.name} needs tokenizers: {INSTALL_HF}") from e
+        size = path.stat().st_size
+        if size > MAX_TOKENIZER_BYTES:  # read whole by tokenizers: bounded like a config
+            raise UserCodeError(
+                f"{path}: the tokenizer is {size:,} bytes, more than the "
+                f"{MAX_TOKENIZER_BYTES:,} read (released ones are tens of MB)"
+            )
         try:
             self._tok = Tokenizer.from_file(str(path))
         except Exception as e:
@@ -140,6 +155,32 @@ def find_tokenizer(path: str | Path | None, model_path: Path | None = None) -> T
     return None
 
 
+def model_reads(text: str | None, tokenizer: str | Path | None = None) -> list[Path]:
+    """Every file :func:`load` reads for ``--model text`` (and ``--tokenizer``): what no
+    output may replace. A folder stands for everything in it (``from_pretrained`` reads
+    its config, weights, index and generation config; the tokenizer is beside them); a
+    ``config.json`` brings the ``tokenizer.json`` beside it; a file model is its file and
+    the ``.py`` files beside it (its folder is first on ``sys.path`` while it imports).
+    Never raises: a ``text`` the loader will refuse reads what its spelling names."""
+    reads: list[Path] = []
+    if text:
+        path = Path(text).expanduser()
+        if path.is_dir():
+            reads.append(path)
+        elif path.suffix == ".json":
+            reads += [path, path.parent / "tokenizer.json"]
+        else:  # a file model, and the modules beside it, which it may import
+            file, sep, _name = text.rpartition(":")
+            path = Path(file if sep and file else text).expanduser()
+            reads.append(path)
+            with contextlib.suppress(OSError):
+                reads += sorted(path.parent.glob("*.py"))[:1000]
+    if tokenizer:
+        path = Path(tokenizer).expanduser()
+        reads.append(path / "tokenizer.json" if path.is_dir() else path)
+    return reads
+
+
 # --------------------------------------------------------------------------- building
 
 
@@ -148,7 +189,24 @@ def _transformers():
         import transformers
     except ImportError as e:
         raise UserCodeError(f"a Hugging Face model needs transformers: {INSTALL_HF}") from e
+    _inert_messages(transformers)
     return transformers
+
+
+class _InertRecords(logging.Filter):
+    """transformers' own warnings may quote a folder's config: each message is made inert
+    (``tracing.safe_text``) before its handler writes it to the terminal."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = inert_document(record.getMessage()), ()
+        return True
+
+
+def _inert_messages(transformers) -> None:
+    transformers.utils.logging.get_logger("transformers")  # makes its handler
+    for handler in logging.getLogger("transformers").handlers:
+        if not any(isinstance(f, _InertRecords) for f in handler.filters):
+            handler.addFilter(_InertRecords())
 
 
 def _one_line(e: BaseException) -> str:
@@ -156,13 +214,13 @@ def _one_line(e: BaseException) -> str:
 
 
 def _read_config(path: Path):
+    """The transformers config of ``config.json`` at ``path``, checked first
+    (:mod:`app.core.folder_checks`: bounded, no code of its own, a built-in model_type)."""
+    data = read_config_data(path)  # before transformers is imported: a refusal is quick
     transformers = _transformers()
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise UserCodeError(f"{path}: cannot read it as JSON ({_one_line(e)})") from e
-    if not isinstance(data, dict) or "model_type" not in data:
-        raise UserCodeError(f"{path}: not a Hugging Face config (it has no model_type)")
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    check_model_type(path, data["model_type"], CONFIG_MAPPING)
     try:
         return transformers.AutoConfig.for_model(**data)
     except Exception as e:
@@ -186,44 +244,59 @@ def _from_config(config, device: str, seed: int):
     import torch
 
     transformers = _transformers()
+    if device != "meta":
+        _check_memory(config, device)
     torch.manual_seed(seed)
     try:
         with torch.device(device):
             return transformers.AutoModelForCausalLM.from_config(
-                config, dtype=_config_dtype(config, device)
+                config, dtype=_config_dtype(config, device), trust_remote_code=False
             )
     except Exception as e:
         raise UserCodeError(f"cannot build {type(config).__name__}: {_one_line(e)}") from e
 
 
-def check_weights(folder: Path) -> None:
-    """A folder's weights are safetensors; pickle files are refused, named."""
-    if any(folder.glob("*.safetensors")):
-        return
-    pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
-    if pickles:
+def _check_memory(config, device: str) -> None:
+    """Random weights for ``config`` must fit in the memory free on ``device``: the model
+    is built on ``meta`` first (no memory, a second at most) and its bytes counted."""
+    import torch
+
+    model = _from_config(config, "meta", 0)
+    need = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+    free = torch.cuda.mem_get_info()[0] if device == "cuda" else _available_memory()
+    if need > free:
         raise UserCodeError(
-            f"{folder}: refusing pickle weights {pickles[0]} (unpickling can run code; not "
-            f"loaded even with torch.load(weights_only=True)); save them as safetensors "
-            f"where you trust the file (model.save_pretrained(folder), safetensors is its "
-            f"default), or give {folder / 'config.json'} for random weights"
+            f"{type(config).__name__}'s weights need {need / 2**30:,.1f} GiB and {device} has "
+            f"{free / 2**30:,.1f} GiB free; --device meta traces its shapes without them"
         )
-    raise UserCodeError(
-        f"{folder}: no *.safetensors weights; give {folder / 'config.json'} for random weights"
-    )
+
+
+def _available_memory() -> int:
+    """Bytes of memory this machine can give without swapping (Linux's MemAvailable,
+    which counts the page cache it can drop), else the free pages."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def _from_folder(folder: Path, device: str, seed: int):
     transformers = _transformers()
     if not (folder / "config.json").is_file():
         raise UserCodeError(f"{folder}: not a Hugging Face model folder (no config.json)")
+    config = _read_config(folder / "config.json")  # checked before transformers reads it
     if device == "meta":  # the weights would not be read: the architecture is enough
-        return _from_config(_read_config(folder / "config.json"), device, seed)
+        return _from_config(config, device, seed)
     check_weights(folder)
     try:
         model = transformers.AutoModelForCausalLM.from_pretrained(
-            str(folder), local_files_only=True, use_safetensors=True, dtype="auto"
-        )
+            str(folder), config=config, local_files_only=True, use_safetensors=True,
+            dtype="auto", trust_remote_code=False,
+        )  # fmt: skip
     except Exception as e:
         raise UserCodeError(f"{folder}: {_one_line(e)}") from e
     return model.to(device)

@@ -101,6 +101,21 @@ class ModelSource:
             return f"preset {self.preset} (random weights)"
         return "bundled demo model"
 
+    def reads(self) -> list[Path]:
+        """Every file tracing this source reads (a model folder stands for all in it):
+        what no save or export of the app may replace."""
+        if self.kind == "file":
+            from app.core.model_sources import model_reads
+
+            return model_reads(self.model, self.tokenizer or None)
+        if self.kind == "checkpoint":
+            return [Path(self.checkpoint)] if self.checkpoint else []
+        if self.kind == "demo":
+            from scratchformer import demo_checkpoint_path
+
+            return [Path(str(demo_checkpoint_path()))]
+        return []
+
 
 @dataclass
 class TraceRequest:

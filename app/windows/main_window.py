@@ -598,10 +598,35 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(f"Opened {path}", 4000)
         return True
 
+    def inputs(self, *, with_trace_file: bool = True) -> list[Path]:
+        """Every file the shown trace came from: its file (values are read from it as
+        they are shown), and what its model source read (a model folder whole, the
+        tokenizer beside a config, a checkpoint). No save or export may replace one."""
+        request = self.trace_request
+        files = request.source.reads() if request is not None else []
+        if with_trace_file and self.trace_path is not None:
+            files.append(self.trace_path)
+        return files
+
+    def may_write(self, path: str | Path, title: str, *, with_trace_file: bool = True) -> bool:
+        """Whether ``path`` may be written (the command line's rule,
+        ``app.commands.checks.output_file``); if not, a dialog says why."""
+        from app.commands.checks import PathProblem, output_file
+
+        try:
+            output_file(path, inputs=self.inputs(with_trace_file=with_trace_file))
+        except PathProblem as e:
+            dialogs.show_error(self, title, str(e))
+            return False
+        return True
+
     def save_to(self, path: str | Path) -> bool:
         if self.trace is None:
             return False
         path = Path(path)
+        # saving over the open trace file itself is fine: its values are read first
+        if not self.may_write(path, "Cannot save trace", with_trace_file=False):
+            return False
         try:
             self.trace.save(path)
         except Exception as e:
@@ -616,6 +641,8 @@ class MainWindow(QMainWindow):
     def export_report(self, path: str | Path, fmt: str | None = None) -> bool:
         if self.trace is None:
             return False
+        if not self.may_write(path, "Cannot export report"):
+            return False
         try:
             report.write(self.trace, path, fmt)
         except Exception as e:
@@ -625,6 +652,8 @@ class MainWindow(QMainWindow):
         return True
 
     def export_diagram(self, path: str | Path) -> bool:
+        if not self.may_write(path, "Cannot export diagram"):
+            return False
         try:
             self.diagram.export_image(path)
         except Exception as e:
@@ -634,6 +663,8 @@ class MainWindow(QMainWindow):
         return True
 
     def export_heatmap(self, path: str | Path) -> bool:
+        if not self.may_write(path, "Cannot export heatmap"):
+            return False
         try:
             self.inspector.export_heatmap(path)
         except Exception as e:

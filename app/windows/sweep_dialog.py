@@ -155,12 +155,22 @@ class SweepDialog(QDialog):
 
     def _save_dialog(self, default: str, filters: str, write) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Save sweep", default, filters)
-        if not path:
-            return
+        if path:
+            self.save_checked(path, write)
+
+    def save_checked(self, path: str | Path, write) -> bool:
+        """``write(path)`` unless ``path`` is a file the model was read from or lies in
+        its folder (the command line's rule); a dialog says why it was not written."""
+        from app.commands.checks import PathProblem, output_file
+
+        inputs = self.request.source.reads() if self.request is not None else []
         try:
+            output_file(path, inputs=inputs)
             write(path)
-        except OSError as e:
+        except (OSError, PathProblem) as e:
             dialogs.show_error(self, "Cannot save", str(e))
+            return False
+        return True
 
     def closeEvent(self, event) -> None:
         if self.job is not None:

@@ -248,20 +248,65 @@ def module_infos(
     return infos
 
 
+CONFIG_KEPT_CHARS = 2**20
+"""Most characters of JSON the config kept in a trace's meta takes (released configs take
+a few kB): what is over is left out, named, so every trace written opens again (loading
+reads manifests of up to 64 MB)."""
+
+CONFIG_KEPT_DEPTH = 16
+"""Deepest nesting of the config kept (real ones nest three or four levels; loading
+accepts a meta nested up to 64)."""
+
+_CUT_DEEPER = f"(nested deeper than {CONFIG_KEPT_DEPTH} levels: not kept)"
+
+
 def config_dict(config: Any) -> dict | None:
-    """The model's config as a JSON-able dict (``to_dict()`` or a dataclass), else None."""
+    """The model's config as a JSON-able dict (``to_dict()`` or a dataclass), else None;
+    bounded by :data:`CONFIG_KEPT_CHARS` and :data:`CONFIG_KEPT_DEPTH`."""
     raw = None
     if config is None:
         return None
-    if hasattr(config, "to_dict"):
-        try:
+    try:
+        if hasattr(config, "to_dict"):
             raw = config.to_dict()
-        except Exception:
-            raw = None
-    elif dataclasses.is_dataclass(config) and not isinstance(config, type):
-        raw = dataclasses.asdict(config)
-    elif isinstance(config, Mapping):
-        raw = dict(config)
-    if raw is None:
+        elif dataclasses.is_dataclass(config) and not isinstance(config, type):
+            raw = dataclasses.asdict(config)
+        elif isinstance(config, Mapping):
+            raw = dict(config)
+    except Exception:  # a to_dict that raises, a dataclass nested past Python's recursion
+        raw = None
+    if not isinstance(raw, Mapping):
         return None
-    return json.loads(json.dumps(raw, default=str))
+    text = json.dumps(_cut_deep(raw, 1), default=str)
+    data = json.loads(text)
+    return data if len(text) <= CONFIG_KEPT_CHARS else _bounded(data, len(text))
+
+
+def _cut_deep(value: Any, depth: int) -> Any:
+    """``value`` with every object or list deeper than :data:`CONFIG_KEPT_DEPTH` replaced
+    by a note, and every key a string (JSON's)."""
+    if isinstance(value, Mapping):
+        if depth > CONFIG_KEPT_DEPTH:
+            return _CUT_DEEPER
+        return {str(k): _cut_deep(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        if depth > CONFIG_KEPT_DEPTH:
+            return _CUT_DEEPER
+        return [_cut_deep(v, depth + 1) for v in value]
+    return value
+
+
+def _bounded(data: dict, total: int) -> dict:
+    """The first keys of ``data`` (``total`` characters of JSON) that fit in
+    :data:`CONFIG_KEPT_CHARS`, with a ``"__cut__"`` note naming how many were left out."""
+    kept, used = {}, 0
+    for key, value in data.items():
+        size = len(json.dumps(key)) + len(json.dumps(value)) + 2  # "key":value,
+        if used + size <= CONFIG_KEPT_CHARS - 200:  # room for the note
+            kept[key] = value
+            used += size
+    kept["__cut__"] = (
+        f"{len(data) - len(kept)} of the config's {len(data)} keys are not kept: its JSON "
+        f"is {total:,} characters, more than the {CONFIG_KEPT_CHARS:,} a trace keeps"
+    )
+    return kept

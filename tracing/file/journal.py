@@ -190,8 +190,12 @@ def open_leftover(path: Path) -> Container | None:
 
 
 def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs; a number no process can have (a name's pid may be
+    anything: ``t.sft.99999999999999999999-1.partial``) is a process that does not."""
     if pid == os.getpid():
         return True
+    if not 0 < pid < 2**31:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
