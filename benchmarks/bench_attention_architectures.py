@@ -152,8 +152,11 @@ def _per_head_output(trace, rec):
 
 
 def _refolds(trace, step, rec) -> bool:
-    """A view of map ``rec`` that folds its heads into the batch or unfolds them."""
-    shape, like = tuple(trace.tensor(step.outputs[0]).shape), tuple(rec.shape)
+    """A view of the map that folds its heads into the batch or unfolds them."""
+    shape, like = (
+        tuple(trace.tensor(step.outputs[0]).shape),
+        tuple(trace.tensor(step.inputs[0]).shape),
+    )
     return {len(shape), len(like)} == {3, 4} and shape[-2:] == like[-2:]
 
 

@@ -32,6 +32,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import torch
+
 MIXES = frozenset({"matmul", "bmm", "einsum"})
 """Ops that contract an attention map with the values."""
 
@@ -115,6 +117,19 @@ def contracts_key(name: str, args: tuple, position: int, operands: int) -> bool:
     return key in others and key not in out and query in out and query not in others
 
 
+def operands(args: tuple, kwargs: dict | None) -> list:
+    """A call's tensor arguments in the order the tracer records them as inputs:
+    positional ones (and those in a list, as ``einsum(eq, [a, b])`` takes them), then
+    keyword ones."""
+    found = []
+    for a in args:
+        if isinstance(a, (tuple, list)):
+            found += [b for b in a if isinstance(b, torch.Tensor)]
+        elif isinstance(a, torch.Tensor):
+            found.append(a)
+    return found + [a for a in (kwargs or {}).values() if isinstance(a, torch.Tensor)]
+
+
 # --------------------------------------------------------------------------- while recording
 
 
@@ -143,15 +158,24 @@ class MapFinder:
             del self.pending[old]
         self.pending[rid] = (tensor, holder)
 
-    def contraction(self, name: str, args: tuple, in_ids: Sequence[int]) -> list[tuple[int, Any]]:
-        """(record id, tensor) of each candidate this contraction proves a map."""
+    def contraction(
+        self, name: str, args: tuple, kwargs: dict | None, in_ids: Sequence[int]
+    ) -> list[tuple[int, Any]]:
+        """(record id, tensor) of each candidate this contraction proves a map; and of the
+        map as it meets the values when a slice on the way changed it (a sink column
+        dropped): that is the map of the tokens, the one a model returns."""
         if not self.pending:
             return []
         found = []
         for position, rid in enumerate(in_ids):
             source = self._source(rid)
-            if source is not None and contracts_key(name, args, position, len(in_ids)):
-                found.append((source, self.pending.pop(source)[0]))
+            if source is None or not contracts_key(name, args, position, len(in_ids)):
+                continue
+            tensor = self.pending.pop(source)[0]
+            found.append((source, tensor))
+            used = operands(args, kwargs)[position]
+            if used.dim() == tensor.dim() and used.shape != tensor.shape:
+                found.append((rid, used))
         return found
 
     def _source(self, rid: int) -> int | None:
@@ -208,6 +232,7 @@ __all__ = [
     "carries_map",
     "contracts_key",
     "einsum_terms",
+    "operands",
     "refolds",
     "softmax_axis",
     "values_mix",
