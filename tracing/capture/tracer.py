@@ -831,6 +831,7 @@ class Tracer:
     def _finish(self, error: str | None) -> Trace:
         model = self.model
         steps = self._steps
+        self._maps.pending.clear()  # softmaxes never contracted: no map, nothing held
         for index in self._param_steps:
             steps[index].input_names = self._input_names(steps[index])
         meta, sizes = self._meta()
