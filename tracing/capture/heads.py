@@ -106,11 +106,11 @@ def consumers_of(trace) -> dict[int, list]:
 
 def head_site_of_map(trace, rec, consumers: dict[int, list]) -> tuple[Site, int, int] | None:
     """(site, output index, heads) of the per-head output made from attention map ``rec``:
-    the op that contracts it with the values (:func:`tracing.attention_flow.values_mix`;
-    or the fused attention call that made it),
-    as its module's output when the module returns it (a module site needs no op
-    instrument, so patching it is cheaper); for ``nn.MultiheadAttention``, the module itself
-    (see the module doc). None when there is none."""
+    the op that contracts it with the values (:func:`tracing.attention_flow.values_mix`), or
+    the fused attention call that made it, as its module's output when the module returns
+    it (a module site needs no op instrument, so patching it is cheaper); for
+    ``nn.MultiheadAttention``, the module itself (see the module doc). None when there is
+    none."""
     steps = trace.steps
     producer = steps[rec.producer]
     heads = int(rec.shape[1]) if len(rec.shape) == 4 else folded_heads(trace, rec) or 0
