@@ -58,7 +58,7 @@ class OpMode(TorchFunctionMode):
 
 
 # Ops that may make an attention map, or prove one (a contraction of a softmax with the
-# values): see Tracer._attention_op and tracing.capture.attention_flow.
+# values): see Tracer._attention_op and tracing.attention_flow.
 _ATTENTION_OPS = (
     SOFTMAXES | MIXES | {"scaled_dot_product_attention", "multi_head_attention_forward"}
 )

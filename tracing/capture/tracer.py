@@ -653,7 +653,7 @@ class Tracer:
 
     def _attention_op(self, index: int, name: str, func, args, kwargs, outs: tuple) -> tuple:
         """Attention maps made by op ``index``, recognised by what they do
-        (``tracing.capture.attention_flow``): a softmax is a candidate, proven a map by the
+        (``tracing.attention_flow``): a softmax is a candidate, proven a map by the
         contraction that sums its key axis with the values; a fused attention call makes
         one. Returns the op's outputs with any rebuilt map added."""
         if name == "softmax" or name == "_softmax":
