@@ -130,6 +130,14 @@ def operands(args: tuple, kwargs: dict | None) -> list:
     return found + [a for a in (kwargs or {}).values() if isinstance(a, torch.Tensor)]
 
 
+def per_head_output(out_shape: Sequence[int], map_shape: Sequence[int]) -> bool:
+    """Whether a contraction's output ``out_shape`` is the per-head output of a map shaped
+    ``map_shape``: the map's axes but the key, then the values' width (``(B, H, T, D)``
+    from ``(B, H, T, S)``). An einsum that reads the map otherwise (its entropy, summed
+    per query: ``b h i j, b h i j -> b h i``) is not the values' contraction."""
+    return len(out_shape) == len(map_shape) and tuple(out_shape[:-1]) == tuple(map_shape[:-1])
+
+
 # --------------------------------------------------------------------------- while recording
 
 
@@ -159,11 +167,12 @@ class MapFinder:
         self.pending[rid] = (tensor, holder)
 
     def contraction(
-        self, name: str, args: tuple, kwargs: dict | None, in_ids: Sequence[int]
+        self, name: str, args: tuple, kwargs: dict | None, in_ids: Sequence[int], out: Any
     ) -> list[tuple[int, Any]]:
-        """(record id, tensor) of each candidate this contraction proves a map; and of the
-        map as it meets the values when a slice on the way changed it (a sink column
-        dropped): that is the map of the tokens, the one a model returns."""
+        """(record id, tensor) of each candidate this contraction (its output ``out``)
+        proves a map; and of the map as it meets the values when a slice on the way changed
+        it (a sink column dropped): that is the map of the tokens, the one a model
+        returns."""
         if not self.pending:
             return []
         found = []
@@ -171,9 +180,11 @@ class MapFinder:
             source = self._source(rid)
             if source is None or not contracts_key(name, args, position, len(in_ids)):
                 continue
+            used = operands(args, kwargs)[position]
+            if not per_head_output(out.shape, used.shape):
+                continue
             tensor = self.pending.pop(source)[0]
             found.append((source, tensor))
-            used = operands(args, kwargs)[position]
             if used.dim() == tensor.dim() and used.shape != tensor.shape:
                 found.append((rid, used))
         return found
@@ -210,14 +221,16 @@ def values_mix(trace, rec, consumers: dict[int, list]):
         for rid in frontier:
             shape = tuple(trace.tensor(rid).shape)
             for c in consumers.get(rid, ()):
-                if c.kind != "op":
-                    continue
-                if c.op == "einsum" or (c.op in MIXES and c.inputs[0] == rid):
-                    return c  # (which operand of an einsum was checked while recording)
-                if not c.outputs or c.outputs[0] in seen or not c.inputs or c.inputs[0] != rid:
+                if c.kind != "op" or not c.outputs:
                     continue
                 out = c.outputs[0]
-                if carries_map(c.op, tuple(trace.tensor(out).shape), shape):
+                out_shape = tuple(trace.tensor(out).shape)
+                mixes = c.op == "einsum" or (c.op in MIXES and c.inputs[0] == rid)
+                if mixes and per_head_output(out_shape, shape):
+                    return c  # (which operand of an einsum was checked while recording)
+                if out in seen or c.inputs[0] != rid:
+                    continue
+                if carries_map(c.op, out_shape, shape):
                     seen.add(out)
                     following.append(out)
         frontier = following
@@ -233,6 +246,7 @@ __all__ = [
     "contracts_key",
     "einsum_terms",
     "operands",
+    "per_head_output",
     "refolds",
     "softmax_axis",
     "values_mix",

@@ -19,7 +19,13 @@ import torch
 from torch import nn
 
 import tracing
-from tracing.attention_flow import carries_map, contracts_key, einsum_terms, softmax_axis
+from tracing.attention_flow import (
+    carries_map,
+    contracts_key,
+    einsum_terms,
+    per_head_output,
+    softmax_axis,
+)
 from tracing.capture.edits import Edit, Zero
 from tracing.runs.patching import sweep
 
@@ -157,6 +163,29 @@ class _NotMaps(nn.Module):
         pooled = (scores.unsqueeze(-1) * x.permute(0, 2, 1, 3).unsqueeze(2)).sum(-2)
         summed = torch.einsum("bets,betd->besd", scores, x.transpose(1, 2))
         return routed, pooled, summed
+
+
+class _EntropyFirst(Attend):
+    """An attention that reads its map's entropy with an einsum before it mixes the values."""
+
+    def forward(self, q, k, v):
+        p = torch.einsum("bhid,bhjd->bhij", q, k).mul(self.scale).softmax(-1)
+        self.entropy = -torch.einsum("bhij,bhij->bhi", p, p.log())  # the map, read otherwise
+        return torch.einsum("bhij,bhjd->bhid", p, v)
+
+
+def test_the_values_contraction_is_the_head_site_not_another_read_of_the_map():
+    from tracing.capture.heads import head_sites_in
+
+    mixer = Mixer().eval()
+    mixer.attend = _EntropyFirst(D**-0.5)
+    t = tracing.trace(mixer, torch.randn(2, 5, C), capture="shapes")
+    assert list(t.attention_maps()) == ["attend"]
+    ((site, output, heads),) = head_sites_in(t)
+    assert (str(site), output, heads) == ("attend@0", 0, H)  # the module returns the einsum's
+    assert [s.op for s in t.steps if s.module == "attend" and s.op == "einsum"] == ["einsum"] * 3
+    assert per_head_output((2, 4, 5, 6), (2, 4, 5, 5))
+    assert not per_head_output((2, 4, 5), (2, 4, 5, 5))
 
 
 def test_softmaxes_that_do_not_attend_are_not_maps():
