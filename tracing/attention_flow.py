@@ -132,9 +132,11 @@ def operands(args: tuple, kwargs: dict | None) -> list:
 
 def per_head_output(out_shape: Sequence[int], map_shape: Sequence[int]) -> bool:
     """Whether a contraction's output ``out_shape`` is the per-head output of a map shaped
-    ``map_shape``: the map's axes but the key, then the values' width (``(B, H, T, D)``
-    from ``(B, H, T, S)``). An einsum that reads the map otherwise (its entropy, summed
-    per query: ``b h i j, b h i j -> b h i``) is not the values' contraction."""
+    ``map_shape`` laid out as a head edit reads it: the map's axes but the key, in order,
+    then the values' width (``(B, H, T, D)`` from ``(B, H, T, S)``). An einsum that reads
+    the map otherwise (its entropy per query, ``b h i j, b h i j -> b h i``) is not the
+    values' contraction; one that mixes the values into another layout (XLNet's
+    ``bnij,jbnd->ibnd``) is, but has no heads on axis 1 to edit."""
     return len(out_shape) == len(map_shape) and tuple(out_shape[:-1]) == tuple(map_shape[:-1])
 
 
@@ -167,12 +169,11 @@ class MapFinder:
         self.pending[rid] = (tensor, holder)
 
     def contraction(
-        self, name: str, args: tuple, kwargs: dict | None, in_ids: Sequence[int], out: Any
+        self, name: str, args: tuple, kwargs: dict | None, in_ids: Sequence[int]
     ) -> list[tuple[int, Any]]:
-        """(record id, tensor) of each candidate this contraction (its output ``out``)
-        proves a map; and of the map as it meets the values when a slice on the way changed
-        it (a sink column dropped): that is the map of the tokens, the one a model
-        returns."""
+        """(record id, tensor) of each candidate this contraction proves a map; and of the
+        map as it meets the values when a slice on the way changed it (a sink column
+        dropped): that is the map of the tokens, the one a model returns."""
         if not self.pending:
             return []
         found = []
@@ -180,11 +181,9 @@ class MapFinder:
             source = self._source(rid)
             if source is None or not contracts_key(name, args, position, len(in_ids)):
                 continue
-            used = operands(args, kwargs)[position]
-            if not per_head_output(out.shape, used.shape):
-                continue
             tensor = self.pending.pop(source)[0]
             found.append((source, tensor))
+            used = operands(args, kwargs)[position]
             if used.dim() == tensor.dim() and used.shape != tensor.shape:
                 found.append((rid, used))
         return found
@@ -212,9 +211,10 @@ class MapFinder:
 
 
 def values_mix(trace, rec, consumers: dict[int, list]):
-    """The op that contracts map ``rec`` with the values in a finished trace: a consumer
-    of it, directly or through ops that carry it on (:func:`carries_map`); None when none.
-    ``consumers``: record id -> the steps that take it as an input."""
+    """The op that contracts map ``rec`` with the values in a finished trace, its output
+    the per-head output (:func:`per_head_output`): a consumer of it, directly or through
+    ops that carry it on (:func:`carries_map`); None when none. ``consumers``: record id
+    -> the steps that take it as an input."""
     frontier, seen = [rec.id], {rec.id}
     for _ in range(_HOPS):
         following = []

@@ -219,11 +219,23 @@ def resolve_head_edit(trace, edit):
                 if outer.outputs
                 else ""
             )
+            maps = [
+                r
+                for r in trace.tensors
+                if r.role == "attention"
+                and r.producer is not None
+                and outer.index < r.producer <= (outer.end or outer.index)
+            ]
+            why = (
+                "an attention map was recorded inside it, but the op that mixes it with the "
+                "values does not lay out its output (B, H, T, D), the heads on axis 1"
+                if maps
+                else "no attention map was recorded inside it to find the heads' output by"
+            )
             raise EditError(
                 f"head={_index_text(edit.head)} at {where} needs a value with a heads axis, "
-                f"(B, H, T, ...); {shape}no attention map was recorded inside it to find "
-                "the heads' output by (edit a site after the heads are split, or give "
-                "head_axis=)"
+                f"(B, H, T, ...); {shape}{why} (edit a site after the heads are split, or "
+                "give head_axis=)"
             )
         names = ", ".join(_site_text(site, k) for site, k, _ in found)
         raise EditError(

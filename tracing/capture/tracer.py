@@ -662,9 +662,7 @@ class Tracer:
             self._maps.softmax(self._steps[index].outputs[0], outs[0], args, kwargs, holder)
             return outs
         if name in MIXES:
-            for rid, t in self._maps.contraction(
-                name, args, kwargs, self._steps[index].inputs, outs[0]
-            ):
+            for rid, t in self._maps.contraction(name, args, kwargs, self._steps[index].inputs):
                 if t.dim() == 4:  # named later: its role stands unless the names disprove it
                     self._mark_attention(rid, t)
                 else:  # (B·H, T, S) once its names prove it: kept, its role given in _finish

@@ -188,6 +188,25 @@ def test_the_values_contraction_is_the_head_site_not_another_read_of_the_map():
     assert not per_head_output((2, 4, 5), (2, 4, 5, 5))
 
 
+class _TimeFirst(Attend):
+    """Mixes the values straight into ``(T, B, H, D)``, as XLNet does (``ibhd``)."""
+
+    def forward(self, q, k, v):
+        p = torch.einsum("bhid,bhjd->bhij", q, k).mul(self.scale).softmax(-1)
+        return torch.einsum("bhij,bhjd->ibhd", p, v).permute(1, 2, 0, 3)
+
+
+def test_a_values_contraction_without_heads_on_axis_1_is_a_map_but_no_head_site():
+    """Its map is found; a head edit by path is refused with a reason rather than applied
+    to axis 1 of ``(T, B, H, D)``, which is the batch (the old rule's site)."""
+    mixer = Mixer().eval()
+    mixer.attend = _TimeFirst(D**-0.5)
+    x = torch.randn(2, 5, C)
+    assert list(tracing.trace(mixer, x, capture="shapes").attention_maps()) == ["attend"]
+    with pytest.raises(tracing.TraceError, match=r"does not lay out its output \(B, H, T, D\)"):
+        tracing.trace(mixer, x, capture="shapes", edits=[Edit("", Zero(), head=1)])
+
+
 def test_softmaxes_that_do_not_attend_are_not_maps():
     t = tracing.trace(_NotMaps(), torch.randn(2, 5, 3, 4), capture="shapes")
     assert sum(s.op == "softmax" for s in t.steps) == 2
