@@ -9,7 +9,7 @@ values, whatever the capture level. It recognises them by what they do
   names of its axes prove that it is no map of tokens
   (:mod:`tracing.capture.attention_roles`), or a rank-3 one whose first axis is proven
   ``B·H`` (the heads folded into the batch: BART, MVP, TrOCR), shown here as its
-  ``(B, H, T, S)`` view;
+  ``(B, H, T, S)`` view, or ``B`` (a single head), shown as ``(B, 1, T, S)``;
 - the weights of a fused call (``scaled_dot_product_attention``, ``nn.MultiheadAttention``'s
   call), rebuilt from its arguments.
 
@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 FLAT_HEADS = "B·H"  # the first axis of a rank-3 map (tracing.capture.attention_roles)
+ONE_HEAD = "B"  # ... of a single head's (B, T, S) map
 
 
 def _is_softmax_call(trace: Trace, step) -> bool:
@@ -61,14 +62,14 @@ def _owner(trace: Trace, tensor_id: int, consumers: dict[int, list]) -> int | No
 def _is_map_record(record) -> bool:
     if len(record.shape) == 4:
         return True
-    return len(record.shape) == 3 and bool(record.dims) and record.dims[0] == FLAT_HEADS
+    return len(record.shape) == 3 and bool(record.dims) and record.dims[0] in (FLAT_HEADS, ONE_HEAD)
 
 
 def attention_map_records(trace: Trace) -> dict[str, int]:
     """``{module path (#n for repeated calls): tensor id}`` of every attention map.
 
     Linear in the size of the trace. Only rank-4 ``(B, H, T, T)`` records count, and
-    rank-3 ``(B·H, T, T)`` ones, whatever a file's ``role`` field says.
+    rank-3 ``(B·H, T, T)`` and ``(B, T, T)`` ones, whatever a file's ``role`` field says.
     """
     tensors = trace.tensors
     attention = [r.id for r in tensors if r.role == "attention" and _is_map_record(r)]
@@ -97,14 +98,17 @@ def attention_map_records(trace: Trace) -> dict[str, int]:
 
 def attention_maps(trace: Trace) -> dict[str, torch.Tensor]:
     """``{module path: weights (B, H, T, T)}`` for every attention map the trace kept
-    (a ``(B·H, T, T)`` one unfolded to ``(B, H, T, T)``)."""
+    (a ``(B·H, T, T)`` one unfolded to ``(B, H, T, T)``, a single head's ``(B, T, T)`` shown
+    as ``(B, 1, T, T)``)."""
     out = {}
     batch = ((trace.meta.get("dim_letters") or {}).get("B") or {}).get("size")
     for key, tensor_id in attention_map_records(trace).items():
         value = trace.value(tensor_id)
         if value is None:
             continue
-        if value.dim() == 3:
+        if value.dim() == 3 and (trace.tensors[tensor_id].dims or ("",))[0] == ONE_HEAD:
+            value = value.unsqueeze(1)  # one head: (B, 1, T, S)
+        elif value.dim() == 3:
             if not batch or value.shape[0] % batch:
                 continue  # the batch size is not known: no honest way to unfold it
             value = value.unflatten(0, (batch, value.shape[0] // batch))

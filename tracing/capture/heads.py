@@ -223,6 +223,7 @@ def resolve_head_edit(trace, edit):
                 r
                 for r in trace.tensors
                 if r.role == "attention"
+                and len(r.shape) == 4
                 and r.producer is not None
                 and outer.index < r.producer <= (outer.end or outer.index)
             ]

@@ -152,6 +152,30 @@ def test_ops_that_carry_a_map_and_the_softmax_axis():
     assert softmax_axis((None,), None, 4) is None
 
 
+class _OneHead(nn.Module):
+    """Single-head attention with einsum, ``(B, T, S)``: no heads axis at all."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb, self.qkv = nn.Embedding(VOCAB, C), nn.Linear(C, 3 * C)
+
+    def forward(self, ids):
+        q, k, v = self.qkv(self.emb(ids)).chunk(3, -1)
+        p = torch.einsum("bid,bjd->bij", q, k).mul(C**-0.5).softmax(-1)
+        return torch.einsum("bij,bjd->bid", p, v)
+
+
+def test_a_single_heads_map_is_shown_with_one_head():
+    model = _OneHead().eval()
+    ids = torch.randint(0, VOCAB, (2, 7))
+    t = tracing.trace(model, ids, capture="shapes")
+    (got,) = t.attention_maps().values()
+    q, k, _ = model.qkv(model.emb(ids)).detach().chunk(3, -1)
+    want = (q @ k.transpose(-1, -2) / C**0.5).softmax(-1).unsqueeze(1)
+    assert got.shape == (2, 1, 7, 7)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
 class _NotMaps(nn.Module):
     """Softmaxes that look like maps but attend nothing: a router's gates mixed per token,
     a last-axis softmax reduced by mul + sum, and one whose query axis is summed."""
