@@ -207,6 +207,19 @@ class MapFinder:
         return None
 
 
+def returned_weights(t: torch.Tensor) -> bool:
+    """Whether ``t``, a module's second output, is attention weights by its values: rank 4,
+    each row a distribution (non-negative, summing to 1). What a trace without ops
+    (``ops=False``) has to go by, where no softmax and no contraction is recorded; a
+    tensor on the meta device has no values to show it."""
+    if t.dim() != 4 or t.device.type == "meta" or not t.is_floating_point() or not t.numel():
+        return False
+    with torch.no_grad():
+        w = t.detach().float()
+        rows = w.sum(-1)
+        return bool((w >= 0).all()) and bool(torch.allclose(rows, torch.ones_like(rows), atol=1e-3))
+
+
 # --------------------------------------------------------------------------- on a trace
 
 
@@ -248,6 +261,7 @@ __all__ = [
     "operands",
     "per_head_output",
     "refolds",
+    "returned_weights",
     "softmax_axis",
     "values_mix",
 ]

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from tracing import file as trace_file
-from tracing.attention_flow import MIXES, MapFinder
+from tracing.attention_flow import MIXES, MapFinder, returned_weights
 from tracing.capture import dims as dims_mod
 from tracing.capture import distributed as distributed_mod
 from tracing.capture.attention_roles import proven_maps
@@ -366,9 +366,12 @@ class Tracer:
             self._check_outputs(index, outs)
 
     def _module_done(self, frame: Frame, tensors) -> None:
-        """Every module call's output tensors, once its step holds their records:
-        breakpoints, then the journal of a streamed file."""
+        """Every module call's output tensors, once its step holds their records: without
+        ops recorded, attention weights a module returns beside its output; breakpoints,
+        then the journal of a streamed file."""
         index = frame.index
+        if not self.ops and len(tensors) >= 2 and returned_weights(tensors[1]):
+            self._mark_attention(self._steps[index].outputs[1], tensors[1])
         if self._breaker is not None:
             self._check_outputs(index, tensors)
         if self._journal_at is not None and time.perf_counter() >= self._journal_at:

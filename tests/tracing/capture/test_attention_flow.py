@@ -323,3 +323,22 @@ def test_the_patch_command_sweeps_a_file_models_einsum_heads(tmp_path):
         f"layers.{i}.mix.attend" for i in range(LAYERS)
     ]
     assert all(cell for line in lines[1:] for cell in line.split(",")[1:])  # every head ran
+
+
+def test_without_ops_the_weights_a_module_returns_are_maps_by_their_values(demo_model):
+    """``ops=False`` records no softmax and no contraction: a module's second output is a
+    map when each of its rows is a distribution (our ``ScaledDotProductAttention`` returns
+    its weights so), and a state returned there instead is not."""
+    ids = torch.tensor([list(b"wordplay")])
+    full = tracing.trace(demo_model, ids, capture="shapes").attention_maps()
+    bare = tracing.trace(demo_model, ids, capture="shapes", ops=False).attention_maps()
+    assert list(bare) == list(full) and len(full) == 2
+    for a, b in zip(full.values(), bare.values()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+    class State(nn.Module):
+        def forward(self, x):  # (B, H, T, D): returns a K^T V state where weights would be
+            return x, x.transpose(-1, -2) @ x
+
+    t = tracing.trace(State(), torch.randn(1, 2, 5, 3), ops=False)
+    assert t.attention_maps() == {}
