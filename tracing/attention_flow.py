@@ -23,7 +23,9 @@ arguments (:mod:`tracing.capture.fused_attention`, :mod:`tracing.capture.heads`)
 each contraction); :func:`values_mix` walks the same way forward on a finished trace, to
 the op that makes the per-head output a head edit changes (:mod:`tracing.capture.heads`).
 Whether a recognised map is a map *of tokens*, shown in the Attention tab, is settled once
-its axes are named (:mod:`tracing.capture.attention_roles`).
+its axes are named (:mod:`tracing.capture.attention_roles`). A trace without ops
+(``ops=False``) has no data flow to read: there :func:`returned_weights` reads a module's
+second output by its values.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """What a trace needs to know about a model, made once and cached: the per-model structure.
 
 :class:`_Structure` (weakly keyed by the model) holds the module specs, parameter and
-buffer names, the cached forward wrappers, the
-``ModuleInfo`` table (:func:`module_infos`) and the config as JSON (:func:`config_dict`).
+buffer names, the cached forward wrappers, the ``ModuleInfo`` table (:func:`module_infos`)
+and the config as JSON (:func:`config_dict`).
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ _Disable = torch._C.DisableTorchFunction
 class _Structure:
     """Everything a trace knows of one model that does not change from one forward pass
     to the next: its modules and their specs, parameter and buffer names, the forward
-    wrappers, the :class:`ModuleInfo` table and the config as
-    JSON. Built once per model and reused while the same module, parameter and buffer
-    objects stay in place (``key``).
+    wrappers, the :class:`ModuleInfo` table and the config as JSON. Built once per model
+    and reused while the same module, parameter and buffer objects stay in place
+    (``key``).
 
     It is the value of a weak-keyed dict whose key is the model, so it never holds the
     model itself (that would keep every traced model alive): only its submodules, ids,
