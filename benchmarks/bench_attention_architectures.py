@@ -8,6 +8,8 @@ Each architecture is built the way ``bench_dims_architectures.py`` builds it (it
 ``build``: the same shrunken config, seed and ids, B=3, T=11, H=6, D=16; imported, not
 copied), then, for the architectures that build and run:
 
+- **eager maps**: the eager model traced at ``capture="shapes"``; ``trace.attention_maps()``
+  against its own ``output_attentions``, marked as below.
 - **sdpa maps**: the same weights with ``attn_implementation="sdpa"`` (a copy of the eager
   model, switched with ``set_attn_implementation``; ``-`` where the model has no sdpa path)
   traced at ``capture="shapes"``; ``trace.attention_maps()`` against eager's
@@ -59,7 +61,7 @@ import tracing
 from tracing.runs.edit_run import run_edited
 
 LAST = Path(__file__).with_name(".attention_architectures.json")
-COLUMNS = ("sdpa_maps", "edit_eager", "edit_sdpa")
+COLUMNS = ("eager_maps", "sdpa_maps", "edit_eager", "edit_sdpa")
 SECONDS = 90
 
 
@@ -150,8 +152,11 @@ def _per_head_output(trace, rec):
 
 
 def _refolds(trace, step, rec) -> bool:
-    """A view of map ``rec`` that folds its heads into the batch or unfolds them."""
-    shape, like = tuple(trace.tensor(step.outputs[0]).shape), tuple(rec.shape)
+    """A view of the map that folds its heads into the batch or unfolds them."""
+    shape, like = (
+        tuple(trace.tensor(step.outputs[0]).shape),
+        tuple(trace.tensor(step.inputs[0]).shape),
+    )
     return {len(shape), len(like)} == {3, 4} and shape[-2:] == like[-2:]
 
 
@@ -334,11 +339,12 @@ def survey_one(model_type: str) -> dict:
             with _limit(SECONDS):
                 trace = tracing.trace(m, ids, capture="shapes")
         except BaseException as e:
-            if name == "sdpa":
-                row["sdpa_maps"] = "error"
+            row[f"{name}_maps"] = "error"
             row[f"edit_{name}"] = "error"
             details[name] = f"trace: {_short(e, 200)}"
             continue
+        if name == "eager":
+            row["eager_maps"] = compare_maps(trace, eager)
         if name == "sdpa":
             row["sdpa_maps"] = compare_maps(trace, eager)
             fused = sum(s.op == "scaled_dot_product_attention" for s in trace.steps)
@@ -363,7 +369,7 @@ def misses(row: dict) -> list[str]:
     for col in COLUMNS:
         mark = row.get(col, "-")
         if _bad(mark):
-            key = {"sdpa_maps": "sdpa"}.get(col, col)
+            key = {"sdpa_maps": "sdpa", "eager_maps": "eager"}.get(col, col)
             out.append(f"{col} {mark}: {row['details'].get(key, '')}".rstrip(": "))
     return out
 

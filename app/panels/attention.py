@@ -65,12 +65,17 @@ def layer_labels(paths: list[str]) -> list[str]:
     """A short label per attention map, by its module: the layer number the path holds and,
     where the maps of a layer differ by name, that name — ``L0``, ``L1`` for one attention
     per block; ``L0 self_attn``, ``L0 multihead_attn`` for nn.TransformerDecoder's self- and
-    cross-attention; the whole path when it holds no number; ``#1`` for a second call."""
+    cross-attention; the whole path when it holds no number; ``#1`` for a second call. The
+    layer number is the first one that differs between the maps (x-transformers' layers are
+    ``attn_layers.layers.0.1.attend``, ``attn_layers.layers.2.1.attend``: ``L0``, ``L2``),
+    else the last one."""
     parsed: list[tuple[str | None, str, str]] = []
+    varies = _varying_number(paths)
     for path in paths:
         base, _, call = path.partition("#")
         parts = base.split(".")
-        at = max((i for i, part in enumerate(parts) if part.isdigit()), default=None)
+        numbered = [i for i, part in enumerate(parts) if part.isdigit()]
+        at = varies if varies in numbered else max(numbered, default=None)
         if at is None:
             parsed.append((None, base or "<root>", call))
         else:
@@ -86,6 +91,16 @@ def layer_labels(paths: list[str]) -> list[str]:
         else:
             labels.append(f"L{number} {rest}{suffix}".rstrip())
     return labels
+
+
+def _varying_number(paths: list[str]) -> int | None:
+    """The first position of a dotted path at which the maps' numbers differ, if any."""
+    seen: dict[int, set[str]] = {}
+    for path in paths:
+        for i, part in enumerate(_base(path).split(".")):
+            if part.isdigit():
+                seen.setdefault(i, set()).add(part)
+    return min((i for i, values in seen.items() if len(values) > 1), default=None)
 
 
 def attention_steps(trace: Trace, paths: list[str]) -> list[int | None]:

@@ -1,19 +1,20 @@
-"""Which softmaxes of an attention module are attention maps: decided once the axes are named.
+"""Which recognised attention maps are maps of tokens: decided once the axes are named.
 
-While the forward runs, a softmax inside an attention module is only a candidate: its
-shape is all the tracer knows. Once :mod:`tracing.dims.naming` has named its axes
-from evidence, :func:`proven_maps` settles it:
+While the forward runs, a softmax becomes a map by what it does: a contraction sums its
+key axis with the values (:mod:`tracing.attention_flow`). Whether the two axes it relates
+are token positions, and where its heads are, only the names can say. Once
+:mod:`tracing.dims.naming` has named the axes from evidence, :func:`proven_maps`
+settles it:
 
-- a rank-4 candidate ``(B, H, T, S)`` keeps ``role="attention"`` unless its names prove
-  that it is laid out otherwise: its axis 1 moves with the tokens (where a map has its
-  heads), or one of its last two axes is not positions. A hyper-connection's mixing matrix
-  between residual streams (DeepSeek-V4's ``attn_hc``: ``(B, T, 4, 4)``) or an attention
-  over the outputs of earlier blocks (Inkling-2's ``BlockAttentionResidual``:
-  ``(B, T, 1, 1+1)``) is a softmax in a module called attention, but no token attends to a
-  token in it;
+- a rank-4 map ``(B, H, T, S)`` keeps ``role="attention"`` unless its names prove that it
+  is laid out otherwise: its axis 1 moves with the tokens (where a map has its heads), or
+  one of its last two axes is not positions. An attention over the outputs of earlier
+  blocks (Inkling-2's ``BlockAttentionResidual``: ``(B, T, 1, 1+1)``) attends, but no
+  token attends to a token in it;
 - a rank-3 candidate is a map only when its first axis is proven to be ``B·H`` (the heads
-  folded into the batch, as BART, MVP and TrOCR do before their ``bmm``): its ``(B, H, T, S)``
-  view is then :func:`tracing.analysis.attention_maps.attention_maps`'s.
+  folded into the batch, as BART, MVP and TrOCR do before their ``bmm``) or ``B`` (one
+  head, ``b i j, b j d -> b i d``): its ``(B, H, T, S)`` view is then
+  :func:`tracing.analysis.attention_maps.attention_maps`'s.
 
 An axis is a position when its name moves with the input tokens (``T``, ``T+P``,
 ``Pr+T``) or when nothing is known of it (``?``, or ``1``: a single query while generating).
@@ -28,6 +29,8 @@ from tracing.record import TensorRecord, built
 
 FLAT_HEADS = "B·H"
 """The first axis of a rank-3 map: the batch and the heads folded into one, batch outer."""
+ONE_HEAD = "B"
+"""The first axis of a rank-3 map with a single head: the batch alone, ``(B, T, S)``."""
 
 _POSITION_LETTERS = INPUT_LETTERS | {"Pr"}
 
@@ -43,10 +46,10 @@ def may_be_positions(name: str) -> bool:
 
 
 def is_map(dims: tuple[str, ...] | None, rank: int) -> bool:
-    """Whether named axes ``dims`` of a softmax in an attention module are a token map."""
+    """Whether named axes ``dims`` of a recognised attention map are a map of tokens."""
     if dims is None or len(dims) != rank:
         return rank == 4  # no names: a rank-4 candidate stands, a flattened one cannot
-    if rank == 3 and dims[0] != FLAT_HEADS:
+    if rank == 3 and dims[0] not in (FLAT_HEADS, ONE_HEAD):
         return False
     if rank == 4 and moves_with_tokens(dims[1]):  # (B, T, ...): no heads where a map has them
         return False

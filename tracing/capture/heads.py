@@ -26,13 +26,13 @@ trace records that per-head output as the call's ``head_outputs``
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from tracing.attention_flow import values_mix
 from tracing.capture.op_names import mha_signature
 from tracing.sites import Site, site_steps, step_site
 
@@ -106,10 +106,11 @@ def consumers_of(trace) -> dict[int, list]:
 
 def head_site_of_map(trace, rec, consumers: dict[int, list]) -> tuple[Site, int, int] | None:
     """(site, output index, heads) of the per-head output made from attention map ``rec``:
-    the op that multiplies it with the values (or the fused attention call that made it),
-    as its module's output when the module returns it (a module site needs no op
-    instrument, so patching it is cheaper); for ``nn.MultiheadAttention``, the module itself
-    (see the module doc). None when there is none."""
+    the op that contracts it with the values (:func:`tracing.attention_flow.values_mix`), or
+    the fused attention call that made it, as its module's output when the module returns
+    it (a module site needs no op instrument, so patching it is cheaper); for
+    ``nn.MultiheadAttention``, the module itself (see the module doc). None when there is
+    none."""
     steps = trace.steps
     producer = steps[rec.producer]
     heads = int(rec.shape[1]) if len(rec.shape) == 4 else folded_heads(trace, rec) or 0
@@ -121,7 +122,7 @@ def head_site_of_map(trace, rec, consumers: dict[int, list]) -> tuple[Site, int,
     if producer.kind == "op" and producer.op == "scaled_dot_product_attention":
         step = producer  # fused: its first output is already per head
     else:
-        step = _values_mix(trace, rec, consumers)
+        step = values_mix(trace, rec, consumers)
         if step is None:
             return None
     if not step.outputs:
@@ -131,51 +132,6 @@ def head_site_of_map(trace, rec, consumers: dict[int, list]) -> tuple[Site, int,
     if parent is not None and out in parent.outputs:
         return step_site(trace, parent), parent.outputs.index(out), heads
     return step_site(trace, step), 0, heads
-
-
-MIXES = ("matmul", "bmm", "einsum")
-"""Ops that multiply an attention map with the values."""
-SAME_MAP = (
-    "getitem", "to", "type_as", "type", "float", "dropout", "contiguous", "clone", "masked_fill",
-)  # fmt: skip
-"""Ops that pass a map on to the values per head: a cast, dropout, a mask filled in after
-the softmax (CPM-Ant), or a slice that keeps every head (GPT-OSS's attention sinks: the
-softmax runs over the keys and a sink column, ``probs[..., :-1]`` drops the sink, and that
-slice meets the values)."""
-
-
-REFOLD = ("view", "reshape")
-"""Views that fold a map's heads into the batch or unfold them, ``(B, H, T, S)`` <->
-``(B·H, T, S)`` (XGLM, Bloom): the same rows, batch outer, so each head stays a head."""
-
-
-def _refolds(shape: tuple, like: tuple) -> bool:
-    if len(shape) + len(like) != 7 or shape[-2:] != like[-2:]:
-        return False
-    return math.prod(shape[:-2]) == math.prod(like[:-2])
-
-
-def _values_mix(trace, rec, consumers: dict[int, list]):
-    """The op that multiplies map ``rec`` with the values: a direct consumer, else one
-    reached through :data:`SAME_MAP` ops that keep its (B, H) axes; None when none."""
-    frontier, seen = [rec.id], {rec.id}
-    for _ in range(4):
-        following = []
-        for rid in frontier:
-            for c in consumers.get(rid, ()):
-                if c.op in MIXES:
-                    return c
-                if c.op not in SAME_MAP + REFOLD or not c.outputs or c.outputs[0] in seen:
-                    continue
-                out = c.outputs[0]
-                shape = tuple(trace.tensor(out).shape)
-                if shape[:2] == tuple(rec.shape[:2]) or (
-                    c.op in REFOLD and _refolds(shape, tuple(rec.shape))
-                ):
-                    seen.add(out)
-                    following.append(out)
-        frontier = following
-    return None
 
 
 def folded_heads(trace, rec) -> int | None:
@@ -263,11 +219,24 @@ def resolve_head_edit(trace, edit):
                 if outer.outputs
                 else ""
             )
+            maps = [
+                r
+                for r in trace.tensors
+                if r.role == "attention"
+                and len(r.shape) == 4
+                and r.producer is not None
+                and outer.index < r.producer <= (outer.end or outer.index)
+            ]
+            why = (
+                "an attention map was recorded inside it, but the op that mixes it with the "
+                "values does not lay out its output (B, H, T, D), the heads on axis 1"
+                if maps
+                else "no attention map was recorded inside it to find the heads' output by"
+            )
             raise EditError(
                 f"head={_index_text(edit.head)} at {where} needs a value with a heads axis, "
-                f"(B, H, T, ...); {shape}no attention map was recorded inside it to find "
-                "the heads' output by (edit a site after the heads are split, or give "
-                "head_axis=)"
+                f"(B, H, T, ...); {shape}{why} (edit a site after the heads are split, or "
+                "give head_axis=)"
             )
         names = ", ".join(_site_text(site, k) for site, k, _ in found)
         raise EditError(

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from tracing.attention_flow import MIXES, SOFTMAXES
 from tracing.capture import distributed as distributed_mod
 from tracing.capture.drafts import StepDraft
 from tracing.capture.frames import Frame, ModuleSpec
@@ -56,9 +57,10 @@ class OpMode(TorchFunctionMode):
         return self.record(func, name, args, kwargs)
 
 
-# Ops whose outputs may be (or may come with) an attention map: see Tracer._attention_op.
-_ATTENTION_OPS = frozenset(
-    {"softmax", "_softmax", "scaled_dot_product_attention", "multi_head_attention_forward"}
+# Ops that may make an attention map, or prove one (a contraction of a softmax with the
+# values): see Tracer._attention_op and tracing.attention_flow.
+_ATTENTION_OPS = (
+    SOFTMAXES | MIXES | {"scaled_dot_product_attention", "multi_head_attention_forward"}
 )
 COLLECTIVE_OPS = distributed_mod.FUNCTIONAL_COLLECTIVES  # their group is noted
 NOTED_OPS = _ATTENTION_OPS | COLLECTIVE_OPS  # ops that _op_done looks at more closely

@@ -1,8 +1,8 @@
 """What a trace needs to know about a model, made once and cached: the per-model structure.
 
 :class:`_Structure` (weakly keyed by the model) holds the module specs, parameter and
-buffer names, which modules are attention, the cached forward wrappers, the
-``ModuleInfo`` table (:func:`module_infos`) and the config as JSON (:func:`config_dict`).
+buffer names, the cached forward wrappers, the ``ModuleInfo`` table (:func:`module_infos`)
+and the config as JSON (:func:`config_dict`).
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ _Disable = torch._C.DisableTorchFunction
 
 class _Structure:
     """Everything a trace knows of one model that does not change from one forward pass
-    to the next: its modules and their specs, parameter and buffer names, which modules
-    are attention, the forward wrappers, the :class:`ModuleInfo` table and the config as
-    JSON. Built once per model and reused while the same module, parameter and buffer
-    objects stay in place (``key``).
+    to the next: its modules and their specs, parameter and buffer names, the forward
+    wrappers, the :class:`ModuleInfo` table and the config as JSON. Built once per model
+    and reused while the same module, parameter and buffer objects stay in place
+    (``key``).
 
     It is the value of a weak-keyed dict whose key is the model, so it never holds the
     model itself (that would keep every traced model alive): only its submodules, ids,
@@ -41,7 +41,7 @@ class _Structure:
     """
 
     __slots__ = (
-        "attention", "buffer_ids", "busy", "calls", "config", "infos", "key", "modules",
+        "buffer_ids", "busy", "calls", "config", "infos", "key", "modules",
         "param_names", "scripts", "specs", "wrappers",
     )  # fmt: skip
 
@@ -62,7 +62,6 @@ class _Structure:
                     self.buffer_ids.add(id(b))
         # id(module) -> (path, type name, is torch's own, positional forward parameters)
         self.specs = {id(m): _module_spec(p, m) for p, m in named}
-        self.attention = {id(m) for p, m in named if _looks_like_attention(p, m)}
         self.scripts = {id(m) for _, m in named if isinstance(m, torch.jit.ScriptModule)}
         # id(submodule) -> (wrapper, the instance ``forward`` it replaces, the class's)
         self.wrappers: dict[int, tuple[Any, Any, Any]] = {}
@@ -97,19 +96,6 @@ def _json_copy(value: Any) -> Any:
     if type(value) is list:
         return [_json_copy(v) if type(v) in (dict, list) else v for v in value]
     return value
-
-
-def _looks_like_attention(path: str, module: nn.Module) -> bool:
-    """The one attention heuristic: ``attention`` or ``attn`` in the module's type name
-    (ours, ``nn.MultiheadAttention``, Hugging Face ``*Attention``) or in its own name;
-    an item of a list is named by the list (LongCat-Flash's ``LongcatFlashMLA`` modules are
-    ``self_attn.0`` and ``self_attn.1``). A softmax made inside such a module, or a 4-d
-    second output it returns, is an attention map."""
-    parts = path.split(".")
-    while len(parts) > 1 and parts[-1].isdigit():
-        parts.pop()
-    names = (type(module).__name__.lower(), parts[-1].lower())
-    return any("attention" in n or "attn" in n for n in names)
 
 
 _STRUCTURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from tracing import file as trace_file
+from tracing.attention_flow import MIXES, MapFinder, returned_weights
 from tracing.capture import distributed as distributed_mod
 from tracing.capture.attention_roles import proven_maps
 from tracing.capture.drafts import StepDraft, TensorDraft
@@ -332,7 +333,8 @@ class Tracer:
         self._root_call: tuple | None = None  # the root call's (args, kwargs): dims evidence
         self._second_pass_ok = True  # False once interrupted (Ctrl-C, exit): no dims pass
         self._input_shapes: list[tuple[str, list[int]]] = []
-        self._flat_maps: list[int] = []  # rank-3 softmaxes in attention: maps if (B·H, ...)
+        self._flat_maps: list[int] = []  # rank-3 maps: shown with heads if (B·H, ...)
+        self._maps = MapFinder(self._steps, self._tensors)  # softmaxes until contracted
         self._mode = None
         self._skipped_values = 0
         self._notes: dict[str, None] = {}  # what could not be recorded fully, in order
@@ -358,8 +360,8 @@ class Tracer:
 
     def _op_done(self, index: int, name: str, func, args: tuple, kwargs, outs: tuple) -> None:
         """Every op's tensor outputs, once its step holds their records: attention maps
-        (a softmax in an attention module, a fused attention call), the group of a
-        functional collective (under torch.distributed), then breakpoints."""
+        (a softmax its contraction with the values proves one, a fused attention call),
+        the group of a functional collective (under torch.distributed), then breakpoints."""
         if name in NOTED_OPS:
             if name not in COLLECTIVE_OPS:
                 outs = self._attention_op(index, name, func, args, kwargs, outs)
@@ -369,17 +371,12 @@ class Tracer:
             self._check_outputs(index, outs)
 
     def _module_done(self, frame: Frame, tensors) -> None:
-        """Every module call's output tensors, once its step holds their records: attention
-        weights an attention module returns as ``output[1]``, then breakpoints."""
-        index, module = frame.index, frame.module
-        step = self._steps[index]
-        if (
-            len(tensors) >= 2
-            and step.output_names[1] == "output[1]"
-            and tensors[1].dim() == 4
-            and id(module) in self._structure.attention
-        ):
-            self._mark_attention(step.outputs[1], tensors[1])
+        """Every module call's output tensors, once its step holds their records: without
+        ops recorded, attention weights a module returns beside its output; breakpoints,
+        then the journal of a streamed file."""
+        index = frame.index
+        if not self.ops and len(tensors) >= 2 and returned_weights(tensors[1]):
+            self._mark_attention(self._steps[index].outputs[1], tensors[1])
         if self._breaker is not None:
             self._check_outputs(index, tensors)
         if self._journal_at is not None and time.perf_counter() >= self._journal_at:
@@ -663,20 +660,22 @@ class Tracer:
     # ---- attention maps
 
     def _attention_op(self, index: int, name: str, func, args, kwargs, outs: tuple) -> tuple:
-        """Attention maps made by op ``index`` (a softmax in an attention module, a fused
-        attention call); returns its outputs with any rebuilt map added."""
+        """Attention maps made by op ``index``, recognised by what they do
+        (``tracing.attention_flow``): a softmax is a candidate, proven a map by the
+        contraction that sums its key axis with the values; a fused attention call makes
+        one. Returns the op's outputs with any rebuilt map added."""
         if name == "softmax" or name == "_softmax":
-            stack = self._stack
-            module = stack[-1].module
-            if isinstance(module, nn.Softmax) and len(stack) > 1:  # self.softmax = Softmax()
-                module = stack[-2].module
-            if id(module) in self._structure.attention:
-                rid, rank = self._steps[index].outputs[0], outs[0].dim()
-                if rank == 4:  # a candidate until its axes are named (attention_roles)
-                    self._mark_attention(rid, outs[0])
-                elif rank == 3:  # (B·H, T, S) once proven: kept, its role given in _finish
+            stack = self._stack  # held until the call around the softmax's module ends
+            holder = stack[-2].index if len(stack) > 1 else stack[-1].index
+            self._maps.softmax(self._steps[index].outputs[0], outs[0], args, kwargs, holder)
+            return outs
+        if name in MIXES:
+            for rid, t in self._maps.contraction(name, args, kwargs, self._steps[index].inputs):
+                if t.dim() == 4:  # named later: its role stands unless the names disprove it
+                    self._mark_attention(rid, t)
+                else:  # (B·H, T, S) once its names prove it: kept, its role given in _finish
                     self._flat_maps.append(rid)
-                    self._keep_value(rid, outs[0], force=True)
+                    self._keep_value(rid, t, force=True)
             return outs
         if name == "scaled_dot_product_attention":
             weights = self._fused_attention_map(args, kwargs)
@@ -838,6 +837,7 @@ class Tracer:
     def _finish(self, error: str | None) -> Trace:
         model = self.model
         steps = self._steps
+        self._maps.pending.clear()  # softmaxes never contracted: no map, nothing held
         for index in self._param_steps:
             steps[index].input_names = self._input_names(steps[index])
         meta = self._meta()

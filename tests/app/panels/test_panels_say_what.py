@@ -26,6 +26,13 @@ def test_labels_name_the_module():
     paths = ["layers.0.self_attn", "layers.0.multihead_attn", "layers.1.self_attn"]
     assert layer_labels(paths) == ["L0 self_attn", "L0 multihead_attn", "L1 self_attn"]
     assert layer_labels(["attn", "attn#1"]) == ["attn", "attn#1"]
+    # x-transformers: the layer is the number that changes, not the block's place in it
+    xt = ["attn_layers.layers.0.1.attend", "attn_layers.layers.2.1.attend"]
+    assert layer_labels(xt) == ["L0", "L2"]
+    longcat = [f"model.layers.{i}.self_attn.{j}" for i in (0, 1) for j in (0, 1)]  # 2 per layer
+    assert layer_labels(longcat) == [
+        "L0 self_attn.0", "L0 self_attn.1", "L1 self_attn.0", "L1 self_attn.1",
+    ]  # fmt: skip
 
 
 class Decoder(nn.Module):
