@@ -258,7 +258,14 @@ def test_transformer_decoder_reads_f_not_v_when_they_are_equal():
     ids = torch.randint(0, 101, (3, 11))
     distinct = tracing.trace(DecoderLM().eval(), ids, capture="shapes")
     same = tracing.trace(DecoderLM(d_ff=101).eval(), ids, capture="shapes")
-    assert same_names(distinct, same) == []
+    # at F == V nothing this model declares or any pass moves tells the two apart (it cannot
+    # be rebuilt, and words are no proof): an axis either keeps its name or reads ?
+    changed = same_names(distinct, same)
+    assert all(
+        b == "?" for _, da, _, db in changed for a, b in zip(da or (), db or ()) if a != b
+    ), changed
+    assert ops(same, "decoder.layers.0.linear1", {"linear"}) in ([("linear", "(B,T,F)")],
+                                                                 [("linear", "(B,T,?)")])  # fmt: skip
     ffn = ops(distinct, "decoder.layers.0.linear1", {"linear"})
     assert ffn == [("linear", "(B,T,F)")]
     assert distinct.tensor(distinct.steps[0].outputs[0]).dims == ("B", "T", "V")
