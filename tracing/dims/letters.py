@@ -466,7 +466,8 @@ def expressions(sizes: Mapping[str, int]) -> list[str]:
     out += ["H·(Dn+R)", "H·(Dn+Dv)", "KV·(Dn+Dv)", "Lkv+R", "E+1", "E+Es"]
     out += ["Dn+D", "H·(Dn+D)", "Lkv+D"]  # latent attention whose rotary width is D
     out += STATE_SPACE_EXPRESSIONS
-    out += ["2C", "4C", "8C"]  # a feed-forward width fixed in code as a multiple of C
+    if not {"F", "I"} & set(sizes):  # a feed-forward width fixed in code, none in the config
+        out += ["2C", "4C", "8C"]
     out += ["B·T", "2T", "T+1", "T-1", "T+P", "Pr+T", "Nb·H", "Hw·Dw"]
     out += ["Hc·Hc", "(Hc+2)·Hc", "Hc·C"]  # hyper-connections: pre, post and the mixing
     out += [f"B·{c}" for c in counts] + [f"B·T·{c}" for c in counts]

@@ -234,7 +234,7 @@ def _knob_passes(subject, steps, tensors, evidence: Evidence, shapes_pass, every
         ]
     sizes1 = {k: v.size for k, v in evidence.letters.items()}
     kinds = [step_kind(s) for s in steps]
-    ran, failed, done = [], {}, set()
+    ran, failed, done, still = [], {}, set(), set()
     for first in order:
         letter = _SPELLINGS.get(first)
         if letter in done or len(ran) >= MAX_KNOB_PASSES:
@@ -253,6 +253,7 @@ def _knob_passes(subject, steps, tensors, evidence: Evidence, shapes_pass, every
                 a is None or a == r.shape for a, r in zip(shapes, tensors)
             ):
                 other, why = None, "moves no axis of the trace (the model does not read it)"
+                still.add(letter)
             if other is None:
                 failed[knob] = why
                 continue
@@ -266,6 +267,11 @@ def _knob_passes(subject, steps, tensors, evidence: Evidence, shapes_pass, every
             ran.append(knob)
             done.add(letter)
             break
+    # a letter none of whose spellings moves any axis names none: drop it (a config's
+    # max_position_embeddings where the rotary tables follow T, beside a chunk of that size)
+    for letter in still - done:
+        if letter is not None and letter in evidence.letters:
+            evidence.unread[letter] = evidence.letters.pop(letter)
     if ran:
         evidence.info["knobs"] = ran
     if failed:
