@@ -60,6 +60,6 @@ class Evidence:
     knobs: list[Pass] = field(default_factory=list)  # one pass per config knob moved
     attributes: dict[str, dict[str, int]] = field(default_factory=dict)
     param_paths: Mapping[int, str] = field(default_factory=dict)
-    unread: dict[str, Sized] = field(default_factory=dict)  # letters a knob pass moved no axis of
+    unread: dict[str, Sized] = field(default_factory=dict)  # whose knob passes moved no axis
     notes: list[str] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)  # meta["dims_evidence"]

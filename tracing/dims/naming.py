@@ -222,6 +222,7 @@ class _Namer:
         self.final: list[Dims | None] = [None] * len(tensors)  # no named axis: None
         self.why: list[tuple[str, ...] | None] = [None] * len(tensors)  # each axis's proof
         self.written: dict[str, str] = {}  # letter -> where the source passes its size
+        self.unread: set[str] = set()  # letters whose every knob pass moved no axis
         self._why, self._declared_by, self._data = "", "", False
         self._comments: dict[str, Dims | None] = {}
 
@@ -320,6 +321,10 @@ class _Namer:
             return self._letter_or_hidden(cands[0], pair, context, text, leaf)
         if not cands:
             return "?"
+        read = [c for c in cands if not set(letters_in(c)) & self.unread]
+        if len(read) == 1:  # the other's knob moved no axis of the trace
+            self._why = "sizes"
+            return read[0]
         near = [c for c in cands if self._declared_here(context, c, pair[0]) is not None]
         if len(near) == 1:  # one of the tied names is declared by the module it runs in
             self._why, self._declared_by = (
@@ -1030,6 +1035,7 @@ def name_axes(
     pairs = [_pairs(r, [p.shapes[r.id] if p else None for p in passes]) for r in tensors]
     first = next((r.id for r in tensors if r.role == "input"), None)
     namer = _Namer(steps, tensors, table, pairs, evidence.param_paths, evidence.attributes)
+    namer.unread = set(evidence.unread)
     namer.written = {  # letters whose size the config or the source declares, unmoved
         k: v.origin.removeprefix("source: ")
         for k, v in letters.items()

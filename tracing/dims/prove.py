@@ -267,11 +267,12 @@ def _knob_passes(subject, steps, tensors, evidence: Evidence, shapes_pass, every
             ran.append(knob)
             done.add(letter)
             break
-    # a letter none of whose spellings moves any axis names none: drop it (a config's
-    # max_position_embeddings where the rotary tables follow T, beside a chunk of that size)
+    # a letter none of whose spellings moves any axis loses a tie to one that is not so
+    # (a config's max_position_embeddings where the rotary tables follow T, beside a chunk
+    # of that size); it is kept otherwise: the model may read its size under another name
     for letter in still - done:
         if letter is not None and letter in evidence.letters:
-            evidence.unread[letter] = evidence.letters.pop(letter)
+            evidence.unread[letter] = evidence.letters[letter]
     if ran:
         evidence.info["knobs"] = ran
     if failed:
