@@ -86,6 +86,34 @@ def other_sizes(b: int, t: int, constants: set[int], max_t: int | None) -> tuple
     return b2, t + 1
 
 
+def few_tokens(b: int, t: int, constants: set[int], max_t: int | None) -> tuple[int, int] | None:
+    """``B'`` and a small ``T'`` (at most 16, fewer than ``t``) equal to no config size, for
+    a short real run; ``None`` when ``t`` is already small or no such size is free."""
+    if t <= 20:
+        return None
+    taken = set(constants) | {b, t}
+    b2 = next(n for n in range(b + 1, b + 64) if n not in taken)
+    for t2 in (11, 13, 9, 14, 15, 10, 7):
+        free = t2 not in taken and t2 != b2 and (max_t is None or t2 <= max_t)
+        if free and not any(c % (t - t2) == 0 for c in constants if c > 0):
+            return b2, t2
+    return None
+
+
+FEW_TOKENS_BUDGET = 4e9
+"""Parameters × B' × T' up to this (about the multiply-adds of the short run): run it for
+real; a larger model's pass runs on ``meta``."""
+
+
+def _cheap_at(model, b2: int, t2: int) -> bool:
+    total = 0
+    for tensor in model.parameters():
+        if tensor.is_meta:
+            return False
+        total += tensor.numel()
+    return total * b2 * t2 <= FEW_TOKENS_BUDGET
+
+
 def _resize(x: Any, b: int, t: int, b2: int, t2: int, meta: bool, depth: int = 0) -> Any:
     """``x`` with each axis of size ``b`` (axis 0) or ``t`` (later axes, or a 1-D tensor)
     resized; on ``meta`` as an empty tensor, else by repeating the real values (so token
@@ -167,6 +195,15 @@ def run_other(
         return per_model[key], None
     b2, t2 = other_sizes(b, t, constants, max_t)
     started = time.perf_counter()
+    few = few_tokens(b, t, constants, max_t) if not train else None
+    if few is not None and _cheap_at(model, *few):
+        # a short run for real: a handful of tokens costs less than meta's Python per op
+        # (and meta's first ops import torch._dynamo); the same steps where T is free
+        other, why = _on_device(model, args, kwargs, (b, t, *few), ops, shapes_pass)
+        if other is not None and not other.partial:
+            other.seconds = round(time.perf_counter() - started, 6)
+            per_model[key] = other
+            return other, None
     if not train and _small_enough_to_run(model):
         # a small model runs for real faster than on meta (whose every op is Python)
         other, why = _on_device(model, args, kwargs, (b, t, b2, t2), ops, shapes_pass)
@@ -373,6 +410,19 @@ def read_knob(config: Any, knob: str) -> int | None:
     except Exception:  # a config's own refusal (a per-layer attribute)
         return None
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def settable(config: Any, knob: str) -> bool:
+    """Whether ``knob`` is a size the config stores (a dataclass field, a dict key, an
+    instance attribute), not one it derives (a property such as ``d_head = C // H``)."""
+    if isinstance(config, Mapping):
+        return knob in config
+    if dataclasses.is_dataclass(config):
+        return knob in {f.name for f in dataclasses.fields(config)}
+    try:
+        return knob in vars(config)
+    except TypeError:
+        return False
 
 
 def knob_values(value: int) -> list[int]:

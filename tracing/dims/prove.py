@@ -159,7 +159,10 @@ def _inputs_pass(subject: Subject, sizes1: Mapping[str, int], shapes_pass):
 
 
 def tied_knobs(
-    steps: Sequence[Step], tensors: Sequence[TensorRecord], evidence: Evidence
+    steps: Sequence[Step],
+    tensors: Sequence[TensorRecord],
+    evidence: Evidence,
+    config: Any = None,
 ) -> list[str]:
     """The config knobs behind names that still tie on some axis: two names that give the
     axis's sizes in every pass so far (``H`` and ``D/2`` both 64, both constant). A letter
@@ -169,16 +172,15 @@ def tied_knobs(
     inputs = evidence.inputs
     table = Table([sizes1, inputs.sizes if inputs else None])
     by_sig: dict[tuple, list[str]] = {}
-    derived = {  # letters one derives from others (D = C / H), and those others
-        x
-        for k, v in evidence.letters.items()
-        if " / " in v.origin or " × " in v.origin
-        for x in (k, *_origin_letters(v.origin, evidence))
-    }
+
+    def settable(letter: str) -> bool:  # a size the config stores, which a pass can move
+        knob = _knob_of(evidence.letters.get(letter))
+        return knob is not None and passes_mod.settable(config, knob)
+
     for name, sig in table.every:
         if name in LETTERS or ("/" in name and "·" not in name):  # letters, ratios, halves
             by_sig.setdefault(sig, []).append(name)
-        elif "·" in name and not set(letters_in(name)) <= derived:
+        elif "·" in name and all(settable(x) for x in letters_in(name)):
             by_sig.setdefault(sig, []).append(name)  # a product of knobs set apart (H·D, C)
     ties = {sig: names for sig, names in by_sig.items() if len(names) > 1 and sig[0] > 1}
     seen: set[tuple] = set()
@@ -227,7 +229,7 @@ def _knob_passes(subject, steps, tensors, evidence: Evidence, shapes_pass, every
     rebuild = subject.rebuild or default_rebuild(subject.model)
     if rebuild is None or subject.call is None or subject.distributed or not passes_mod.ENABLED:
         return
-    order = tied_knobs(steps, tensors, evidence)
+    order = tied_knobs(steps, tensors, evidence, subject.config)
     if every:
         order += [
             k for k in (_knob_of(v) for v in evidence.letters.values()) if k and k not in order
@@ -240,6 +242,8 @@ def _knob_passes(subject, steps, tensors, evidence: Evidence, shapes_pass, every
         if letter in done or len(ran) >= MAX_KNOB_PASSES:
             continue
         for knob in _spellings_of(first, letter, subject.config, sizes1.get(letter)):
+            if not passes_mod.settable(subject.config, knob):
+                continue  # not a size this config stores
             other, config, why = passes_mod.run_knob(
                 subject.model, rebuild, subject.config, knob, subject.call,
                 subject.train, subject.ops, shapes_pass, avoid=set(sizes1.values()),
