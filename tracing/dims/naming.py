@@ -344,13 +344,17 @@ class _Namer:
     def _declared(self, context: str, name: str, size: int) -> str | None:
         """Where ``name``'s size is declared: the config or source line that gives it, or
         the nearest module, from ``context`` outwards, that declares it as an attribute of
-        its own (``self.num_heads = 4``); for an expression (``D-R``), every letter of it
-        so. ``None`` when some part is only derived (``C / H``, a layer's shape)."""
+        its own (``self.num_heads = 4``), or a sibling of a module on that path (the parts of
+        one layer share its sizes; the whole model is no such scope); for an expression
+        (``D-R``), every letter of it so. ``None`` when some part is only derived (``C / H``,
+        a layer's shape)."""
         parts = letters_in(name)
         if len(parts) > 1:
             found = [self._declared(context, p, self.table.sizes1.get(p, -1)) for p in parts]
             return None if None in found else " and ".join(dict.fromkeys(found))
         letter = parts[0] if parts else name
+        if letter != name:  # D/2: D's own size is what a module declares
+            size = self.table.sizes1.get(letter, -1)
         written = self.written.get(letter)
         if written is not None:
             return written
@@ -359,8 +363,13 @@ class _Namer:
             if self.attrs.get(path, {}).get(letter) == size:
                 return path or "the model"
             if not path:
-                return None
+                break
             path = path.rpartition(".")[0]
+        for where, declared in self.attrs.items():  # a sibling's: a layer's parts share sizes
+            scope = where.rpartition(".")[0]
+            if declared.get(letter) == size and scope and f"{context}.".startswith(f"{scope}."):
+                return where
+        return None
 
     def _declared_here(self, context: str, letter: str, size: int) -> str | None:
         """The nearest module from ``context`` outwards whose own attribute declares
