@@ -386,11 +386,11 @@ class _Namer:
         """The ratios and halves of other families that letters of ``pair`` hide (``R/2``
         behind ``KV`` when both are 2): a product (``2KV·D``) is a fused width, which a
         weight carries, not a size alone."""
-        return [
-            h
-            for h in self.table.hidden.get(pair, ())
-            if "/" in h and "·" not in h and _family(h) not in families
-        ]
+        hidden = self.table.hidden.get(pair)
+        if hidden is None:  # an axis some pass did not pair (None): match where it was seen
+            hidden = [h for key, names in self.table.hidden.items() if _agree(key, pair)
+                      for h in names]  # fmt: skip
+        return [h for h in hidden if "/" in h and "·" not in h and _family(h) not in families]
 
     def _letter_or_hidden(self, letter: str, pair: Pair, context, text, leaf) -> str:
         """The one letter of an axis's sizes, unless the words of its module and line point
