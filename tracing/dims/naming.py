@@ -312,8 +312,9 @@ class _Namer:
                 if hints[0] == "?":
                     return "?"  # the op says it is an input's axis, which nothing named
                 declared = self._declared(context, cands[0], pair[0])
-                if declared is None:
+                if declared is None or self._hidden(pair, {_family(cands[0])}):
                     return "?"  # a computed axis of a constant's size, which nothing carried
+                    # (or which a ratio of another family, R/2 beside KV, has too)
                 self._why = "declared"
                 self._declared_by = declared
                 return cands[0]
