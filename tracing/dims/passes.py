@@ -396,17 +396,52 @@ def with_knob(config: Any, knob: str, value: int) -> Any:
     config (or any object) deep-copied and set, a dict copied."""
     if isinstance(config, Mapping):
         return {**config, knob: value}
-    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+    if _is_field(config, knob):
         return dataclasses.replace(config, **{knob: value})
     twin = copy.deepcopy(config)
-    setattr(twin, knob, value)
+    owner = twin if _stores(twin, knob) else _text_part(twin)
+    setattr(owner if owner is not None else twin, knob, value)
     return twin
 
 
+def _is_field(config: Any, knob: str) -> bool:
+    return (
+        dataclasses.is_dataclass(config)
+        and not isinstance(config, type)
+        and knob in {f.name for f in dataclasses.fields(config)}
+    )
+
+
+def _stores(config: Any, knob: str) -> bool:
+    """A size the config keeps (a dataclass field or an instance attribute)."""
+    if _is_field(config, knob):
+        return True
+    try:
+        return knob in vars(config)
+    except TypeError:
+        return False
+
+
+def _text_part(config: Any) -> Any:
+    """The decoder's own config of a composite one (``config.get_text_config()``), if it
+    is another object; else ``None``."""
+    get = getattr(config, "get_text_config", None)
+    if not callable(get):
+        return None
+    with contextlib.suppress(Exception):  # a config whose text part cannot be found
+        text = get(decoder=True)
+        return text if text is not None and text is not config else None
+    return None
+
+
 def read_knob(config: Any, knob: str) -> int | None:
-    """``config.knob`` as an int size, or ``None`` (absent, not an int, or refused)."""
+    """``config.knob`` (or its text part's) as an int size, or ``None`` (absent, not an
+    int, or refused)."""
     try:
         value = config.get(knob) if isinstance(config, Mapping) else getattr(config, knob, None)
+        if value is None and not isinstance(config, Mapping):
+            text = _text_part(config)
+            value = getattr(text, knob, None) if text is not None else None
     except Exception:  # a config's own refusal (a per-layer attribute)
         return None
     return value if isinstance(value, int) and not isinstance(value, bool) else None
@@ -417,12 +452,8 @@ def settable(config: Any, knob: str) -> bool:
     instance attribute), not one it derives (a property such as ``d_head = C // H``)."""
     if isinstance(config, Mapping):
         return knob in config
-    if dataclasses.is_dataclass(config):
-        return knob in {f.name for f in dataclasses.fields(config)}
-    try:
-        return knob in vars(config)
-    except TypeError:
-        return False
+    text = _text_part(config)
+    return _stores(config, knob) or (text is not None and _stores(text, knob))
 
 
 def knob_values(value: int) -> list[int]:

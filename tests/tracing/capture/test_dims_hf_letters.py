@@ -99,9 +99,9 @@ def test_a_factorised_embedding_reads_ce_and_one_as_wide_as_the_model_reads_c():
 def test_jetmoe_query_heads_are_its_top_k_experts_times_its_key_value_heads(heads):
     """JetMoE's attention is a mixture of experts: each token's top-k experts (K = 3) each
     project KV = 2 query heads, viewed ``(B, T, K, KV·D) -> (B, T, K·KV, D)``. The knob
-    passes prove it moves with ``num_experts_per_tok`` and ``num_key_value_heads``; where the
-    config's ``num_attention_heads`` follows them (K·KV = 6) that axis is H; where a config
-    sets it otherwise (5), the passes prove ``K·KV``, never a letter of that size (``E+1``)."""
+    passes prove it: moving ``num_experts_per_tok`` or ``num_key_value_heads`` moves the axis,
+    moving ``num_attention_heads`` moves nothing (the model never reads it). So it is
+    ``K·KV`` whatever the config's ``num_attention_heads`` says, never ``E+1``."""
     from transformers import JetMoeConfig, JetMoeForCausalLM
 
     config = JetMoeConfig(
@@ -117,7 +117,7 @@ def test_jetmoe_query_heads_are_its_top_k_experts_times_its_key_value_heads(head
     trace = tracing.trace(model, torch.randint(3, 101, (B, T)), capture="shapes")
     (weights,) = [r for r in trace.tensors if r.role == "attention"]
     assert weights.shape == (B, 6, T, T)
-    assert weights.dims == ("B", "H" if heads is None else "K·KV", "T", "T")
+    assert weights.dims == ("B", "K·KV", "T", "T")
     assert all("E+1" not in r.dims for r in trace.tensors if r.dims)
     _letters_fit(trace)
 
