@@ -525,7 +525,7 @@ def house_sizes(
     ``C`` from the token embedding's shape (the first ``Embedding`` not named for
     positions). :func:`letter_sizes` adds the spellings, with their origins."""
     sizes: dict[str, int] = {}
-    text = _text_config(config)
+    text = text_config(config)
     c = _read(text, LETTERS["C"].config) if text is not None else None
     h = _read(text, LETTERS["H"].config) if text is not None else None
     f_unset = text is not None and any(
@@ -589,7 +589,7 @@ def letter_sizes(
     are the same axis.
     """
     found: dict[str, Sized] = {}
-    config = _text_config(config)
+    config = text_config(config)
     attrs = _module_attributes(model)
     for letter, spec in LETTERS.items():
         if given and letter in given:
@@ -676,7 +676,7 @@ def _inner_from_config(config: Any, c: int) -> Sized | None:
     return None
 
 
-def _text_config(config: Any) -> Any:
+def text_config(config: Any) -> Any:
     """The decoder's own config of a composite one (``config.text_config``: Gemma-3,
     Mllama...), whose top level may lack the attention sizes; else ``config``."""
     get = getattr(config, "get_text_config", None)

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from tracing.dims.letters import text_config
 from tracing.errors import TraceError
 from tracing.record import Step
 
@@ -423,15 +424,10 @@ def _stores(config: Any, knob: str) -> bool:
 
 
 def _text_part(config: Any) -> Any:
-    """The decoder's own config of a composite one (``config.get_text_config()``), if it
-    is another object; else ``None``."""
-    get = getattr(config, "get_text_config", None)
-    if not callable(get):
-        return None
-    with contextlib.suppress(Exception):  # a config whose text part cannot be found
-        text = get(decoder=True)
-        return text if text is not None and text is not config else None
-    return None
+    """The decoder's own config of a composite one (:func:`tracing.dims.letters.text_config`),
+    if it is another object; else ``None``."""
+    text = text_config(config)
+    return None if text is config else text
 
 
 def read_knob(config: Any, knob: str) -> int | None:
