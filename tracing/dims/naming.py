@@ -16,7 +16,7 @@ and walks the steps once, in order, naming each tensor where it is produced:
    config, a module attribute or the source declares it and no other name has its size; a
    shape comment or a number the line writes names its axis if it fits.
 4. **Ties**: where two names still fit, a module on the axis's path that declares one of
-   them picks it; words never do (:data:`WORDS_BREAK_TIES`): the axis reads ``?``.
+   them picks it; words never do: the axis reads ``?``.
 
 Each named axis keeps why (``TensorRecord.why``, :func:`tracing.dim_legend.proof_text`).
 Nothing proven: ``?``.
@@ -51,15 +51,6 @@ from tracing.record import Step, TensorRecord, built
 
 Dims = tuple[str, ...]
 Pair = tuple[int | None, ...]  # an axis's size in the real trace, the inputs pass, each knob pass
-
-LEAVES_NEED_PROOF = False
-"""Whether a parameter's axis, too, needs a pass or a declaration to take a constant's
-name (a ViT's 8×8 patch kernel beside a head width of 16 is not ``D/2``)."""
-
-WORDS_BREAK_TIES = False
-"""Whether the words of a module path and line may pick one of two names that give an
-axis's sizes in every pass. Off: a size that matches, with a word beside it, is no proof;
-such an axis reads ``?`` (a pass that moves one of the two knobs parts them)."""
 
 _WORDS = {  # words in a module path or source line -> the letter family they point at
     "rotary": ("rot", "rope", "rotary", "cos", "sin", "inv_freq"),
@@ -308,7 +299,7 @@ class _Namer:
         if len(cands) == 1:
             if self._data and _constant(pair) and not table.moved_by(cands[0]):
                 return "?"  # an image's 3 channels are not the 3 heads a config declares
-            if (LEAVES_NEED_PROOF or not leaf) and _constant(pair) and not table.moved_by(cands[0]):
+            if not leaf and _constant(pair) and not table.moved_by(cands[0]):
                 if hints[0] == "?":
                     return "?"  # the op says it is an input's axis, which nothing named
                 declared = self._declared(context, cands[0], pair[0])
@@ -326,21 +317,15 @@ class _Namer:
         if len(read) == 1:  # the other's knob moved no axis of the trace
             self._why = "sizes"
             return read[0]
-        near = [c for c in cands if self._declared_here(context, c, pair[0]) is not None]
+        near = {c: self._declared_here(context, c, pair[0]) for c in cands}
+        near = {c: where for c, where in near.items() if where is not None}
         if len(near) == 1:  # one of the tied names is declared by the module it runs in
-            self._why, self._declared_by = (
-                "declared",
-                self._declared_here(context, near[0], pair[0]),
-            )
-            return near[0]
-        if WORDS_BREAK_TIES:
-            families = {_family(c) for c in cands}
-            self._why = "words"
-            return (
-                _tie_break([*cands, *self._hidden(pair, families)], context, text, self.attrs, leaf)
-                or "?"
-            )
-        return "?"  # two names give the axis's sizes in every pass: nothing parts them
+            ((name, where),) = near.items()
+            self._why, self._declared_by = "declared", where
+            return name
+        # two names give the axis's sizes in every pass and nothing parts them: the words
+        # of its module path or line are no proof (a pass moving one of the knobs would be)
+        return "?"
 
     def _declared(self, context: str, name: str, size: int) -> str | None:
         """Where ``name``'s size is declared: the config or source line that gives it, or
@@ -359,13 +344,11 @@ class _Namer:
         written = self.written.get(letter)
         if written is not None:
             return written
-        path = context
-        while True:
-            if self.attrs.get(path, {}).get(letter) == size:
-                return path or "the model"
-            if not path:
-                break
-            path = path.rpartition(".")[0]
+        on_path = self._declared_here(context, letter, size)
+        if on_path is not None:
+            return on_path
+        if self.attrs.get("", {}).get(letter) == size:
+            return "the model"
         for where, declared in self.attrs.items():  # a sibling's: a layer's parts share sizes
             scope = where.rpartition(".")[0]
             if declared.get(letter) == size and scope and f"{context}.".startswith(f"{scope}."):

@@ -87,17 +87,17 @@ def other_sizes(b: int, t: int, constants: set[int], max_t: int | None) -> tuple
     return b2, t + 1
 
 
-def few_tokens(b: int, t: int, constants: set[int], max_t: int | None) -> tuple[int, int] | None:
-    """``B'`` and a small ``T'`` (at most 16, fewer than ``t``) equal to no config size, for
-    a short real run; ``None`` when ``t`` is already small or no such size is free."""
+def few_tokens(b2: int, t: int, constants: set[int], max_t: int | None) -> int | None:
+    """A small ``T'`` (at most 16, fewer than ``t``, beside :func:`other_sizes`' ``B'``)
+    equal to no config size, for a short real run; ``None`` when ``t`` is already small or
+    no such size is free."""
     if t <= 20:
         return None
-    taken = set(constants) | {b, t}
-    b2 = next(n for n in range(b + 1, b + 64) if n not in taken)
+    taken = set(constants) | {t, b2}
     for t2 in (11, 13, 9, 14, 15, 10, 7):
-        free = t2 not in taken and t2 != b2 and (max_t is None or t2 <= max_t)
+        free = t2 not in taken and (max_t is None or t2 <= max_t)
         if free and not any(c % (t - t2) == 0 for c in constants if c > 0):
-            return b2, t2
+            return t2
     return None
 
 
@@ -196,7 +196,8 @@ def run_other(
         return per_model[key], None
     b2, t2 = other_sizes(b, t, constants, max_t)
     started = time.perf_counter()
-    few = few_tokens(b, t, constants, max_t) if not train else None
+    t_few = few_tokens(b2, t, constants, max_t) if not train else None
+    few = None if t_few is None else (b2, t_few)
     if few is not None and _cheap_at(model, *few):
         # a short run for real: a handful of tokens costs less than meta's Python per op
         # (and meta's first ops import torch._dynamo); the same steps where T is free
