@@ -567,11 +567,20 @@ def _has(source: Any, name: str) -> bool:
 
 def _token_embedding(model: Any) -> Any:
     """The first ``Embedding`` not named for positions: the token table, ``(V, C)``."""
+    found = _token_embedding_path(model)
+    return found[1] if found is not None else None
+
+
+def _token_embedding_path(model: Any) -> tuple[str, Any] | None:
     modules = getattr(model, "named_modules", None)
     for path, module in modules() if modules is not None else ():
         if type(module).__name__ == "Embedding" and "pos" not in path.lower():
-            return module
+            return path, module
     return None
+
+
+_TABLE_AXES = {"V": "num_embeddings", "C": "embedding_dim"}
+"""The token table's letters and the attributes that size them: its rows and its width."""
 
 
 def letter_sizes(
@@ -604,9 +613,15 @@ def letter_sizes(
         width = _ffn_width(model, found["C"].size)
         if width is not None:
             found["F"] = width
+    table = _token_embedding_path(model)
     for letter, size in house.items():  # B, T, and what layers or comments gave
         if letter not in found:
             found[letter] = Sized(size, _house_origin(letter, None))
+            if table is not None and letter in _TABLE_AXES:
+                path, module = table
+                attr = _TABLE_AXES[letter]
+                if getattr(module, attr, None) == size:  # the token table's own shape
+                    found[letter] = Sized(size, f"layer shape {path}.{attr}")
     if "N" not in found:
         table = _position_table(model)
         if table is not None:

@@ -31,10 +31,12 @@ from collections.abc import Mapping, Sequence
 
 from tracing.dims.evidence import Evidence
 from tracing.dims.letters import INPUT_LETTERS, LETTERS, Sized, expressions, letters_in, size_of
+from tracing.dims.links import Axes, axis_links
 from tracing.dims.rules import (
     BY_OP,
     CATS,
     MOVES_AXES,
+    SPLITS,
     einsum_subscripts,
 )
 from tracing.dims.source import (
@@ -214,10 +216,12 @@ class _Namer:
         self.why: list[tuple[str, ...] | None] = [None] * len(tensors)  # each axis's proof
         self.written: dict[str, str] = {}  # letter -> where the source passes its size
         self.unread: set[str] = set()  # letters whose every knob pass moved no axis
+        self.shaped: dict[str, tuple[str, str]] = {}  # letter -> (module, attribute) sizing it
         self._why, self._declared_by, self._data = "", "", False
         self._comments: dict[str, Dims | None] = {}
 
     def run(self, first_input: int | None) -> list[Dims | None]:
+        self.within_line = _within_line(self.steps, self.tensors)
         if first_input is not None:
             shape = self.tensors[first_input].shape
             seed = ("B", "T" if "T" in self.table.sizes1 else None) + (None,) * len(shape)
@@ -227,6 +231,7 @@ class _Namer:
             if record.producer is None and self.names[rid] is None:
                 path = self.paths.get(rid, "")
                 self.name(rid, [None] * len(record.shape), path, "", leaf=True)
+                self._anchor(rid, path)
         for step in self.steps:
             if step.kind == "backward":
                 continue
@@ -242,9 +247,104 @@ class _Namer:
                 self.name(rid, [None] * len(record.shape), "", "")
         return self.final
 
+    def _anchor(self, rid: int, path: str) -> None:
+        """A letter read off a layer's shape names that axis of the layer's weight (and
+        bias), in the layer and in the same layer of every other repeat of its list:
+        ``F`` from ``layers.0.linear1.out_features`` is the rows of every ``linear1``."""
+        module, _, kind = path.rpartition(".")
+        for letter, (where, attr) in self.shaped.items():
+            axis = _SHAPE_AXES.get((kind, attr))
+            shape = self.tensors[rid].shape
+            if axis is None or axis >= len(shape) or not _repeat_of(module, where):
+                continue
+            if shape[axis] == self.table.sizes1.get(letter) and _constant(self.pairs[rid][axis]):
+                self._rename(rid, axis, letter, f"declared {where}.{attr}")
+
+    def join(self, links) -> list[Dims | None]:
+        """Names given across the axes the ops say are one (:mod:`tracing.dims.links`):
+        an axis left ``?`` takes the one name its class's named axes agree on (a vision
+        transformer's residual stream is its norms' declared ``C``); a class whose axes
+        disagree, or that holds no name, is left as it is."""
+        classes = Axes(links).classes()
+        self._fill(classes)
+        for _ in range(3):  # a part proven gives a whole, which may prove another class
+            if not (self._sum_parts() | self._halves()):
+                break
+            self._fill(classes)
+        return self.final
+
+    def _halves(self) -> bool:
+        """The two equal parts of a ``cat`` whose axis is named ``X``, left ``?``: ``X/2``
+        (a rotary table's ``cat((freqs, freqs))``, proven ``R`` where it meets the query)."""
+        done = False
+        for step in self.steps:
+            if step.kind != "op" or step.op not in CATS or len(step.inputs) != 2:
+                continue
+            res = step.outputs[0] if len(step.outputs) == 1 else None
+            a, b = step.inputs
+            if res is None or a != b or self.names[res] is None or self.names[a] is None:
+                continue
+            shape, part = self.tensors[res].shape, self.tensors[a].shape
+            if len(part) != len(shape):
+                continue
+            cut = [i for i in range(len(shape)) if part[i] != shape[i]]
+            if len(cut) != 1 or 2 * part[cut[0]] != shape[cut[0]]:
+                continue
+            whole, mine = self.names[res][cut[0]], self.names[a][cut[0]]
+            half = f"{whole}/2"
+            letter = re.fullmatch(r"[A-Za-z]+", whole or "") and whole in LETTERS
+            if mine == "?" and letter and self.table.fits(half, self.pairs[a][cut[0]]):
+                self._rename(a, cut[0], half, f"sum {step.op}")
+                done = True
+        return done
+
+    def _sum_parts(self) -> bool:
+        """An axis a ``split`` or ``chunk`` cuts into named parts, left ``?``: the sum of
+        its parts (nanoGPT's ``c_attn(x).split(n_embd, dim=2)`` into three ``C``: ``3C``)."""
+        done = False
+        for step in self.steps:
+            if step.kind != "op" or step.op not in SPLITS or len(step.outputs) < 2:
+                continue
+            src = step.inputs[0] if step.inputs else None
+            if src is None or self.names[src] is None:
+                continue
+            shape = self.tensors[src].shape
+            outs = [self.tensors[o].shape for o in step.outputs]
+            if any(len(o) != len(shape) for o in outs):
+                continue
+            cut = [a for a in range(len(shape)) if any(o[a] != shape[a] for o in outs)]
+            if len(cut) != 1 or sum(o[cut[0]] for o in outs) != shape[cut[0]]:
+                continue
+            a = cut[0]
+            parts = [(self.names[o] or ("?",) * len(shape))[a] for o in step.outputs]
+            if self.names[src][a] != "?" or not all(_named(p) for p in parts):
+                continue
+            if any(_is_slice(p) for p in parts):
+                continue
+            whole = _summed(parts)
+            if self.table.fits(whole, self.pairs[src][a]):
+                self._rename(src, a, whole, f"sum {step.op}")
+                done = True
+        return done
+
+    def _fill(self, classes) -> None:
+        for members in classes.values():
+            named: dict[str, tuple[int, int]] = {}
+            for rid, axis in members:
+                name = (self.names[rid] or ())[axis : axis + 1]
+                if name and _named(name[0]) and name[0] != "1" and not _is_slice(name[0]):
+                    named.setdefault(name[0], (rid, axis))
+            if len(named) != 1:
+                continue
+            ((name, (src, _)),) = named.items()
+            for rid, axis in members:
+                names = self.names[rid]
+                if names is not None and names[axis] == "?":
+                    self._rename(rid, axis, name, f"same #{src}")
+
     def _comment(self, text: str, rid: int) -> list[str | None] | None:
-        if "#" not in text:
-            return None
+        if "#" not in text or rid in self.within_line:
+            return None  # a shape comment says what its line gives, not a step inside it
         if text not in self._comments:
             self._comments[text] = shape_comment(text)
         comment = self._comments[text]
@@ -282,6 +382,8 @@ class _Namer:
         """One axis's name; ``self._why`` says which evidence gave it (:func:`_proof`)."""
         table = self.table
         cands = table.candidates(pair)
+        if hints[0] and hints[0].isdigit() and hints[1] and hints[1] in cands:
+            hints = (None, hints[1])  # view(2, 6, 3, 4) then "# (B, nh, T, hs)": 3 is H
         for hint, why in zip(hints, ("carried", "written")):
             if hint and hint != "?" and (hint in cands or table.fits(hint, pair)):
                 self._why = why
@@ -299,7 +401,7 @@ class _Namer:
         if len(cands) == 1:
             if self._data and _constant(pair) and not table.moved_by(cands[0]):
                 return "?"  # an image's 3 channels are not the 3 heads a config declares
-            if not leaf and _constant(pair) and not table.moved_by(cands[0]):
+            if _constant(pair) and not table.moved_by(cands[0]):
                 if hints[0] == "?":
                     return "?"  # the op says it is an input's axis, which nothing named
                 declared = self._declared(context, cands[0], pair[0])
@@ -335,6 +437,9 @@ class _Namer:
         (``D-R``), every letter of it so. ``None`` when some part is only derived (``C / H``,
         a layer's shape)."""
         parts = letters_in(name)
+        if name[:1].isdigit() and not all(p in self.written for p in parts):
+            return None  # 2C beside a width a module declares: a multiple of it is a
+            # relation, which a pass moving C proves (a config's own C: its knob can)
         if len(parts) > 1:
             found = [self._declared(context, p, self.table.sizes1.get(p, -1)) for p in parts]
             return None if None in found else " and ".join(dict.fromkeys(found))
@@ -663,27 +768,27 @@ class _Namer:
 
     def _linear(self, x: int, weight: int, n: int, bias=()) -> list[str | None]:
         xs, ws = self._get(x), self._get(weight)
-        contracts = len(ws) == 2 and ws[1] in (None, "?") and xs and self._named(xs[-1])
+        contracts = len(ws) == 2 and ws[1] in (None, "?") and xs and _named(xs[-1])
         if contracts and _same(self.pairs[weight][1], self.pairs[x][-1]):
-            self._rename(weight, 1, xs[-1])  # BERT's output.dense (C, F) where V is F's size
+            # BERT's output.dense (C, F) where V is F's size
+            self._rename(weight, 1, xs[-1], "carried linear")
             ws = self._get(weight)
         for b in bias:  # the bias is one number per output feature: the weight's rows
-            known = len(ws) == 2 and self._named(ws[0]) and len(self.pairs[b]) == 1
+            known = len(ws) == 2 and _named(ws[0]) and len(self.pairs[b]) == 1
             open_axis = known and self._get(b)[0] in (None, "?")
             if open_axis and _same(self.pairs[b][0], self.pairs[weight][0]):
-                self._rename(b, 0, ws[0])
+                self._rename(b, 0, ws[0], "carried linear")
         return [*xs[:-1], ws[0] if len(ws) == 2 else None][-n:]
 
-    @staticmethod
-    def _named(name: str | None) -> bool:
-        return bool(name) and name not in ("?", CUT)
-
-    def _rename(self, rid: int, axis: int, name: str) -> None:
+    def _rename(self, rid: int, axis: int, name: str, why: str) -> None:
         """One axis of an already named tensor, proven later (a weight's input axis by the
-        activation it contracts with)."""
+        activation it contracts with), and its proof."""
         names = list(self.names[rid] or ("?",) * len(self.tensors[rid].shape))
         names[axis] = name
         self._store(rid, names)
+        proofs = list(self.why[rid] or ("",) * len(names))
+        proofs[axis] = why
+        self.why[rid] = tuple(proofs)
 
     def _conv(self, x: int, weight: int, n: int) -> list[str | None]:
         """A convolution's output: the input's batch axis, the weight's out-channels axis,
@@ -855,6 +960,9 @@ class _Namer:
     def _merge(self, parts: list[str], pair: Pair) -> str | None:
         if any(_is_slice(p) for p in parts):
             return CUT  # Q[:i] merged with another axis: no letter by size
+        if "?" in parts or CUT in parts:
+            return "?"  # a product of an axis nothing named (a conv's 4 x 4 patches) is
+            # unknown too, whatever letter has its size
         kept = [p for p in parts if p != "1"]
         joined = "·".join(f"({p})" if ("+" in p or "-" in p) else p for p in kept)
         aliases = self.table.candidates(pair)
@@ -898,6 +1006,51 @@ class _Namer:
 _INDEX_DTYPES = frozenset({"int64", "int32", "int16", "uint8", "int8"})
 
 _SLICE_TEXT = re.compile(r"[A-Za-z_0-9+\-*/ ]*:[A-Za-z_0-9+\-*/ ]*")
+
+
+def _within_line(steps: Sequence[Step], tensors: Sequence[TensorRecord]) -> set[int]:
+    """Tensors a later op of their own source line consumes: ``self.norm(x)`` inside
+    ``return self.head(self.norm(x))  # (B, T, V)``, which the comment does not describe."""
+    line = {s.index: (s.source.file, s.source.line) for s in steps if s.source is not None}
+    out: set[int] = set()
+    for step in steps:
+        here = line.get(step.index) if step.kind == "op" else None
+        if here is None:
+            continue
+        for rid in step.inputs:
+            producer = tensors[rid].producer
+            if producer is not None and producer != step.index and line.get(producer) == here:
+                out.add(rid)
+    return out
+
+
+_SHAPE_AXES = {
+    ("weight", "num_embeddings"): 0,
+    ("weight", "embedding_dim"): 1,
+    ("weight", "out_features"): 0,
+    ("weight", "in_features"): 1,
+    ("bias", "out_features"): 0,
+}
+"""Which axis of a layer's parameter a shape attribute sizes (``nn.Linear.weight`` is
+``(out_features, in_features)``, ``nn.Embedding.weight`` ``(num_embeddings, embedding_dim)``)."""
+
+_INDEX = re.compile(r"\.\d+(?=\.|$)")
+
+
+def _repeat_of(context: str, module: str) -> bool:
+    """Whether ``context`` lies in ``module`` or in the same module of another repeat of
+    its layer list: ``blocks.3.mlp.fc1.weight`` in ``blocks.0.mlp.fc1``."""
+    pattern = _INDEX.sub(".#", module)
+    path = context
+    while path:
+        if _INDEX.sub(".#", path) == pattern:
+            return True
+        path = path.rpartition(".")[0]
+    return False
+
+
+def _named(name: str | None) -> bool:
+    return bool(name) and name not in ("?", CUT)
 
 
 def _is_slice(name: str | None) -> bool:
@@ -1029,12 +1182,18 @@ def name_axes(
     first = next((r.id for r in tensors if r.role == "input"), None)
     namer = _Namer(steps, tensors, table, pairs, evidence.param_paths, evidence.attributes)
     namer.unread = set(evidence.unread)
+    namer.shaped = {  # F from layers.0.linear1.out_features: that module declares it
+        k: tuple(v.origin.removeprefix("layer shape ").rsplit(".", 1))
+        for k, v in letters.items()
+        if v.origin.startswith("layer shape ") and not table.moved_by(k)
+    }
     namer.written = {  # letters whose size the config or the source declares, unmoved
         k: v.origin.removeprefix("source: ")
         for k, v in letters.items()
         if v.origin.startswith(("source:", "config.")) and not table.moved_by(k)
     }
     names = namer.run(first if "B" in sizes1 else None)
+    names = namer.join(axis_links(steps, tensors, pairs))
     out = [_with_dims(r, n, w if n else None) for n, w, r in zip(names, namer.why, tensors)]
     return out, _used_letters(names, letters, table, evidence)
 

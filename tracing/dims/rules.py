@@ -16,6 +16,7 @@ from dataclasses import dataclass
 TRANSPOSES = frozenset({"transpose", "transpose_", "swapaxes", "swapdims", "t", "mT"})
 RESHAPES = frozenset({"view", "reshape", "flatten", "unflatten", "_unsafe_view", "view_as"})
 SLICES = frozenset({"getitem", "narrow", "split", "chunk", "tensor_split", "unbind", "slice"})
+SPLITS = frozenset({"split", "chunk", "tensor_split", "split_with_sizes"})
 MATMULS = frozenset({"matmul", "bmm", "baddbmm"})
 CONVS = frozenset({"conv1d", "conv2d", "conv3d"})
 CATS = frozenset({"cat", "concat", "concatenate"})

@@ -268,8 +268,10 @@ def test_transformer_decoder_reads_f_not_v_when_they_are_equal():
     assert widths in ([("linear", "(B,T,F)")], [("linear", "(B,T,?)")])
     ffn = ops(distinct, "decoder.layers.0.linear1", {"linear"})
     assert ffn == [("linear", "(B,T,F)")]
-    assert distinct.tensor(distinct.steps[0].outputs[0]).dims == ("B", "T", "V")
-    assert named_share(distinct) >= 0.98
+    # the head's rows are the vocabulary's size, but no op joins them to the token table's
+    # rows (its weight is its own) and no config declares V: the size alone is no proof
+    assert distinct.tensor(distinct.steps[0].outputs[0]).dims == ("B", "T", "?")
+    assert named_share(distinct) >= 0.9
 
 
 # --------------------------------------------------------------------------- the record

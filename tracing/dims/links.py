@@ -1,0 +1,263 @@
+"""Which axes of a trace are one axis: what an op says, not what sizes suggest.
+
+An op often *is* a statement that two axes are the same thing: a ``linear`` contracts the
+input's last axis with the weight's columns and gives the output the weight's rows; a norm's
+weight lines up with the last axis it scales; an ``add`` of two ``(B, T, C)`` tensors keeps
+each axis; a ``transpose`` moves them. :func:`axis_links` lists those statements, one pair
+of ``(tensor id, axis)`` each, and :class:`Axes` joins them into classes. Naming uses them
+both ways (:func:`tracing.dims.naming.name_axes`): a name proven anywhere in a class is the
+name of every axis in it, so the residual stream of a vision transformer is ``C`` because
+its norm's weight is declared ``C``, and a classifier's 11 rows stay ``?`` even where the
+width is 11 too, because nothing joins them to the width.
+
+Only links that need no guess are listed: an op whose output could reorder axes of equal
+sizes (a transpose with ``B == T``, a reduction) links only what the line or the shapes
+say without doubt.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+from tracing.dims.rules import CATS, CONVS, MATMULS, MOVES_AXES, RESHAPES, SLICES, TRANSPOSES
+from tracing.dims.source import permutation, text_of, transpose_axes
+from tracing.record import Step, TensorRecord
+
+Axis = tuple[int, int]  # (tensor id, axis)
+Pair = tuple[int | None, ...]
+
+_NOT_ELEMENTWISE = (
+    TRANSPOSES
+    | RESHAPES
+    | SLICES
+    | MATMULS
+    | CONVS
+    | CATS
+    | MOVES_AXES
+    | {"permute", "linear", "embedding", "einsum", "stack", "index_select", "gather", "take"}
+    | {"scatter", "scatter_add", "index_add", "index_copy", "index_put", "masked_scatter"}
+    | {"diag", "diag_embed", "diagonal", "rot90", "tril_indices", "triu_indices", "roll"}
+)
+"""Ops whose output keeps its inputs' axes in place only by accident of the sizes."""
+
+
+def axis_links(steps: Sequence[Step], tensors: Sequence[TensorRecord], pairs) -> list:
+    """Every pair of axes an op says are one axis, as ``((rid, axis), (rid, axis))``.
+    ``pairs[rid][axis]`` is an axis's size in each pass (:mod:`tracing.dims.naming`)."""
+    out: list[tuple[Axis, Axis]] = []
+    for step in steps:
+        if step.kind != "op" or not step.outputs:
+            continue
+        try:
+            _links_of(step, tensors, pairs, out)
+        except (IndexError, ValueError):
+            continue
+    return out
+
+
+def _links_of(step: Step, tensors, pairs, out: list) -> None:
+    op, ins = step.op, step.inputs
+    rank = [len(tensors[i].shape) for i in ins]
+    res = step.outputs[0]
+    n = len(tensors[res].shape)
+
+    def link(a: int, i: int, b: int, j: int) -> None:
+        if _same(pairs[a][i], pairs[b][j]) and pairs[a][i][0] != 1:
+            out.append(((a, i), (b, j)))
+
+    if op == "linear" and len(ins) >= 2 and rank[1] == 2:
+        x, w = ins[0], ins[1]
+        link(x, rank[0] - 1, w, 1)  # contracted
+        link(res, n - 1, w, 0)  # the weight's rows
+        for a in range(min(n, rank[0]) - 1):
+            link(res, a, x, a)
+        if len(ins) >= 3 and rank[2] == 1:
+            link(ins[2], 0, w, 0)
+    elif op == "embedding" and len(ins) >= 2 and rank[1] == 2:
+        ids, table = ins[0], ins[1]
+        link(res, n - 1, table, 1)
+        for a in range(min(rank[0], n - 1)):
+            link(res, a, ids, a)
+    elif op in CONVS and len(ins) >= 2:
+        x, w = ins[0], ins[1]
+        link(res, 0, x, 0)
+        link(res, 1, w, 0)
+        if len(ins) >= 3 and rank[2] == 1:
+            link(ins[2], 0, w, 0)
+    elif op in MATMULS and len(ins) >= 2 and min(rank[-2:]) >= 2:
+        a, b = ins[-2], ins[-1]
+        ra, rb = len(tensors[a].shape), len(tensors[b].shape)
+        link(a, ra - 1, b, rb - 2)  # contracted
+        link(res, n - 2, a, ra - 2)
+        link(res, n - 1, b, rb - 1)
+        for back in range(3, n + 1):
+            for t, r in ((a, ra), (b, rb)):
+                if r - back >= 0:
+                    link(res, n - back, t, r - back)
+    elif op == "einsum":
+        _einsum_links(step, tensors, link)
+    elif op in TRANSPOSES or op == "permute":
+        _moved_links(step, tensors, link)
+    elif op in RESHAPES:
+        _reshape_links(ins[0], res, pairs, link)
+    elif op in CATS and len(step.outputs) == 1:
+        for t in ins:
+            if len(tensors[t].shape) == n:
+                for a in range(n):
+                    link(res, a, t, a)  # every axis but the one the parts add up on
+    elif op in SLICES and ins:
+        for o in step.outputs:
+            if len(tensors[o].shape) == rank[0]:
+                for a in range(rank[0]):
+                    link(o, a, ins[0], a)  # the axes a slice leaves whole
+            elif len(tensors[o].shape) < rank[0] <= 8:
+                _dropped_links(ins[0], o, pairs, link)
+    elif op in ("unsqueeze", "squeeze", "expand", "expand_as") and ins:
+        _kept_links(ins[0], res, tensors, pairs, link)
+    elif op not in _NOT_ELEMENTWISE and "attention" not in op.lower():
+        _elementwise_links(step, tensors, link)
+
+
+def _dropped_links(src: int, res: int, pairs, link) -> None:
+    """An integer index drops axes and keeps the rest in order (``x[:, 0]`` of ``(B, T, C)``
+    is ``(B, C)``): linked where one choice of kept axes alone fits the sizes."""
+    a, b = pairs[src], pairs[res]
+    fits = [
+        kept
+        for kept in itertools.combinations(range(len(a)), len(b))
+        if all(_same(a[i], p) for i, p in zip(kept, b))
+    ]
+    if len(fits) == 1:
+        for j, i in enumerate(fits[0]):
+            link(res, j, src, i)
+
+
+def _elementwise_links(step: Step, tensors, link) -> None:
+    """An op whose one output has the broadcast shape of its inputs: axes aligned from the
+    right are one axis (``x + bias``, ``norm(x)`` and its weight, ``softmax``, a cast)."""
+    if len(step.outputs) != 1:
+        return
+    res = step.outputs[0]
+    shape = tensors[res].shape
+    n = len(shape)
+    for t in step.inputs:
+        s = tensors[t].shape
+        if len(s) > n or any(a not in (1, b) for a, b in zip(reversed(s), reversed(shape))):
+            return  # not a broadcast of its inputs: a reduction, a gather, an index
+    for t in step.inputs:
+        s = tensors[t].shape
+        for back in range(1, len(s) + 1):
+            link(res, n - back, t, len(s) - back)
+
+
+def _einsum_links(step: Step, tensors, link) -> None:
+    from tracing.dims.rules import einsum_subscripts
+
+    found = einsum_subscripts(text_of(step), len(step.inputs))
+    if found is None:
+        return
+    operands, result = found
+    where: dict[str, tuple[int, int]] = {}
+    for sub, a in zip(result, range(len(result))):
+        where.setdefault(sub, (step.outputs[0], a))
+    for t, subs in zip(step.inputs, operands):
+        if len(subs) != len(tensors[t].shape):
+            return
+        for a, sub in enumerate(subs):
+            if sub in where:
+                link(*where[sub], t, a)
+            else:
+                where[sub] = (t, a)
+
+
+def _moved_links(step: Step, tensors, link) -> None:
+    src, res = step.inputs[0], step.outputs[0]
+    in_shape, out_shape = tensors[src].shape, tensors[res].shape
+    if len(in_shape) != len(out_shape):
+        return
+    if step.op == "permute":
+        perm = permutation(step, len(in_shape))
+        if perm is None:
+            return
+        for j, p in enumerate(perm):
+            link(res, j, src, p)
+        return
+    axes = transpose_axes(step, in_shape, out_shape)
+    if axes is None:
+        return
+    a, b = axes
+    for j in range(len(in_shape)):
+        link(res, j, src, b if j == a else a if j == b else j)
+
+
+def _reshape_links(src: int, res: int, pairs, link) -> None:
+    """A view keeps an axis where the sizes line up one to one (not where it splits or
+    merges): ``(B, T, C) -> (B, T, H, D)`` keeps ``B`` and ``T``."""
+    a_pairs, b_pairs = pairs[src], pairs[res]
+    keep_a = [i for i, p in enumerate(a_pairs) if p[0] != 1]
+    keep_b = [j for j, p in enumerate(b_pairs) if p[0] != 1]
+    i = j = 0
+    while i < len(keep_a) and j < len(keep_b):
+        gi, gj = [keep_a[i]], [keep_b[j]]
+        pi, pj = a_pairs[gi[0]][0], b_pairs[gj[0]][0]
+        while pi != pj:
+            if pi < pj and i + len(gi) < len(keep_a):
+                gi.append(keep_a[i + len(gi)])
+                pi *= a_pairs[gi[-1]][0]
+            elif pj < pi and j + len(gj) < len(keep_b):
+                gj.append(keep_b[j + len(gj)])
+                pj *= b_pairs[gj[-1]][0]
+            else:
+                return
+        if len(gi) == 1 and len(gj) == 1:
+            link(res, gj[0], src, gi[0])
+        i, j = i + len(gi), j + len(gj)
+
+
+def _kept_links(src: int, res: int, tensors, pairs, link) -> None:
+    """``unsqueeze`` and ``squeeze`` keep the axes bigger than 1 in order; ``expand`` keeps
+    those, aligned from the right, that it does not grow from 1."""
+    a = [i for i, p in enumerate(pairs[src]) if p[0] != 1]
+    b = [j for j, p in enumerate(pairs[res]) if p[0] != 1]
+    if len(a) == len(b):
+        for i, j in zip(a, b):
+            link(res, j, src, i)
+        return
+    s, t = tensors[src].shape, tensors[res].shape
+    for back in range(1, min(len(s), len(t)) + 1):
+        if s[-back] == t[-back]:
+            link(res, len(t) - back, src, len(s) - back)
+
+
+def _same(a: Pair, b: Pair) -> bool:
+    return a[0] == b[0] and all(x == y or x is None or y is None for x, y in zip(a[1:], b[1:]))
+
+
+class Axes:
+    """Union-find over ``(tensor id, axis)``: the classes of axes the ops say are one."""
+
+    def __init__(self, links: Sequence[tuple[Axis, Axis]]):
+        self.parent: dict[Axis, Axis] = {}
+        for a, b in links:
+            ra, rb = self.find(a), self.find(b)
+            if ra != rb:
+                self.parent[ra] = rb
+
+    def find(self, x: Axis) -> Axis:
+        parent = self.parent
+        root = x
+        while parent.get(root, root) != root:
+            root = parent[root]
+        while parent.get(x, x) != root:  # path compression
+            parent[x], x = root, parent[x]
+        return root
+
+    def classes(self) -> dict[Axis, list[Axis]]:
+        out: dict[Axis, list[Axis]] = {}
+        for x in list(self.parent):
+            out.setdefault(self.find(x), []).append(x)
+        for root in list(out):
+            if root not in out[root]:
+                out[root].append(root)
+        return out
