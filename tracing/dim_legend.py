@@ -94,6 +94,22 @@ def letter_legend(meta: Mapping[str, Any] | None) -> list[LegendRow] | None:
     return sorted(rows, key=lambda r: (rank.get(r.letter, len(rank)), r.letter))
 
 
+def evidence_text(meta: Mapping[str, Any]) -> str:
+    """One line on how the names were proven: the second pass, or why it did not run
+    (``meta["dims_evidence"]``; "" when the trace does not say). The Dims legend and the
+    shape report of proofs show it."""
+    ev = meta.get("dims_evidence")
+    if not isinstance(ev, Mapping):
+        return ""
+    how = ev.get("pass")
+    sizes = ", ".join(f"{k}={ev[k]}" for k in ("B", "T") if k in ev)
+    if how in ("device", "meta"):
+        where = "on the device" if how == "device" else "on the meta device"
+        return f"Axes that move with the inputs: proven by a second pass {where} at {sizes}."
+    reason = ev.get("why_not") or "it did not run"
+    return f"No second pass ({reason}): names come from the config, layers and comments."
+
+
 def letters_of(name: str, legend: Sequence[LegendRow] | None) -> list[str]:
     """The legend's letters an axis name uses, in order, once each (``H/KV`` -> H, KV).
 
@@ -205,4 +221,4 @@ __all__ = [
     "NO_LETTERS", "PROOFS", "LegendRow", "dims_hover", "dims_text", "letter_legend", "letters_of",
     "proof_text",
 ]  # fmt: skip
-__all__ += ["letters_used"]
+__all__ += ["evidence_text", "letters_used"]

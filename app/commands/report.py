@@ -4,11 +4,14 @@
     scratchformer report demo.sft --format csv -o shapes.csv
     scratchformer report demo.sft -o shapes.html           # format from the suffix
     scratchformer report demo.sft --format graphml -o graph.graphml
+    scratchformer report demo.sft --proofs                 # why each axis has its name
     scratchformer report t.rank0.sft t.rank1.sft           # rank files: side by side
     scratchformer report t.sft                             # (t.rank*.sft beside it)
 
 One row per module and one per step: path, type, op, source line, input and output shapes
 with symbolic dims (``(B=1, H=4, T=24, T=24)``), dtype, parameters and stats.
+``--proofs`` adds, per row, each axis's proof (``[B, T] carried by linear from its input's
+axis``, ``[?=32] not proven``) and, per letter, the passes that moved it.
 
 Several rank files (written under ``torchrun``) make one report (md or json): each rank's
 output shapes side by side, every collective with its group, and the first step where
@@ -40,6 +43,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="report format (default: from the -o suffix, else md)",
     )
     p.add_argument("-o", "--output", metavar="OUT", help="file to write (default: stdout)")
+    p.add_argument(
+        "--proofs",
+        action="store_true",
+        help="add why each axis has its name (per row) and which passes moved each letter",
+    )
     p.set_defaults(func=run)
 
 
@@ -69,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
 
         if fmt not in rank_report.FORMATS:
             raise UserError(f"a report over rank files is md or json, not {fmt}")
+        if args.proofs:
+            raise UserError("--proofs is for one trace file, not a report over rank files")
         ranks = load_ranks(rank_files)
         text = rank_report.render(ranks, fmt)
         return _write(text, out, fmt, f"{len(ranks)} ranks")
@@ -78,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     # a tenth of a 60,000-step report's time; see tracing.collector).
     with collector.paused():
         trace = tracing.load(args.trace[0])
-        text = report.render_chunks(trace, fmt)  # pieces: written as they come
+        text = report.render_chunks(trace, fmt, proofs=args.proofs)  # pieces, as they come
         return _write(text, out, fmt, f"{len(trace.steps)} steps")
 
 

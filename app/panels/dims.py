@@ -27,25 +27,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from tracing.dim_legend import NO_LETTERS, LegendRow, letter_legend, letters_of
+from tracing.dim_legend import NO_LETTERS, LegendRow, evidence_text, letter_legend, letters_of
 from tracing.record import Trace
 
 COLUMNS = ("letter", "size", "origin", "meaning")
 _RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
-
-
-def evidence_text(meta: dict) -> str:
-    """One line on how the names were proven: the second pass, or why it did not run."""
-    ev = meta.get("dims_evidence")
-    if not isinstance(ev, dict):
-        return ""
-    how = ev.get("pass")
-    sizes = ", ".join(f"{k}={ev[k]}" for k in ("B", "T") if k in ev)
-    if how in ("device", "meta"):
-        where = "on the device" if how == "device" else "on the meta device"
-        return f"Axes that move with the inputs: proven by a second pass {where} at {sizes}."
-    reason = ev.get("why_not") or "it did not run"
-    return f"No second pass ({reason}): names come from the config, layers and comments."
 
 
 class DimsLegend(QWidget):

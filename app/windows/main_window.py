@@ -197,6 +197,12 @@ class MainWindow(QMainWindow):
             ["Ctrl+Shift+E"],  # Ctrl+R is File ▸ Reload and re-trace (app.panels.retrace)
             "Markdown, CSV, JSON, HTML or GraphML",
         )
+        self.proofs_report_action = self._action(
+            "Export shape report with axis &proofs…",
+            lambda: self.export_report_dialog(proofs=True),
+            [],
+            "The shape report, with why each axis has its name and which passes moved each letter",
+        )
         self.diagram_export_action = self._action(
             "Export &diagram…", self.export_diagram_dialog, [], "The block diagram as PNG or SVG"
         )
@@ -275,6 +281,7 @@ class MainWindow(QMainWindow):
         file_menu.addAction(self.save_action)
         file_menu.addSeparator()
         file_menu.addAction(self.report_action)
+        file_menu.addAction(self.proofs_report_action)
         file_menu.addAction(self.diagram_export_action)
         file_menu.addAction(self.heatmap_export_action)
         file_menu.addSeparator()
@@ -415,6 +422,7 @@ class MainWindow(QMainWindow):
         for a in (
             self.save_action,
             self.report_action,
+            self.proofs_report_action,
             self.diagram_export_action,
             self.heatmap_export_action,
         ):
@@ -638,13 +646,14 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(f"Saved {path}", 4000)
         return True
 
-    def export_report(self, path: str | Path, fmt: str | None = None) -> bool:
+    def export_report(self, path: str | Path, fmt: str | None = None, proofs: bool = False) -> bool:
+        """Write the shape report; ``proofs``: with each axis's proof (``report --proofs``)."""
         if self.trace is None:
             return False
         if not self.may_write(path, "Cannot export report"):
             return False
         try:
-            report.write(self.trace, path, fmt)
+            report.write(self.trace, path, fmt, proofs=proofs)
         except Exception as e:
             dialogs.show_error(self, "Cannot export report", f"{Path(path).name}: {e}")
             return False
@@ -692,10 +701,11 @@ class MainWindow(QMainWindow):
         if path:
             self.save_to(path)
 
-    def export_report_dialog(self) -> None:
+    def export_report_dialog(self, proofs: bool = False) -> None:
         filters = ";;".join(REPORT_FILTERS.values())
-        default = str(Path(self.start_dir()) / "shapes.md")
-        path, chosen = QFileDialog.getSaveFileName(self, "Export shape report", default, filters)
+        default = str(Path(self.start_dir()) / ("proofs.md" if proofs else "shapes.md"))
+        title = "Export shape report with axis proofs" if proofs else "Export shape report"
+        path, chosen = QFileDialog.getSaveFileName(self, title, default, filters)
         if not path:
             return
         fmt = next((f for f, label in REPORT_FILTERS.items() if label == chosen), None)
@@ -703,7 +713,7 @@ class MainWindow(QMainWindow):
             fmt = Path(path).suffix.lower().lstrip(".")
         elif fmt is not None:
             path += f".{fmt}"
-        self.export_report(path, fmt)
+        self.export_report(path, fmt, proofs=proofs)
 
     def export_diagram_dialog(self) -> None:
         default = str(Path(self.start_dir()) / "diagram.png")

@@ -157,8 +157,9 @@ def collapse(trace: Trace, depth: int, containers: bool = False) -> nx.DiGraph:
 # --------------------------------------------------------------------------- export
 
 
-def _graphml_safe(g: nx.DiGraph) -> nx.DiGraph:
-    """GraphML takes str/int/float/bool attributes only: stringify the rest, drop None."""
+def _graphml_safe(g: nx.DiGraph, node_attrs: dict | None = None) -> nx.DiGraph:
+    """GraphML takes str/int/float/bool attributes only: stringify the rest, drop None;
+    ``node_attrs``: more attributes per node (``{node: {name: value}}``)."""
     out = nx.DiGraph()
 
     def clean(attrs: dict) -> dict:
@@ -173,13 +174,21 @@ def _graphml_safe(g: nx.DiGraph) -> nx.DiGraph:
         return cleaned
 
     for node, attrs in g.nodes(data=True):
-        out.add_node(node, **clean(attrs))
+        more = node_attrs.get(node) if node_attrs else None
+        out.add_node(node, **clean({**attrs, **more} if more else attrs))
     for u, v, attrs in g.edges(data=True):
         out.add_edge(u, v, **clean(attrs))
     return out
 
 
-def to_graphml(trace: Trace, path: str | Path, depth: int | None = None) -> None:
-    """Write the step graph (or the collapsed view at ``depth``) as GraphML."""
+def to_graphml(
+    trace: Trace,
+    path: str | Path,
+    depth: int | None = None,
+    node_attrs: dict | None = None,
+) -> None:
+    """Write the step graph (or the collapsed view at ``depth``) as GraphML;
+    ``node_attrs``: more attributes per node (``{node: {name: text}}``, the report's
+    ``proofs``)."""
     g = trace.graph if depth is None else collapse(trace, depth)
-    nx.write_graphml(_graphml_safe(g), str(path))
+    nx.write_graphml(_graphml_safe(g, node_attrs), str(path))

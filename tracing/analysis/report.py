@@ -14,11 +14,22 @@ file under the current folder is shown relative to it, one inside an installed p
 from its ``site-packages`` folder on, anything else as it was recorded. Steps are named by
 their number, 1-based as the app's step bar counts (``tracing.formatting.step_number``), in
 every format: the ``#`` column, the CSV's and JSON's ``step``.
+
+``proofs=True`` (``scratchformer report --proofs``) adds why each axis has its name: a
+``proofs`` column per module and step row (its outputs' axes, and those of its inputs that
+no step made: the model's inputs, parameters and buffers), each axis's proof
+(``TensorRecord.why`` in words, :func:`tracing.dim_legend.proof_text`; ``?=32 not proven``
+for an unnamed axis; the axes one proof names together: ``[B, T] carried by linear from its
+input's axis``), and in the Dims table the passes that moved each letter. JSON gives
+every tensor cell its ``why`` codes and ``proofs`` words, one per axis.
+
+>>> print(report.render(trace, "md", proofs=True))   # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import csv
+import functools
 import html
 import io
 import json
@@ -32,7 +43,7 @@ from typing import Any
 
 from tracing import collector, markdown
 from tracing.analysis.compute import NOTE, compute_of
-from tracing.dim_legend import NO_LETTERS, LegendRow, letter_legend
+from tracing.dim_legend import NO_LETTERS, LegendRow, evidence_text, letter_legend, proof_text
 from tracing.formatting import format_number, format_shape, step_number
 from tracing.jsonable import to_jsonable
 from tracing.record import Step, TensorRecord, Trace
@@ -75,6 +86,7 @@ class TensorCell:
     dims: tuple[str, ...] | None
     dtype: str
     role: str | None
+    why: tuple[str, ...] | None = None  # each axis's proof code (only in a report of proofs)
 
     @property
     def text(self) -> str:
@@ -112,6 +124,7 @@ class StepRow:
     params: int | None  # module steps: parameters of the module's subtree
     stats: StatsCell  # of the first output
     error: str | None = None
+    proven: tuple[TensorCell, ...] = ()  # whose proofs the row lists (a report of proofs)
 
 
 @dataclass(frozen=True)
@@ -133,6 +146,7 @@ class ModuleRow:
     stats: StatsCell
     extra: str
     mult_adds: int | None = None  # the subtree's, from torchinfo (trace.meta["compute"])
+    proven: tuple[TensorCell, ...] = ()  # whose proofs the row lists (a report of proofs)
 
 
 @dataclass
@@ -147,18 +161,21 @@ class Report:
     error: str | None = None
     letters: list[LegendRow] | None = None  # the trace's axis letters; None: sizes only
     named: bool = False  # some tensor has dims (so the letters, or their absence, are said)
+    proofs: bool = False  # each axis's proof is listed (``compute(trace, proofs=True)``)
+    evidence: str = ""  # a report of proofs: how the names were proven (the second pass)
 
 
 # --------------------------------------------------------------------------- compute
 
 
-def compute(trace: Trace) -> Report:
-    """Gather the report rows of ``trace`` (no formatting here)."""
+def compute(trace: Trace, *, proofs: bool = False) -> Report:
+    """Gather the report rows of ``trace`` (no formatting here); ``proofs``: with each
+    axis's proof (see the module docstring)."""
     with collector.paused():  # rows by the hundred thousand, in no cycle: see collector
-        return _compute(trace)
+        return _compute(trace, proofs)
 
 
-def _compute(trace: Trace) -> Report:
+def _compute(trace: Trace, proofs: bool = False) -> Report:
     modules = trace.modules
 
     # the same names and source lines come back step after step: each made inert once
@@ -176,8 +193,18 @@ def _compute(trace: Trace) -> Report:
         for i, tid in enumerate(ids):
             r = trace.tensors[tid]
             name = name_shown(names[i]) if i < len(names) else ""
-            out.append(TensorCell(tid, name, r.shape, r.dims, r.dtype, r.role))
+            if proofs:
+                out.append(TensorCell(tid, name, r.shape, r.dims, r.dtype, r.role, r.why))
+            else:
+                out.append(TensorCell(tid, name, r.shape, r.dims, r.dtype, r.role))
         return tuple(out)
+
+    def proven(inputs: tuple[TensorCell, ...], outputs: tuple[TensorCell, ...]):
+        """The outputs, and the inputs no step made (model inputs, parameters, buffers)."""
+        if not proofs:
+            return ()
+        leaves = [c for c in inputs if trace.tensors[c.id].producer is None]
+        return (*leaves, *outputs) if leaves else outputs
 
     steps: list[StepRow] = []
     for s in trace.steps:
@@ -189,6 +216,7 @@ def _compute(trace: Trace) -> Report:
         if source_text is None:
             source_text = sources_shown[s.source] = _source_text(s)
         source, code = source_text
+        inputs = cells(s.inputs, s.input_names)
         steps.append(
             StepRow(
                 step=step_number(s.index),
@@ -199,12 +227,13 @@ def _compute(trace: Trace) -> Report:
                 op=name_shown(s.op),
                 source=source,
                 code=code,
-                inputs=cells(s.inputs, s.input_names),
+                inputs=inputs,
                 outputs=outputs,
                 dtype=first.dtype if first else "",
                 params=(info.params_total if info else None) if s.kind == "module" else None,
                 stats=_stats_cell(first),
                 error=None if s.error is None else shown(s.error, NAME_CUT),
+                proven=proven(inputs, outputs),
             )
         )
 
@@ -234,6 +263,7 @@ def _compute(trace: Trace) -> Report:
                 stats=first_call.stats if first_call else StatsCell(),
                 extra=shown(m.extra, NAME_CUT),
                 mult_adds=compute_by_path[m.path][0] if m.path in compute_by_path else None,
+                proven=first_call.proven if first_call else (),
             )
         )
 
@@ -301,6 +331,8 @@ def _compute(trace: Trace) -> Report:
         error=error,
         letters=letter_legend(meta),
         named=any(r.dims for r in trace.tensors),
+        proofs=proofs,
+        evidence=shown(evidence_text(meta), NAME_CUT) if proofs else "",
     )
 
 
@@ -355,23 +387,27 @@ def _finite(x: float) -> float | None:
 # --------------------------------------------------------------------------- render
 
 
-def render(trace: Trace | Report, fmt: str) -> str:
-    """The report of ``trace`` in format ``fmt`` (one of ``FORMATS``) as text."""
-    return "".join(render_chunks(trace, fmt))
+def render(trace: Trace | Report, fmt: str, *, proofs: bool = False) -> str:
+    """The report of ``trace`` in format ``fmt`` (one of ``FORMATS``) as text; ``proofs``:
+    with each axis's proof and the passes that moved each letter (module docstring)."""
+    return "".join(render_chunks(trace, fmt, proofs=proofs))
 
 
-def render_chunks(trace: Trace | Report, fmt: str) -> Iterator[str]:
+def render_chunks(trace: Trace | Report, fmt: str, *, proofs: bool = False) -> Iterator[str]:
     """:func:`render` in pieces, to write as they come: a report is made a thousand rows
-    at a time, so its text is never whole in memory (GraphML excepted)."""
+    at a time, so its text is never whole in memory (GraphML excepted). A computed
+    :class:`Report` shows proofs when it was computed with them."""
     fmt = fmt.lower().lstrip(".")
     fmt = SUFFIXES.get("." + fmt, fmt)
     if fmt not in FORMATS:
         raise ValueError(f"unknown report format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if isinstance(trace, Report) and proofs and not trace.proofs:
+        raise ValueError("this Report was computed without proofs: compute(trace, proofs=True)")
     if fmt == "graphml":
         if isinstance(trace, Report):
             raise ValueError("a GraphML report needs the trace itself, not a computed Report")
-        return iter((inert_document(_encodable(_render_graphml(trace))),))
-    report = trace if isinstance(trace, Report) else compute(trace)
+        return iter((inert_document(_encodable(_render_graphml(trace, proofs))),))
+    report = trace if isinstance(trace, Report) else compute(trace, proofs=proofs)
     # text from the file is cut and escaped in compute; what is left (meta) escaped here
     if fmt == "json":
         return (inert_document(_encodable(c), json=True) for c in _json_chunks(report))
@@ -415,10 +451,17 @@ def format_for(path: str | os.PathLike) -> str:
     return fmt
 
 
-def write(trace: Trace | Report, path: str | os.PathLike, fmt: str | None = None) -> Path:
-    """Write the report to ``path``; the format comes from the suffix unless given."""
+def write(
+    trace: Trace | Report,
+    path: str | os.PathLike,
+    fmt: str | None = None,
+    *,
+    proofs: bool = False,
+) -> Path:
+    """Write the report to ``path``; the format comes from the suffix unless given;
+    ``proofs`` as for :func:`render`."""
     path = Path(path)
-    chunks = render_chunks(trace, fmt or format_for(path))
+    chunks = render_chunks(trace, fmt or format_for(path), proofs=proofs)
     write_text(path, chunks)
     return path
 
@@ -461,6 +504,85 @@ def _cells_text(cells: Sequence[TensorCell]) -> str:
 
 def _params_text(n: int | None) -> str:
     return "" if n is None else f"{n:,}"
+
+
+PROOFS_NOTE = (
+    "Each row's proofs say why each axis of its outputs (and of the inputs no step made) "
+    "has its name; `?` axes are not proven."
+)
+"""Said under the Dims table of a report of proofs."""
+
+NOT_PROVEN = "not proven"
+"""What a report of proofs says of an unnamed (``?``) axis: no evidence named it."""
+
+NO_PROOF = "no proof recorded"
+"""What it says of a named axis whose file kept no proof (one saved before proofs)."""
+
+
+def axis_proofs(
+    shape: Sequence[int], dims: Sequence[str] | None, why: Sequence[str] | None
+) -> tuple[str, ...]:
+    """Each axis's proof in words: :func:`tracing.dim_legend.proof_text` of its
+    ``TensorRecord.why`` code, :data:`NOT_PROVEN` for a ``?`` axis (or every axis of a
+    tensor without names), :data:`NO_PROOF` for a named axis with no code."""
+    return _axis_proofs(
+        tuple(shape),
+        None if dims is None else tuple(dims),
+        None if why is None else tuple(why),
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _axis_proofs(
+    shape: tuple[int, ...], dims: tuple[str, ...] | None, why: tuple[str, ...] | None
+) -> tuple[str, ...]:
+    named = dims is not None and len(dims) == len(shape)
+    kept = why is not None and len(why) == len(shape)
+    out = []
+    for i in range(len(shape)):
+        if not named or dims[i] in ("", "?"):
+            out.append(NOT_PROVEN)
+        elif kept and why[i]:
+            out.append(shown(proof_text(why[i]), NAME_CUT))
+        else:
+            out.append(NO_PROOF)
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=4096)
+def _proofs_body(
+    shape: tuple[int, ...], dims: tuple[str, ...] | None, why: tuple[str, ...] | None
+) -> str:
+    """``[B, T] carried by linear from its input's axis · [?=32] not proven``: the axes
+    that share a proof together, in the order each proof first comes."""
+    named = dims is not None and len(dims) == len(shape)
+    groups: dict[str, list[str]] = {}
+    for i, text in enumerate(_axis_proofs(shape, dims, why)):
+        name = dims[i] if named and dims[i] not in ("", "?") else f"?={shape[i]}"
+        groups.setdefault(text, []).append(name)
+    return " · ".join(f"[{', '.join(names)}] {text}" for text, names in groups.items())
+
+
+def _cell_proofs(c: TensorCell) -> str:
+    """One tensor's proofs: ``output: [B, T] carried by linear…``; "" for a scalar."""
+    if not c.shape:
+        return ""
+    body = _proofs_body(c.shape, c.dims, c.why)
+    return f"{c.name}: {body}" if c.name else body
+
+
+def _proofs_cells(cells: Sequence[TensorCell]) -> list[str]:
+    return [t for t in map(_cell_proofs, cells) if t]
+
+
+def _proofs_text(cells: Sequence[TensorCell]) -> str:
+    """A row's proofs column: its tensors' proofs, ``; `` between tensors."""
+    return "; ".join(_proofs_cells(cells))
+
+
+def _moved_text(r: LegendRow) -> str:
+    """The passes that moved a letter: ``inputs, config.d_ff``; "" when none did."""
+    return ", ".join(r.moved_by)
 
 
 def _summary_lines(report: Report) -> list[tuple[str, str]]:
@@ -517,16 +639,21 @@ def _summary_lines(report: Report) -> list[tuple[str, str]]:
 def _md_chunks(report: Report) -> Iterator[str]:
     lines = [f"# {markdown.escape(report.title)}", ""]
     lines += [f"- **{k}**: {markdown.escape(v)}" for k, v in _summary_lines(report)]
+    proofs = report.proofs
     if report.letters:
         lines += ["", "## Dims", ""]
         rows = [
             [markdown.code(r.letter), _num(r.size), markdown.escape(r.origin),
-             markdown.escape(r.meaning)]
+             markdown.escape(r.meaning), *([markdown.escape(_moved_text(r))] if proofs else [])]
             for r in report.letters
         ]  # fmt: skip
-        lines += markdown.table(("letter", "size", "origin", "meaning"), rows)
+        head = ("letter", "size", "origin", "meaning", *(["moved by"] if proofs else []))
+        lines += markdown.table(head, rows)
     elif report.named:
         lines += ["", "## Dims", "", markdown.escape(NO_LETTERS[0].upper() + NO_LETTERS[1:])]
+    if proofs and (report.letters or report.named):
+        lines += ["", *([markdown.escape(report.evidence), ""] if report.evidence else [])]
+        lines.append(PROOFS_NOTE)
     lines += ["", "## Modules", ""]
     rows = []
     macs = any(m.mult_adds is not None for m in report.modules)  # a column only when known
@@ -542,19 +669,26 @@ def _md_chunks(report: Report) -> Iterator[str]:
                 _params_text(m.params_total),
                 *([_params_text(m.mult_adds)] if macs else []),
                 markdown.escape(m.source),
+                *([markdown.escape(_proofs_text(m.proven))] if proofs else []),
             ]
         )
     head = ("module", "type", "calls", "input shapes", "output shapes", "params")
-    lines += markdown.table((*head, *(["mult-adds"] if macs else []), "source"), rows)
+    head += (*(["mult-adds"] if macs else []), "source", *(["proofs"] if proofs else []))
+    lines += markdown.table(head, rows)
     lines += ["", "## Steps", ""]
     head = (
         "#", "module", "op", "inputs", "outputs", "dtype", "min", "max", "mean", "std",
         "nan/inf", "source", "code",
     )  # fmt: skip
-    lines += markdown.table(head, ())
+    lines += markdown.table((*head, "proofs") if proofs else head, ())
     yield _lines(lines)
     for batch in _batches(report.steps):
-        yield _lines(markdown.row(_md_step(s)) for s in batch)
+        if proofs:
+            yield _lines(
+                markdown.row([*_md_step(s), markdown.escape(_proofs_text(s.proven))]) for s in batch
+            )
+        else:
+            yield _lines(markdown.row(_md_step(s)) for s in batch)
     if report.error:
         yield _lines(["", f"**The forward pass raised:** {markdown.escape(report.error)}"])
 
@@ -614,11 +748,23 @@ CSV_COLUMNS = (
 )
 """One table for both views: ``row`` is ``module`` (one per module) or ``step``."""
 
+CSV_PROOF_COLUMNS = ("proofs", "letter", "size", "origin", "meaning", "moved_by")
+"""Added after :data:`CSV_COLUMNS` in a report of proofs: a module's or step's ``proofs``,
+and first a ``row`` ``letter`` per letter of the trace (its size, origin, meaning and the
+passes that moved it, ``;`` between them)."""
+
 
 def _csv_chunks(report: Report) -> Iterator[str]:
     buf = io.StringIO()
     w = _SafeCsvWriter(csv.writer(buf, lineterminator="\n"))
-    w.writerow(CSV_COLUMNS)
+    proofs = report.proofs
+    w.writerow((*CSV_COLUMNS, *CSV_PROOF_COLUMNS) if proofs else CSV_COLUMNS)
+    if proofs:
+        blank = [""] * len(CSV_COLUMNS)
+        for r in report.letters or ():
+            size = "" if r.size is None else r.size
+            w.writerow(["letter", *blank[1:], "", r.letter, size, r.origin, r.meaning,
+                        "; ".join(r.moved_by)])  # fmt: skip
 
     def written() -> str:
         """What was written since the last call (and the buffer emptied)."""
@@ -657,6 +803,7 @@ def _csv_chunks(report: Report) -> Iterator[str]:
                 m.source,
                 m.code,
                 "",
+                *([_proofs_text(m.proven)] if proofs else []),
             ]
         )
     yield written()
@@ -680,6 +827,7 @@ def _csv_chunks(report: Report) -> Iterator[str]:
                 s.source,
                 s.code,
                 s.error or "",
+                *([_proofs_text(s.proven)] if proofs else []),
             ]
         )
         if i % ROWS_PER_CHUNK == 0:
@@ -716,10 +864,20 @@ def _cell_json(c: TensorCell) -> dict[str, Any]:
     }
 
 
-def _row_json(r: StepRow | ModuleRow) -> dict[str, Any]:
+def _proven_cell_json(c: TensorCell) -> dict[str, Any]:
+    """A cell of a report of proofs: with each axis's proof code and its words."""
+    d = _cell_json(c)
+    d["why"] = c.why
+    d["proofs"] = axis_proofs(c.shape, c.dims, c.why)
+    return d
+
+
+def _row_json(r: StepRow | ModuleRow, proofs: bool = False) -> dict[str, Any]:
     d = dict(r.__dict__)  # the fields in order (``asdict`` deep-copies: 8x slower)
-    d["inputs"] = [_cell_json(c) for c in r.inputs]
-    d["outputs"] = [_cell_json(c) for c in r.outputs]
+    del d["proven"]  # a report of proofs gives each cell its proofs instead
+    cell = _proven_cell_json if proofs else _cell_json
+    d["inputs"] = [cell(c) for c in r.inputs]
+    d["outputs"] = [cell(c) for c in r.outputs]
     d["stats"] = r.stats.__dict__  # only read (by the encoder)
     if d.get("mult_adds", 0) is None:
         del d["mult_adds"]  # only a trace that kept torchinfo's figures has them
@@ -740,9 +898,13 @@ def _json_chunks(report: Report) -> Iterator[str]:
         if report.letters is None
         else [
             {"letter": r.letter, "size": r.size, "origin": r.origin, "meaning": r.meaning}
+            | ({"moved_by": r.moved_by} if report.proofs else {})
             for r in report.letters
         ],
     }
+    if report.proofs:  # every cell has its "why" codes and "proofs" words, one per axis
+        head["proofs"] = True
+        head["evidence"] = report.evidence
     text = json.dumps(head, indent=1, ensure_ascii=False, allow_nan=False)
     yield text[:-2]  # without the closing "\n}"
     # rows made here hold no cycles: the encoder need not track every container it meets
@@ -751,7 +913,7 @@ def _json_chunks(report: Report) -> Iterator[str]:
         yield f',\n "{key}": ['
         batch: list[str] = []
         for i, r in enumerate(rows):
-            batch.append(("\n  " if i == 0 else ",\n  ") + dumps(_row_json(r)))
+            batch.append(("\n  " if i == 0 else ",\n  ") + dumps(_row_json(r, report.proofs)))
             if len(batch) >= 1000:
                 yield "".join(batch)
                 batch = []
@@ -818,21 +980,29 @@ def _html_chunks(report: Report) -> Iterator[str]:
     out.append('<dl class="summary">')
     out += [f"<dt>{_h(k)}</dt><dd>{_h(v)}</dd>" for k, v in _summary_lines(report)]
     out.append("</dl>")
+    proofs = report.proofs
     if report.letters:
         out += [
             "<h2>Dims</h2>",
             "<table>",
-            "<thead><tr><th>letter</th><th>size</th><th>origin</th><th>meaning</th></tr></thead>",
+            "<thead><tr><th>letter</th><th>size</th><th>origin</th><th>meaning</th>"
+            + ("<th>moved by</th>" if proofs else "")
+            + "</tr></thead>",
             "<tbody>",
         ]
         out += [
             f"<tr><td><code>{_h(r.letter)}</code></td><td class=num>{_num(r.size)}</td>"
-            f"<td>{_h(r.origin)}</td><td>{_h(r.meaning)}</td></tr>"
+            f"<td>{_h(r.origin)}</td><td>{_h(r.meaning)}</td>"
+            + (f"<td>{_h(_moved_text(r))}</td>" if proofs else "")
+            + "</tr>"
             for r in report.letters
         ]
         out += ["</tbody>", "</table>"]
     elif report.named:
         out += ["<h2>Dims</h2>", f"<p>{_h(NO_LETTERS[0].upper() + NO_LETTERS[1:])}.</p>"]
+    if proofs and (report.letters or report.named):
+        out += [f"<p>{_h(report.evidence)}</p>"] if report.evidence else []
+        out.append(f"<p>{_h(PROOFS_NOTE).replace('`?`', '<code>?</code>')}</p>")
 
     out += [
         "<h2>Modules</h2>",
@@ -840,7 +1010,9 @@ def _html_chunks(report: Report) -> Iterator[str]:
         "<thead><tr><th>module</th><th>type</th><th>calls</th><th>input shapes</th>"
         "<th>output shapes</th><th>params</th><th>own params</th>"
         + ("<th>mult-adds</th>" if any(m.mult_adds is not None for m in report.modules) else "")
-        + "<th>source</th></tr></thead>",
+        + "<th>source</th>"
+        + ("<th>proofs</th>" if proofs else "")
+        + "</tr></thead>",
         "<tbody>",
     ]
     macs = any(m.mult_adds is not None for m in report.modules)
@@ -853,7 +1025,9 @@ def _html_chunks(report: Report) -> Iterator[str]:
             f"<td>{_html_cells(m.inputs)}</td><td>{_html_cells(m.outputs)}</td>"
             f"<td class=num>{m.params_total:,}</td><td class=num>{m.params:,}</td>"
             + (f"<td class=num>{_params_text(m.mult_adds)}</td>" if macs else "")
-            + f'<td title="{_h(m.code)}"><code>{_h(m.source)}</code></td></tr>'
+            + f'<td title="{_h(m.code)}"><code>{_h(m.source)}</code></td>'
+            + (f"<td>{_html_proofs(m.proven)}</td>" if proofs else "")
+            + "</tr>"
         )
     out += ["</tbody>", "</table>"]
 
@@ -862,16 +1036,25 @@ def _html_chunks(report: Report) -> Iterator[str]:
         "<table>",
         "<thead><tr><th>#</th><th>module</th><th>op</th><th>inputs</th><th>outputs</th>"
         "<th>dtype</th><th>min</th><th>max</th><th>mean</th><th>std</th><th>nan</th>"
-        "<th>inf</th><th>source</th><th>code</th></tr></thead>",
+        "<th>inf</th><th>source</th><th>code</th>"
+        + ("<th>proofs</th>" if proofs else "")
+        + "</tr></thead>",
         "<tbody>",
     ]
     yield _lines(out)
     for batch in _batches(report.steps):
-        yield _lines(map(_html_step, batch))
+        if proofs:
+            yield _lines(_html_step(s, f"<td>{_html_proofs(s.proven)}</td>") for s in batch)
+        else:
+            yield _lines(map(_html_step, batch))
     yield _lines(["</tbody>", "</table>", "</body>", "</html>"])
 
 
-def _html_step(s: StepRow) -> str:
+def _html_proofs(cells: Sequence[TensorCell]) -> str:
+    return "<br>".join(map(_h, _proofs_cells(cells)))
+
+
+def _html_step(s: StepRow, more: str = "") -> str:
     classes = [s.kind] + (["error"] if s.error else [])
     pad = f' style="padding-left:{0.5 + 1.2 * s.depth:.1f}em"'
     nan = _num(s.stats.nan)
@@ -888,26 +1071,31 @@ def _html_step(s: StepRow) -> str:
         f"<td class=num>{_num(s.stats.min)}</td><td class=num>{_num(s.stats.max)}</td>"
         f"<td class=num>{_num(s.stats.mean)}</td><td class=num>{_num(s.stats.std)}</td>"
         f"<td class=num>{nan_html}</td><td class=num>{inf_html}</td>"
-        f"<td><code>{_h(s.source)}</code></td><td><code>{_h(s.code)}</code></td></tr>"
+        f"<td><code>{_h(s.source)}</code></td><td><code>{_h(s.code)}</code></td>{more}</tr>"
     )
 
 
 # ---- GraphML
 
 
-def _render_graphml(trace: Trace) -> str:
-    """The trace graph as GraphML, by ``tracing.graph.to_graphml`` when it is there."""
+def _render_graphml(trace: Trace, proofs: bool = False) -> str:
+    """The trace graph as GraphML, by ``tracing.graph.to_graphml`` when it is there;
+    ``proofs``: each step node with a ``proofs`` attribute (the Markdown column's text)."""
+    extra = None
+    if proofs:
+        rows = compute(trace, proofs=True).steps
+        extra = {s.index: {"proofs": _proofs_text(rows[s.index].proven)} for s in trace.steps}
     try:
         from tracing.analysis.graph import to_graphml
     except ImportError:
-        return _graphml_fallback(trace)
+        return _graphml_fallback(trace, extra)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.graphml"
-        to_graphml(trace, path)
+        to_graphml(trace, path, node_attrs=extra)
         return path.read_text(encoding="utf-8")
 
 
-def _graphml_fallback(trace: Trace) -> str:
+def _graphml_fallback(trace: Trace, extra: dict[int, dict[str, str]] | None = None) -> str:
     """A node per step and producer -> consumer edges, built here from the steps."""
     import networkx as nx
 
@@ -926,6 +1114,7 @@ def _graphml_fallback(trace: Trace) -> str:
             code=code,
             shapes="; ".join(r.shape_str() for r in out),
             label=s.label,
+            **(extra or {}).get(s.index, {}),
         )
     for s in trace.steps:
         for t in s.inputs:

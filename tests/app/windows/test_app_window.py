@@ -253,6 +253,28 @@ def test_export_each_report_format_and_read_it_back(tmp_path, window, errors, fm
         assert graph.number_of_nodes() >= len(trace.steps) // 2
 
 
+def test_export_a_report_with_axis_proofs(tmp_path, window, errors, monkeypatch):
+    """File ▸ Export shape report with axis proofs…: ``report --proofs`` from the app."""
+    assert not window.proofs_report_action.isEnabled()  # no trace yet
+    trace = tiny_trace()
+    window.set_trace(trace)
+    assert window.proofs_report_action.isEnabled()
+    file_menu = [a.text() for a in window.menus["File"].actions()]
+    at = file_menu.index("Export shape &report…")
+    assert file_menu[at + 1] == "Export shape report with axis &proofs…"
+    out = tmp_path / "proofs"
+    monkeypatch.setattr(
+        "app.windows.main_window.QFileDialog.getSaveFileName",
+        lambda *a, **k: (str(out), "Markdown (*.md)"),
+    )
+    window.proofs_report_action.trigger()
+    assert errors == []
+    text = (tmp_path / "proofs.md").read_text(encoding="utf-8")
+    assert "| proofs |" in text and "output: [B, T, C]" in text
+    assert window.export_report(tmp_path / "plain.md", "md")
+    assert "| proofs |" not in (tmp_path / "plain.md").read_text(encoding="utf-8")
+
+
 def test_export_diagram_and_heatmap(tmp_path, window, errors):
     window.set_trace(tiny_trace())
     window.go_to(_index(window.trace, "blocks.0.attn.sdpa", kind="op", op="softmax"))
