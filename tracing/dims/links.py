@@ -98,7 +98,7 @@ def _links_of(step: Step, tensors, pairs, out: list) -> None:
     elif op == "einsum":
         _einsum_links(step, tensors, link)
     elif op in TRANSPOSES or op == "permute":
-        _moved_links(step, tensors, link)
+        _moved_links(step, tensors, pairs, link)
     elif op in RESHAPES:
         _reshape_links(ins[0], res, pairs, link)
     elif op in CATS and len(step.outputs) == 1:
@@ -171,24 +171,26 @@ def _einsum_links(step: Step, tensors, link) -> None:
                 where[sub] = (t, a)
 
 
-def _moved_links(step: Step, tensors, link) -> None:
+def _moved_links(step: Step, tensors, pairs, link) -> None:
+    """Which axis went where: the call on the line, else the sizes in every pass where
+    they leave one choice (``B == T`` in the trace, apart in the inputs pass)."""
     src, res = step.inputs[0], step.outputs[0]
     in_shape, out_shape = tensors[src].shape, tensors[res].shape
     if len(in_shape) != len(out_shape):
         return
-    if step.op == "permute":
-        perm = permutation(step, len(in_shape))
-        if perm is None:
+    perm = permutation(step, len(in_shape)) if step.op == "permute" else None
+    if perm is None and step.op != "permute":
+        axes = transpose_axes(step, in_shape, out_shape)
+        if axes is not None:
+            a, b = axes
+            perm = [b if j == a else a if j == b else j for j in range(len(in_shape))]
+    if perm is None:  # by the sizes in every pass: one input axis per output axis
+        found = [[i for i, p in enumerate(pairs[src]) if p == q] for q in pairs[res]]
+        if any(len(f) != 1 for f in found) or len({f[0] for f in found}) != len(found):
             return
-        for j, p in enumerate(perm):
-            link(res, j, src, p)
-        return
-    axes = transpose_axes(step, in_shape, out_shape)
-    if axes is None:
-        return
-    a, b = axes
-    for j in range(len(in_shape)):
-        link(res, j, src, b if j == a else a if j == b else j)
+        perm = [f[0] for f in found]
+    for j, p in enumerate(perm):
+        link(res, j, src, p)
 
 
 def _reshape_links(src: int, res: int, pairs, link) -> None:
