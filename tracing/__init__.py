@@ -58,6 +58,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "Tracer": ("tracing.capture.tracer", "Tracer"),
     "CaptureOptions": ("tracing.capture.options", "CaptureOptions"),
     "edits": ("tracing.capture.edits", None),
+    "Constructor": ("tracing.dims.constructor", "Constructor"),
     # --- runs
     "runs": ("tracing.runs", None),
     "trace_step": ("tracing.runs.backward", "trace_step"),

@@ -126,6 +126,8 @@ def _run(args: argparse.Namespace, output: Path) -> int:
 
     if args.model:
         loaded = load_user_model(args)
+        if loaded.rebuild is not None:
+            options["rebuild"] = loaded.rebuild
         return _trace_and_save(
             loaded.model, loaded.args, loaded.kwargs, loaded.meta, args, options, output
         )

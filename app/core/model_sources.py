@@ -386,6 +386,11 @@ def load(
     if spec.kind == "config" or (spec.kind == "folder" and device == "meta"):
         loaded.meta["weights"] = "random" if device != "meta" else "none (meta device)"
     loaded.tokenizer = tok
+    if spec.kind == "file" and isinstance(getattr(module, spec.name, None), type):
+        from tracing.dims.constructor import Constructor  # built with no arguments: its
+
+        # defaults are its sizes, so a knob pass can build it again with one moved
+        loaded.rebuild = Constructor.of_defaults(getattr(module, spec.name))
     return loaded
 
 

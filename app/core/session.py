@@ -231,8 +231,9 @@ def run_trace(
             f"Unknown capture level {request.capture!r}; choose one of "
             + ", ".join(tracing.CAPTURE_LEVELS)
         )
+    rebuild = None
     if request.source.kind == "file":
-        model, args, kwargs, meta = load_user_model(request)
+        model, args, kwargs, meta, rebuild = load_user_model(request)
     elif request.source.kind == "live":  # the same object and inputs every time
         live = request.source.live
         model, args, kwargs = live.model, tuple(live.args), dict(live.kwargs)
@@ -284,8 +285,9 @@ def run_trace(
         else:
             edits = list(request.edits) or None
             trace = tracing.trace(
-                model, *args, capture=request.capture, meta=meta, edits=edits, **kwargs
-            )
+                model, *args, capture=request.capture, meta=meta, edits=edits,
+                rebuild=rebuild, **kwargs,
+            )  # fmt: skip
     except tracing.edits.EditError as e:
         raise SessionError(f"The edit cannot run: {e}") from e
     except tracing.TraceError as e:
@@ -366,9 +368,10 @@ def _next_token_split(args: tuple) -> tuple[tuple, Any]:
     return (ids[:, :-1], *args[1:]), ids[:, 1:]
 
 
-def load_user_model(request: TraceRequest) -> tuple[Any, tuple, dict, dict]:
+def load_user_model(request: TraceRequest) -> tuple[Any, tuple, dict, dict, Any]:
     """Import and build the user's ``FILE.py:NAME`` afresh (every re-trace re-imports it),
-    with its inputs: ``input_shape`` if given, else the prompt, else ``example_inputs``.
+    with its inputs: ``input_shape`` if given, else the prompt, else ``example_inputs``;
+    and how to build it again with one size moved (``None``: not a class with defaults).
     A failure is a SessionError whose text ends with the traceback, for the dialog."""
     from app.core import model_sources, user_model
 
@@ -384,7 +387,7 @@ def load_user_model(request: TraceRequest) -> tuple[Any, tuple, dict, dict]:
         details = f"\n\n{e.details}" if e.details else ""
         raise SessionError(f"{e}{details}") from e
     loaded.meta["model_source"] = source.describe()
-    return loaded.model, loaded.args, loaded.kwargs, loaded.meta
+    return loaded.model, loaded.args, loaded.kwargs, loaded.meta, loaded.rebuild
 
 
 def demo_trace(capture: str = DEFAULT_CAPTURE) -> TraceOutcome:

@@ -95,6 +95,8 @@ class LoadedModel:
     kwargs: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
     tokenizer: Any = None  # a TextTokenizer (app.core.model_sources) when one came with the model
+    rebuild: Any = None  # a class built with no arguments, again with one size moved
+    # (tracing.dims.constructor.Constructor: its defaults are its sizes), for the knob passes
 
 
 # --------------------------------------------------------------------------- import

@@ -61,7 +61,9 @@ class CaptureOptions:
     ``"off"`` no names at all."""
     rebuild: Any = None
     """``config -> model``: how a knob pass rebuilds the model with one size moved (on the
-    meta device). By default a model whose class takes its ``.config`` is rebuilt so."""
+    meta device). By default a model whose class takes its ``.config`` is rebuilt so. For a
+    model built from arguments, ``tracing.Constructor(Cls, **the_arguments)``: its integer
+    arguments are the knobs."""
 
     def __post_init__(self) -> None:
         if self.capture not in CAPTURE_LEVELS:

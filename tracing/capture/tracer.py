@@ -902,8 +902,11 @@ class Tracer:
         call = self._root_call if passes and self._second_pass_ok else None
         if passes:
             self._root_call = None
+        config = self._config()
+        if config is None:  # a Constructor's arguments are the config of a model with none
+            config = getattr(self.options.rebuild, "config", None)
         return Subject(
-            self.model, self._config(), call, dict(self._param_rids), self.dims, self.train,
+            self.model, config, call, dict(self._param_rids), self.dims, self.train,
             self.ops, self._ranks is not None, self._first_input_shape, self.options.rebuild,
         )  # fmt: skip
 

@@ -315,7 +315,7 @@ LETTERS: dict[str, Letter] = {
     "V": Letter("vocabulary", ("vocab_size", "n_vocab"), ("vocab_size",), "vocab"),
     "N": Letter(
         "context length: rows of a position table",
-        ("max_position_embeddings", "n_positions", "n_ctx", "block_size", "max_seq_len"),
+        ("max_position_embeddings", "n_positions", "n_ctx", "block_size", "max_seq_len", "max_len"),
         ("block_size", "max_len", "max_seq_len", "max_position_embeddings", "n_positions"),
         "position",
     ),

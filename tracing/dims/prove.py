@@ -196,6 +196,12 @@ def tied_knobs(
             for name in ties.get(sig, ()):
                 tied.update(letters_in(name))
     knobs: list[str] = []
+    if isinstance(config, Mapping):  # a constructor's arguments: each is a size of the model
+        sizes = set(sizes1.values())
+        unspelled = {k: v for k, v in config.items() if k not in _SPELLINGS and v in sizes}
+        for knob, size in unspelled.items():  # patch_size 4 beside num_heads 4: a tie no
+            knobs.append(knob)  # letter shows, which a pass moving each of them settles
+            tied.update(k for k, v in sizes1.items() if v == size and k not in INPUT_LETTERS)
     for letter in evidence.letters:
         if letter not in tied or letter in INPUT_LETTERS:
             continue
@@ -238,8 +244,8 @@ def _knob_passes(subject, steps, tensors, evidence: Evidence, shapes_pass, every
     kinds = [step_kind(s) for s in steps]
     ran, failed, done, still = [], {}, set(), set()
     for first in order:
-        letter = _SPELLINGS.get(first)
-        if letter in done or len(ran) >= MAX_KNOB_PASSES:
+        letter = _SPELLINGS.get(first)  # None: a knob no letter spells (patch_size)
+        if (letter is not None and letter in done) or len(ran) >= MAX_KNOB_PASSES:
             continue
         for knob in _spellings_of(first, letter, subject.config, sizes1.get(letter)):
             if not passes_mod.settable(subject.config, knob):
@@ -269,7 +275,8 @@ def _knob_passes(subject, steps, tensors, evidence: Evidence, shapes_pass, every
                 sizes[letter] = passes_mod.read_knob(config, knob)
             evidence.knobs.append(Pass(f"config.{knob}", other.how, sizes, shapes, other.seconds))
             ran.append(knob)
-            done.add(letter)
+            if letter is not None:
+                done.add(letter)
             break
     # a letter none of whose spellings moves any axis loses a tie to one that is not so
     # (a config's max_position_embeddings where the rotary tables follow T, beside a chunk
