@@ -57,6 +57,7 @@ import torch
 if TYPE_CHECKING:  # pragma: no cover
     from tracing.capture.tracer import Tracer
 
+from tracing.capture.op_names import FUNCTIONAL_COLLECTIVES
 from tracing.file.rank_paths import (
     group_ready,
     output_path,
@@ -188,20 +189,6 @@ _C10D_SIGNATURES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "_broadcast_coalesced": (("tensors",), ("tensors",)),
 }
 C10D_COLLECTIVES = frozenset(_C10D_SIGNATURES)
-
-FUNCTIONAL_COLLECTIVES = frozenset(
-    {
-        "all_reduce",
-        "all_reduce_coalesced",
-        "all_gather_into_tensor",
-        "all_gather_into_tensor_coalesced",
-        "reduce_scatter_tensor",
-        "reduce_scatter_tensor_coalesced",
-        "all_to_all_single",
-        "broadcast",
-    }
-)
-"""Op names of ``torch.ops._c10d_functional`` collectives, as the tracer names steps."""
 
 # where DTensor calls redistribute_local_tensor from (each module bound the name itself)
 _REDISTRIBUTE_USERS = (

@@ -149,6 +149,23 @@ def mha_signature(func: Any) -> inspect.Signature:
     return found
 
 
+FUNCTIONAL_COLLECTIVES = frozenset(
+    {
+        "all_reduce",
+        "all_reduce_coalesced",
+        "all_gather_into_tensor",
+        "all_gather_into_tensor_coalesced",
+        "reduce_scatter_tensor",
+        "reduce_scatter_tensor_coalesced",
+        "all_to_all_single",
+        "broadcast",
+    }
+)
+"""Op names of ``torch.ops._c10d_functional`` collectives, as the tracer names steps
+(here, not in :mod:`~tracing.capture.distributed`: a trace outside a process group
+never imports that)."""
+
+
 # --------------------------------------------------------------------------- names
 
 

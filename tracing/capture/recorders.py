@@ -15,10 +15,10 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from tracing.attention_flow import MIXES, SOFTMAXES
-from tracing.capture import distributed as distributed_mod
 from tracing.capture.drafts import StepDraft
 from tracing.capture.frames import Frame, ModuleSpec
 from tracing.capture.op_names import (
+    FUNCTIONAL_COLLECTIVES,
     ONE_OUTPUT,
     OUTPUT_NAMES,
     SKIP,
@@ -62,7 +62,7 @@ class OpMode(TorchFunctionMode):
 _ATTENTION_OPS = (
     SOFTMAXES | MIXES | {"scaled_dot_product_attention", "multi_head_attention_forward"}
 )
-COLLECTIVE_OPS = distributed_mod.FUNCTIONAL_COLLECTIVES  # their group is noted
+COLLECTIVE_OPS = FUNCTIONAL_COLLECTIVES  # their group is noted
 NOTED_OPS = _ATTENTION_OPS | COLLECTIVE_OPS  # ops that _op_done looks at more closely
 
 

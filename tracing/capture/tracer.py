@@ -10,14 +10,12 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-from tracing import file as trace_file
 from tracing.attention_flow import MIXES, MapFinder, returned_weights
-from tracing.capture import distributed as distributed_mod
 from tracing.capture.attention_roles import proven_maps
 from tracing.capture.drafts import StepDraft, TensorDraft
 from tracing.capture.frames import Frame
@@ -37,8 +35,7 @@ from tracing.capture.value_sinks import StreamedValues, ValueArena
 from tracing.dims.evidence import Subject
 from tracing.dims.prove import name_trace
 from tracing.errors import TraceError, TraceFileError
-from tracing.file import journal as journal_mod
-from tracing.file.writer import TraceWriter
+from tracing.file.rank_paths import group_ready, output_path
 from tracing.record import (
     Failure,
     SourceLocation,
@@ -48,6 +45,9 @@ from tracing.record import (
 )
 from tracing.safe_text import exception_text
 from tracing.stats import StatsCollector
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tracing.capture.distributed import RankCapture
 
 _Disable = torch._C.DisableTorchFunction
 _Tensor = torch.Tensor
@@ -182,11 +182,24 @@ class Tracer:
             model.train(want)
         self._handles = []
         self._wrapped = []
+        # A trace makes thousands of small containers and keeps every one of them: the
+        # cyclic collector would scan them again and again for nothing (as ``timeit``
+        # does, it is paused while recording; reference counting still frees memory).
+        # Paused before the wrappers are made: a full collection that the objects made
+        # before the trace (the model's) have made due would otherwise fall on them, the
+        # first thing here that allocates. On exit the young generation is collected once,
+        # inside the trace call, so the caller's next allocation does not pay for it
+        # unseen (see __exit__).
+        self._gc_paused = gc.isenabled()
+        gc.disable()
         try:
             self._instrument_all()
-            # torch.distributed: collectives wrapped for the trace's duration
-            self._ranks = distributed_mod.capture_for(self)
-            if self._ranks is not None:
+            # torch.distributed: collectives wrapped for the trace's duration (the stage
+            # that does it is imported inside a process group only)
+            if group_ready():
+                from tracing.capture.distributed import RankCapture
+
+                self._ranks = RankCapture(self)
                 self._ranks.install()
             self._eager = force_eager(self._named)
             if self._eager is not None:
@@ -198,16 +211,12 @@ class Tracer:
                 self._mode = OpMode(self)
                 self._mode.__enter__()
         except BaseException:
+            if self._gc_paused:
+                self._gc_paused = False
+                gc.enable()
             self._cleanup()
             self._sink.abort()
             raise
-        # A trace makes thousands of small containers and keeps every one of them: the
-        # cyclic collector would scan them again and again for nothing (as ``timeit``
-        # does, it is paused while recording; reference counting still frees memory).
-        # On exit the young generation is collected once, inside the trace call, so the
-        # caller's next allocation does not pay for it unseen (see __exit__).
-        self._gc_paused = gc.isenabled()
-        gc.disable()
         self._active = True
         self._t0 = time.perf_counter()
         return self
@@ -311,10 +320,14 @@ class Tracer:
         self._tensors: list[TensorDraft] = []  # by record id
         self._values: dict[str, torch.Tensor] = {}
         self._stats = StatsCollector()  # on an accelerator: read back once, in _finish
-        self._sink = ValueArena() if self.out is None else StreamedValues(TraceWriter(self.out))
-        self._journal_at = (
-            None if self.out is None else time.perf_counter() + journal_mod.JOURNAL_SECONDS
-        )
+        self._sink = ValueArena()
+        self._journal_at = None
+        if self.out is not None:  # the file stage is imported by the traces that write one
+            from tracing.file import journal as journal_mod
+            from tracing.file.writer import TraceWriter
+
+            self._sink = StreamedValues(TraceWriter(self.out))
+            self._journal_at = time.perf_counter() + journal_mod.JOURNAL_SECONDS
         self._ids: dict[int, tuple] = {}  # id(tensor) -> (weakref, version, record id)
         structure = self._structure = structure_of(self.model)
         self._named = [("", self.model), *structure.modules]
@@ -338,7 +351,7 @@ class Tracer:
         self._mode = None
         self._skipped_values = 0
         self._notes: dict[str, None] = {}  # what could not be recorded fully, in order
-        self._ranks: distributed_mod.RankCapture | None = None
+        self._ranks: RankCapture | None = None
         if self._edits is not None:
             self._edits.reset()
 
@@ -950,6 +963,8 @@ class Tracer:
             raise
         except Exception:  # pragma: no cover - a journal is a help, never a failure
             pass
+        from tracing.file import journal as journal_mod
+
         now = time.perf_counter()
         self._journal_at = now + max(
             journal_mod.JOURNAL_SECONDS, journal_mod.JOURNAL_COST_RATIO * (now - t0)
@@ -959,6 +974,8 @@ class Tracer:
         """A streamed trace's header, then the file takes its name and ``trace.values``
         reads from it lazily. (``tracing.backward`` closes it later: the backward streams
         into the same file.)"""
+        from tracing import file as trace_file
+
         try:
             self._sink.writer.close(trace)
         except BaseException as e:  # a full disk, Ctrl-C...: the writer kept what it could
@@ -1047,7 +1064,7 @@ def trace(
         rebuild=rebuild,
     )  # fmt: skip
     if opts.out is not None:
-        opts = opts.replace(out=distributed_mod.output_path(opts.out))
+        opts = opts.replace(out=output_path(opts.out))
     plan = None
     if opts.edits:
         from tracing.capture.edits import EditPlan

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import torch
 
-from tracing.file.writer import can_store
-
 CHUNK_BYTES = 32 * 2**20
 """Size of one arena chunk (a larger value gets a chunk of its own size)."""
 
@@ -164,6 +162,8 @@ class StreamedValues:
         self.aborted = False
 
     def keep(self, key: str, t: torch.Tensor, dtype: torch.dtype) -> tuple[str | None, None]:
+        from tracing.file.writer import can_store  # imported with the writer it is given
+
         if not can_store(dtype):  # complex128, quantized...: the file has no such dtype
             return None, None
         if key in self._written:  # a record dropped and its id reused: a fresh name

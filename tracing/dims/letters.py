@@ -339,15 +339,30 @@ _NAMES = "|".join(sorted(LETTERS, key=len, reverse=True))
 _TOKEN = re.compile(rf"\s*(\d+|{_NAMES}|[()+\-·/*])")
 
 
-def _tokens(name: str) -> list[str] | None:
+def _tokens(name: str) -> tuple[str, ...] | None:
+    """``name`` split into letters, numbers and operators (``None``: not an axis name);
+    kept per name (a trace asks again for the same few dozen names thousands of times)."""
+    try:
+        return _TOKENS[name]
+    except KeyError:
+        pass
     out, at = [], 0
     while at < len(name):
         m = _TOKEN.match(name, at)
         if m is None:
-            return None
+            out = None
+            break
         out.append(m.group(1))
         at = m.end()
-    return out
+    found = None if out is None else tuple(out)
+    if len(_TOKENS) < 4096:
+        _TOKENS[name] = found
+        _LETTERS_IN[name] = tuple(t for t in (found or ()) if t[0].isalpha())
+    return found
+
+
+_TOKENS: dict[str, tuple[str, ...] | None] = {}
+_LETTERS_IN: dict[str, tuple[str, ...]] = {}
 
 
 def size_of(name: str, sizes: Mapping[str, int]) -> int | None:
@@ -426,7 +441,10 @@ STATE_SPACE_EXPRESSIONS = [
 
 def letters_in(name: str) -> list[str]:
     """The letters an axis name uses: ``letters_in("B·T") == ["B", "T"]``."""
-    return [t for t in (_tokens(name) or ()) if t[0].isalpha()]
+    found = _LETTERS_IN.get(name)
+    if found is None:
+        found = tuple(t for t in (_tokens(name) or ()) if t[0].isalpha())
+    return list(found)
 
 
 def expressions(sizes: Mapping[str, int]) -> list[str]:

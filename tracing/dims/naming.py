@@ -219,6 +219,9 @@ class _Namer:
         self.shaped: dict[str, tuple[str, str]] = {}  # letter -> (module, attribute) sizing it
         self._why, self._declared_by, self._data = "", "", False
         self._comments: dict[str, Dims | None] = {}
+        # decide() is a pure function of its question (and of the tables above, fixed
+        # before the walk): its answers, with their proofs, by question
+        self._decided: dict[tuple, tuple[str, str, str]] = {}
 
     def run(self, first_input: int | None) -> list[Dims | None]:
         self.within_line = _within_line(self.steps, self.tensors)
@@ -363,10 +366,20 @@ class _Namer:
         record = self.tensors[rid]  # an image's axes past B: data layout, no declared size
         self._data = record.role == "input" and len(record.shape) > 3
         out, why = [], []
+        decided = self._decided
         for i, pair in enumerate(pairs):
             hints = (carried[i] if carried else None, comment[i] if comment else None)
-            self._why, self._declared_by = "", ""
-            out.append(self.decide(pair, hints, context, text, leaf))
+            key = (pair, hints, context, text, leaf, self._data)
+            try:
+                self._why, self._declared_by, name = decided[key]
+            except KeyError:  # decided once per distinct question (a layer repeats them)
+                self._why, self._declared_by = "", ""
+                name = self.decide(pair, hints, context, text, leaf)
+                decided[key] = (self._why, self._declared_by, name)
+            except TypeError:  # pragma: no cover - an unhashable hint
+                self._why, self._declared_by = "", ""
+                name = self.decide(pair, hints, context, text, leaf)
+            out.append(name)
             source = self._declared_by if self._why == "declared" else via
             why.append(_proof(self._why, source, out[-1], pair, self.table))
         self._store(rid, out)
