@@ -42,28 +42,43 @@ _NOT_ELEMENTWISE = (
 """Ops whose output keeps its inputs' axes in place only by accident of the sizes."""
 
 
-def axis_links(steps: Sequence[Step], tensors: Sequence[TensorRecord], pairs) -> list:
+def axis_links(steps: Sequence[Step], tensors: Sequence[TensorRecord], pairs, names=None) -> list:
     """Every pair of axes an op says are one axis, as ``((rid, axis), (rid, axis))``.
-    ``pairs[rid][axis]`` is an axis's size in each pass (:mod:`tracing.dims.naming`)."""
+    ``pairs[rid][axis]`` is an axis's size in each pass (:mod:`tracing.dims.naming`).
+    With ``names`` (each tensor's names so far), only the links that touch an axis still
+    ``?``: two named axes joined teach nothing (and a trace all named costs nothing)."""
     out: list[tuple[Axis, Axis]] = []
+    if names is not None:
+        open_ = {rid for rid, n in enumerate(names) if n is None or "?" in n}
+        if not open_:
+            return out
+    else:
+        open_ = None
     for step in steps:
         if step.kind != "op" or not step.outputs:
             continue
+        if open_ is not None and open_.isdisjoint(step.outputs) and open_.isdisjoint(step.inputs):
+            continue  # every axis it touches is named already
         try:
-            _links_of(step, tensors, pairs, out)
+            _links_of(step, tensors, pairs, out, names)
         except (IndexError, ValueError):
             continue
     return out
 
 
-def _links_of(step: Step, tensors, pairs, out: list) -> None:
+def _links_of(step: Step, tensors, pairs, out: list, names=None) -> None:
     op, ins = step.op, step.inputs
     rank = [len(tensors[i].shape) for i in ins]
     res = step.outputs[0]
     n = len(tensors[res].shape)
 
     def link(a: int, i: int, b: int, j: int) -> None:
-        if _same(pairs[a][i], pairs[b][j]) and pairs[a][i][0] != 1:
+        if names is not None:
+            na, nb = names[a], names[b]
+            if na is not None and nb is not None and na[i] != "?" and nb[j] != "?":
+                return
+        pa, pb = pairs[a][i], pairs[b][j]
+        if (pa == pb and pa[0] != 1) or (pa[0] == pb[0] != 1 and _same(pa, pb)):
             out.append(((a, i), (b, j)))
 
     if op == "linear" and len(ins) >= 2 and rank[1] == 2:
@@ -141,14 +156,15 @@ def _elementwise_links(step: Step, tensors, link) -> None:
     res = step.outputs[0]
     shape = tensors[res].shape
     n = len(shape)
-    for t in step.inputs:
-        s = tensors[t].shape
-        if len(s) > n or any(a not in (1, b) for a, b in zip(reversed(s), reversed(shape))):
+    shapes = [(t, tensors[t].shape) for t in step.inputs]
+    for _, s in shapes:
+        if len(s) > n or any(a != 1 and a != b for a, b in zip(s[::-1], shape[::-1])):
             return  # not a broadcast of its inputs: a reduction, a gather, an index
-    for t in step.inputs:
-        s = tensors[t].shape
-        for back in range(1, len(s) + 1):
-            link(res, n - back, t, len(s) - back)
+    for t, s in shapes:
+        m = len(s)
+        for back in range(1, m + 1):
+            if s[-back] != 1:
+                link(res, n - back, t, m - back)
 
 
 def _einsum_links(step: Step, tensors, link) -> None:
@@ -241,25 +257,32 @@ class Axes:
 
     def __init__(self, links: Sequence[tuple[Axis, Axis]]):
         self.parent: dict[Axis, Axis] = {}
+        parent = self.parent
         for a, b in links:
-            ra, rb = self.find(a), self.find(b)
+            ra = a
+            while (up := parent.get(ra, ra)) != ra:  # path halving, inline
+                parent[ra] = parent.get(up, up)
+                ra = parent[ra]
+            rb = b
+            while (up := parent.get(rb, rb)) != rb:
+                parent[rb] = parent.get(up, up)
+                rb = parent[rb]
             if ra != rb:
-                self.parent[ra] = rb
+                parent[ra] = rb
+            if b not in parent:
+                parent[b] = b
 
     def find(self, x: Axis) -> Axis:
         parent = self.parent
-        root = x
-        while parent.get(root, root) != root:
-            root = parent[root]
-        while parent.get(x, x) != root:  # path compression
-            parent[x], x = root, parent[x]
-        return root
+        while (up := parent.get(x, x)) != x:
+            parent[x] = parent.get(up, up)
+            x = parent[x]
+        return x
 
     def classes(self) -> dict[Axis, list[Axis]]:
+        """Each class of two or more axes, by its root."""
         out: dict[Axis, list[Axis]] = {}
-        for x in list(self.parent):
-            out.setdefault(self.find(x), []).append(x)
-        for root in list(out):
-            if root not in out[root]:
-                out[root].append(root)
-        return out
+        find = self.find
+        for x in self.parent:
+            out.setdefault(find(x), []).append(x)
+        return {root: members for root, members in out.items() if len(members) > 1}

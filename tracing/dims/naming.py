@@ -1206,7 +1206,7 @@ def name_axes(
         if v.origin.startswith(("source:", "config.")) and not table.moved_by(k)
     }
     names = namer.run(first if "B" in sizes1 else None)
-    names = namer.join(axis_links(steps, tensors, pairs))
+    names = namer.join(axis_links(steps, tensors, pairs, namer.names))
     out = [_with_dims(r, n, w if n else None) for n, w, r in zip(names, namer.why, tensors)]
     return out, _used_letters(names, letters, table, evidence)
 
@@ -1253,9 +1253,8 @@ def _used_letters(
     names: Sequence[Dims | None], letters: Mapping[str, Sized], table, evidence
 ) -> dict:
     used: set[str] = set()
-    for dims in names:
-        for name in dims or ():
-            used.update(letters_in(name))
+    for name in {name for dims in names for name in dims or ()}:
+        used.update(letters_in(name))
     out = {}
     for k, v in letters.items():
         if k not in used:
