@@ -432,7 +432,7 @@ class _Namer:
         if len(read) == 1:  # the other's knob moved no axis of the trace
             self._why = "sizes"
             return read[0]
-        near = {c: self._declared_here(context, c, pair[0]) for c in cands}
+        near = {c: self._declared_nearest(context, c, pair[0]) for c in cands}
         near = {c: where for c, where in near.items() if where is not None}
         if len(near) == 1:  # one of the tied names is declared by the module it runs in
             ((name, where),) = near.items()
@@ -481,6 +481,19 @@ class _Namer:
         while path:
             if self.attrs.get(path, {}).get(letter) == size:
                 return path
+            path = path.rpartition(".")[0]
+        return None
+
+    def _declared_nearest(self, context: str, letter: str, size: int) -> str | None:
+        """The nearest module from ``context`` outwards that declares any size, if it
+        declares ``letter`` at ``size``: that module speaks for the axes it makes (an
+        ``nn.MultiheadAttention``'s ``num_heads``); one further out that declares many
+        (a whole model's ``vocab_size``) says nothing of an axis deep inside it."""
+        path = context
+        while path:
+            declared = self.attrs.get(path)
+            if declared:
+                return path if declared.get(letter) == size else None
             path = path.rpartition(".")[0]
         return None
 
