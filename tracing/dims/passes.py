@@ -401,7 +401,7 @@ def with_knob(config: Any, knob: str, value: int) -> Any:
     if _is_field(config, knob):
         try:  # a dataclass derives its other fields again (head_dim from hidden_size)
             return dataclasses.replace(config, **{knob: value})
-        except Exception:  # noqa: BLE001 - its own checks refuse a config built then shrunk
+        except Exception:  # its own checks refuse a config built, then shrunk
             pass  # (layer_types of 48 layers beside 2): set the one field, as for any object
     twin = copy.deepcopy(config)
     owner = twin if _stores(twin, knob) else _text_part(twin)
