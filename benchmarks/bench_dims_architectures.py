@@ -24,8 +24,8 @@ to a small value that matches no other, so that a name can only be right by evid
   Inkling's sliding-window layers 30 heads, 15 key/value heads, width 22, relative
   features 17 over 50 (45 in the window); a sparse-attention indexer's
   21 heads of width 34;
-- hyper-connections (DeepSeek-V4): 7 streams (its default 4 gives Hc·Hc = 16 = D and
-  (Hc+2)·Hc = 24, the query latent rank);
+- hyper-connections (DeepSeek-V4): 7 streams (its default 4 gives hc_mult·hc_mult = 16 = D and
+  (hc_mult+2)·hc_mult = 24, the query latent rank);
 - a hybrid's two layers are one of each kind (a mixer, then attention): two layers of its
   default pattern are often both mixers, and some then fail to build their mask.
 
@@ -147,7 +147,7 @@ _SLIDING = {  # Inkling: sliding-window layers with their own heads, relative lo
     "d_rel": 17, "rel_extent": 50, "sliding_window_size": 45, "sconv_kernel_size": 19,
 }  # fmt: skip
 _INDEXER = {"index_n_heads": 21, "index_head_dim": 34}  # sparse attention's indexer
-_STREAMS = {"hc_mult": 7}  # hyper-connections: 4 streams would make Hc·Hc == D (16)
+_STREAMS = {"hc_mult": 7}  # hyper-connections: 4 streams would make hc_mult·hc_mult == D (16)
 _LINEAR = {  # linear attention (gated delta rule, KDA): its own heads and head widths
     "linear_num_key_heads": 9, "linear_num_heads": 9, "linear_num_value_heads": 18,
     "linear_key_head_dim": 23, "linear_head_dim": 23, "linear_value_head_dim": 26,

@@ -68,13 +68,13 @@ LETTERS: dict[str, Letter] = {
         (),
         "vocab",
     ),
-    "Cp": Letter(
+    "hidden_size_per_layer_input": Letter(
         "width of the per-layer input embeddings (Gemma-3n, Gemma-4)",
         ("hidden_size_per_layer_input",),
         (),
         "vocab",
     ),
-    "Vp": Letter(
+    "vocab_size_per_layer_input": Letter(
         "vocabulary of the per-layer input embeddings (only when not V)",
         ("vocab_size_per_layer_input",),
         (),
@@ -123,19 +123,19 @@ LETTERS: dict[str, Letter] = {
         (),
         "attention",
     ),
-    "Dg": Letter(
+    "global_head_dim": Letter(
         "head width of the full-attention layers, where each layer has its own (Gemma-4)",
         (),
         (),
         "attention",
     ),
-    "Dr": Letter(
+    "d_rel": Letter(
         "relative-position features per head (Inkling's learned relative logits)",
         ("d_rel",),
         (),
         "attention",
     ),
-    "Nr": Letter(
+    "rel_extent": Letter(
         "relative distances a full-attention head scores", ("rel_extent",), (), "position"
     ),
     "Nw": Letter("sliding-window length", ("sliding_window_size",), (), "position"),
@@ -205,7 +205,7 @@ LETTERS: dict[str, Letter] = {
         ("top_k", "num_experts_per_tok"),
         "experts",
     ),
-    "Es": Letter(
+    "n_shared_experts": Letter(
         "shared experts beside the routed ones (only when more than one)",
         ("n_shared_experts", "num_shared_experts"),
         ("n_shared_experts", "num_shared_experts"),
@@ -294,13 +294,13 @@ LETTERS: dict[str, Letter] = {
         "linear",
     ),
     "U": Letter("width of a recurrent (RG-LRU) block", ("lru_width",), ("lru_width",), "ssm"),
-    "Hc": Letter(
+    "hc_mult": Letter(
         "hyper-connection streams: parallel copies of the residual (DeepSeek-V4)",
         ("hc_mult",),
         ("hc_mult",),
         "streams",
     ),
-    "Ng": Letter(
+    "ngram": Letter(
         "n-gram streams: the further tokens predicted at once (ProphetNet)",
         ("ngram",),
         ("ngram",),
@@ -454,17 +454,17 @@ def expressions(sizes: Mapping[str, int]) -> list[str]:
     key/value head (``H/KV``), the fused
     projections (``3C``, ``(H+2KV)·D``, ``2F``), halves (``D/2``, ``R/2``), the part of a
     head that is not rotated (``D-R``), flattened batches (``B·T``, ``B·H``, ``B·T·K``),
-    ``2T``, ``T+1`` and ``T-1``, ``Pr+T`` (a learned prompt before the tokens), ``E+Es``
-    (routed and shared experts' scores), ``E+1`` (a
+    ``2T``, ``T+1`` and ``T-1``, ``Pr+T`` (a learned prompt before the tokens),
+    ``E+n_shared_experts`` (routed and shared experts' scores), ``E+1`` (a
     one-hot with a spare class), ``Lkv+R``.
     """
     heads = [c for c in ("H", "KV") if c in sizes]
-    widths = [w for w in ("D", "R", "Dn", "Dv", "Dr") if size_of(w, sizes)]
+    widths = [w for w in ("D", "R", "Dn", "Dv", "d_rel") if size_of(w, sizes)]
     out = [f"{c}·{w}" for c in heads for w in widths]
     if sizes.get("KV", 1) > 1:
         out += ["H/KV", "H/KV+2"]  # query heads per key/value head (+ its k and v)
     sliding = [c for c in ("Hw", "KVw") if c in sizes]  # sliding-window layers' own heads
-    out += [f"{c}·{w}" for c in sliding for w in ("Dw", "D", "Dr") if w in sizes]
+    out += [f"{c}·{w}" for c in sliding for w in ("Dw", "D", "d_rel") if w in sizes]
     out += ["Hw/KVw", "Hw/KV", "H/KVw"]
     counts = [c for c in ("H", "KV", "E", "K") if c in sizes]
     out += [
@@ -481,13 +481,17 @@ def expressions(sizes: Mapping[str, int]) -> list[str]:
         "Dn+R",
         "Dn+Dv",
     ]
-    out += ["H·(Dn+R)", "H·(Dn+Dv)", "KV·(Dn+Dv)", "Lkv+R", "E+1", "E+Es"]
+    out += ["H·(Dn+R)", "H·(Dn+Dv)", "KV·(Dn+Dv)", "Lkv+R", "E+1", "E+n_shared_experts"]
     out += ["Dn+D", "H·(Dn+D)", "Lkv+D"]  # latent attention whose rotary width is D
     out += STATE_SPACE_EXPRESSIONS
     if not {"F", "I"} & set(sizes):  # a feed-forward width fixed in code, none in the config
         out += ["2C", "4C", "8C"]
     out += ["B·T", "2T", "T+1", "T-1", "T+P", "Pr+T", "Nb·H", "Hw·Dw"]
-    out += ["Hc·Hc", "(Hc+2)·Hc", "Hc·C"]  # hyper-connections: pre, post and the mixing
+    out += [
+        "hc_mult·hc_mult",
+        "(hc_mult+2)·hc_mult",
+        "hc_mult·C",
+    ]  # hyper-connections: pre, post and the mixing
     out += [f"B·{c}" for c in counts] + [f"B·T·{c}" for c in counts]
     return [e for e in dict.fromkeys(out) if size_of(e, sizes) is not None]
 
@@ -653,10 +657,10 @@ def letter_sizes(
         if inner is not None:
             found["I"] = inner
     head = found["D"].size if "D" in found else None
-    if "Dg" not in found:
+    if "global_head_dim" not in found:
         per_layer = _per_layer_head_dim(config, head)
         if per_layer is not None:
-            found["Dg"] = per_layer
+            found["global_head_dim"] = per_layer
     if "R" not in found:
         rotary = _rotary_from_config(config, head)
         if rotary is not None:
@@ -664,14 +668,16 @@ def letter_sizes(
     for letter, same in SAME_AXIS.items() if merge_same else ():  # one axis, one letter
         if letter in found and same in found and found[letter].size == found[same].size:
             del found[letter]
-    if "Es" in found and found["Es"].size <= 1:
-        del found["Es"]  # one shared expert: no axis of them (its weights are a plain MLP's)
+    if "n_shared_experts" in found and found["n_shared_experts"].size <= 1:
+        del found[
+            "n_shared_experts"
+        ]  # one shared expert: no axis of them (its weights are a plain MLP's)
     return found
 
 
 SAME_AXIS = {
     "KV": "H", "R": "D", "Dv": "D", "Hv": "Hk", "Dvl": "Dk", "F": "I",
-    "Hw": "H", "KVw": "KV", "Dw": "D", "Ce": "C", "Co": "C", "Vp": "V",
+    "Hw": "H", "KVw": "KV", "Dw": "D", "Ce": "C", "Co": "C", "vocab_size_per_layer_input": "V",
 }  # fmt: skip
 """A letter that is given only when its size differs from its partner's: equal, they are
 one axis (all heads are key/value heads; the whole head is rotated; Mamba's
@@ -679,8 +685,9 @@ one axis (all heads are key/value heads; the whole head is rotated; Mamba's
 
 
 def _per_layer_head_dim(config: Any, head: int | None) -> Sized | None:
-    """``Dg``: the one head width that ``config.per_layer_config`` gives some layers (Gemma-4's
-    full-attention layers, 512 wide where the sliding ones are 256), when it is not ``D``."""
+    """``global_head_dim``: the one head width that ``config.per_layer_config`` gives some
+    layers (Gemma-4's full-attention layers, 512 wide where the sliding ones are 256), when it
+    is not ``D``."""
     per_layer = _get(config, "per_layer_config") if config is not None else None
     if per_layer is None or head is None:
         return None

@@ -295,7 +295,7 @@ class _Namer:
                 continue
             whole, mine = self.names[res][cut[0]], self.names[a][cut[0]]
             half = f"{whole}/2"
-            letter = re.fullmatch(r"[A-Za-z]+", whole or "") and whole in LETTERS
+            letter = re.fullmatch(r"[A-Za-z][A-Za-z_]*", whole or "") and whole in LETTERS
             if mine == "?" and letter and self.table.fits(half, self.pairs[a][cut[0]]):
                 self._rename(a, cut[0], half, f"sum {step.op}")
                 done = True
@@ -673,7 +673,7 @@ class _Namer:
             coefficient = re.match(r"^(\d+)([A-Za-z].*)$", name)
             if coefficient and int(coefficient.group(1)) == factor:
                 out.append(coefficient.group(2))  # 3C / 3 = C
-            elif factor == 2 and re.fullmatch(r"[A-Za-z]+", name):
+            elif factor == 2 and re.fullmatch(r"[A-Za-z][A-Za-z_]*", name):
                 out.append(f"{name}/2")  # rotary halves; other parts keep their own letter
             else:
                 out.append(self._part(name, (b1, b2)))

@@ -122,7 +122,9 @@ def test_hyper_connections_and_compressor_gates_are_not_maps():
     ]
     assert all(r.role != "attention" for r in hc)
     mixing = [r.dims for r in hc if trace.steps[r.producer].op == "softmax"]
-    assert mixing == [("B", "T", "Hc", "Hc")] * 2  # config.hc_mult streams, not R/2 by size
+    assert (
+        mixing == [("B", "T", "hc_mult", "hc_mult")] * 2
+    )  # config.hc_mult streams, not R/2 by size
 
 
 def test_a_linear_attention_state_returned_as_weights_is_not_a_map():

@@ -1,6 +1,6 @@
 """Letters that only some Hugging Face models have, each proven by their configs: CPM-Ant's
 learned prompt before the tokens (``Pr+T``), its ``dim_head`` and ``dim_ff``; ProphetNet's
-n-gram streams (``Ng``), its relative-position buckets (``Nb``) and its decoder's heads."""
+n-gram streams (``ngram``), its relative-position buckets (``Nb``) and its decoder's heads."""
 
 from __future__ import annotations
 
@@ -68,14 +68,14 @@ def test_prophetnet_reads_its_streams_buckets_and_decoder_heads():
     )  # fmt: skip
     letters = {k: (v["size"], v["origin"]) for k, v in trace.meta["dim_letters"].items()}
     assert letters["H"] == (4, "config.num_decoder_attention_heads")  # not the encoder's 2
-    assert letters["Ng"] == (2, "config.ngram") and letters["Nb"] == (10, "config.num_buckets")
+    assert letters["ngram"] == (2, "config.ngram") and letters["Nb"] == (10, "config.num_buckets")
     dims = {
         r.dims
         for r in trace.tensors
         if r.producer is not None and trace.steps[r.producer].op == "softmax"
     }
     assert ("B", "H", "T", "T") in dims  # the main stream's attention
-    assert any(d[:3] == ("B", "Ng", "H") for d in dims)  # each predicting stream's
+    assert any(d[:3] == ("B", "ngram", "H") for d in dims)  # each predicting stream's
     axes = _axes(trace)
     assert ("Nb·H", 10 * 4) in axes  # the relative-position projection, then split
     _letters_fit(trace)
@@ -146,9 +146,10 @@ def test_sliding_window_layers_with_their_own_heads_read_hw_kvw_dw():
 
 
 def test_gemma4_full_attention_layers_have_their_own_head_width():
-    """Gemma-4's config gives its full-attention layers their own head width (``Dg``, 52
-    here, where the sliding layers' ``D`` is 16) through ``per_layer_config``, and the
-    per-layer input embeddings their own width (``Cp``, 18)."""
+    """Gemma-4's config gives its full-attention layers their own head width
+    (``global_head_dim``, 52 here, where the sliding layers' ``D`` is 16) through
+    ``per_layer_config``, and the
+    per-layer input embeddings their own width (``hidden_size_per_layer_input``, 18)."""
     import transformers as tf
 
     trace = _trace(
@@ -160,9 +161,13 @@ def test_gemma4_full_attention_layers_have_their_own_head_width():
         max_position_embeddings=76,
     )  # fmt: skip
     letters = trace.meta["dim_letters"]
-    assert (letters["D"]["size"], letters["Dg"]["size"], letters["Cp"]["size"]) == (16, 52, 18)
-    assert letters["Dg"]["origin"] == "config.per_layer_config[…].head_dim"
-    assert "Vp" not in letters  # the model's own vocabulary: V
+    assert (
+        letters["D"]["size"],
+        letters["global_head_dim"]["size"],
+        letters["hidden_size_per_layer_input"]["size"],
+    ) == (16, 52, 18)
+    assert letters["global_head_dim"]["origin"] == "config.per_layer_config[…].head_dim"
+    assert "vocab_size_per_layer_input" not in letters  # the model's own vocabulary: V
     _letters_fit(trace)
     views = {
         (s.module, trace.tensors[s.outputs[0]].dims)
@@ -170,6 +175,6 @@ def test_gemma4_full_attention_layers_have_their_own_head_width():
         if s.op == "view" and s.module.endswith("self_attn")
     }
     assert ("model.layers.0.self_attn", ("B", "T", "H", "D")) in views
-    assert ("model.layers.1.self_attn", ("B", "T", "H", "Dg")) in views
-    assert ("model.layers.1.self_attn", ("B", "T", "KV", "Dg")) in views
-    assert any(r.dims and r.dims[-1] == "Cp" for r in trace.tensors)
+    assert ("model.layers.1.self_attn", ("B", "T", "H", "global_head_dim")) in views
+    assert ("model.layers.1.self_attn", ("B", "T", "KV", "global_head_dim")) in views
+    assert any(r.dims and r.dims[-1] == "hidden_size_per_layer_input" for r in trace.tensors)
