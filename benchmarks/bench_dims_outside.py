@@ -318,11 +318,44 @@ class Run:
     seconds: float
 
 
+REBUILD = False
+"""``--rebuild``: each model is traced with ``rebuild=tracing.Constructor(its class, the
+arguments it was built with)``, as a user who says how it was built (the knob passes run)."""
+
+
+def _built_with(build, sizes: dict):
+    """The model, its inputs, and the arguments its class was called with (recorded by a
+    second build: the first says which class)."""
+    import inspect
+
+    model, _ = build(sizes)
+    cls, calls = type(model), []
+    if getattr(model, "config", None) is not None:
+        return (*build(sizes), None)  # a config's model is rebuilt from its config already
+    init, signature = cls.__init__, inspect.signature(cls)
+
+    def recording(self, *args, **kwargs):
+        if not calls:
+            calls.append(signature.bind(*args, **kwargs).arguments)
+        init(self, *args, **kwargs)
+
+    cls.__init__ = recording
+    try:
+        torch.manual_seed(0)
+        model, inputs = build(sizes)
+    finally:
+        cls.__init__ = init
+    return model, inputs, tracing.Constructor(cls, **calls[0]) if calls else None
+
+
 def run(case: Case, sizes: dict) -> Run:
     torch.manual_seed(0)
     started = time.perf_counter()
-    model, inputs = case.build(sizes)
-    trace = tracing.trace(model.eval(), *inputs, capture="shapes")
+    if REBUILD:
+        model, inputs, rebuild = _built_with(case.build, sizes)
+    else:
+        (model, inputs), rebuild = case.build(sizes), None
+    trace = tracing.trace(model.eval(), *inputs, capture="shapes", rebuild=rebuild)
     own = {k: v.get("size") for k, v in (trace.meta.get("dim_letters") or {}).items()}
     maps = len(attention_map_records(trace))  # read from the records: on meta too
     return Run(
@@ -423,7 +456,10 @@ def main() -> int:
     parser.add_argument("models", nargs="*", help=", ".join(c.name for c in CASES))
     parser.add_argument("--verbose", "-v", action="store_true", help="examples of misses")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--rebuild", action="store_true", help="trace with tracing.Constructor")
     args = parser.parse_args()
+    global REBUILD
+    REBUILD = args.rebuild
     torch.set_num_threads(args.threads)
     warnings.simplefilter("ignore")
     try:

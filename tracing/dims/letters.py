@@ -357,7 +357,8 @@ def _tokens(name: str) -> tuple[str, ...] | None:
     found = None if out is None else tuple(out)
     if len(_TOKENS) < 4096:
         _TOKENS[name] = found
-        _LETTERS_IN[name] = tuple(t for t in (found or ()) if t[0].isalpha())
+        own = (name,) if found is None and name.isidentifier() else ()  # patch_size
+        _LETTERS_IN[name] = tuple(t for t in (found or own) if t[0].isalpha())
     return found
 
 
@@ -440,10 +441,14 @@ STATE_SPACE_EXPRESSIONS = [
 
 
 def letters_in(name: str) -> list[str]:
-    """The letters an axis name uses: ``letters_in("B·T") == ["B", "T"]``."""
+    """The letters an axis name uses: ``letters_in("B·T") == ["B", "T"]``; a name after a
+    constructor's argument (``patch_size``) is its own."""
     found = _LETTERS_IN.get(name)
     if found is None:
-        found = tuple(t for t in (_tokens(name) or ()) if t[0].isalpha())
+        tokens = _tokens(name)
+        if tokens is None and name.isidentifier():
+            return [name]
+        found = tuple(t for t in (tokens or ()) if t[0].isalpha())
     return list(found)
 
 

@@ -104,7 +104,9 @@ class Table:
         self.sizes1 = self.passes[0]
         self.sizes2 = self.passes[1] if len(self.passes) > 1 else None
         sizes1 = self.sizes1
-        names = [n for n in LETTERS if n in sizes1] + expressions(sizes1) + ["1", "0"]
+        knobs = [n for n in sizes1 if n not in LETTERS and n.isidentifier()]  # named after
+        # a constructor argument no letter spells (tracing.dims.prove._name_after_knobs)
+        names = [n for n in LETTERS if n in sizes1] + knobs + expressions(sizes1) + ["1", "0"]
         self.groups = [set(letters_in(n)) for n in names if len(letters_in(n)) > 1]
         self.every: list[tuple[str, Pair]] = []  # also the expressions a letter's pair hides
         self.by_size: dict[int, list[str]] = {}
@@ -116,7 +118,7 @@ class Table:
             if pair is None or pair[0] < 0 or (pair[0] == 0 and name != "0"):
                 continue
             self.every.append((name, pair))
-            is_letter = name in LETTERS or name in ("1", "0")
+            is_letter = name in LETTERS or name in ("1", "0") or name in knobs
             if not is_letter and pair in base:
                 self.hidden.setdefault(pair, []).append(name)
                 continue  # ``H·D`` when it is C: the letter names it
@@ -1272,7 +1274,11 @@ def _used_letters(
     for k, v in letters.items():
         if k not in used:
             continue
-        entry = {"size": v.size, "origin": v.origin, "meaning": LETTERS[k].meaning}
+        spec = LETTERS.get(k)
+        meaning = (
+            spec.meaning if spec else f"the constructor's argument {k}, which no letter spells"
+        )
+        entry = {"size": v.size, "origin": v.origin, "meaning": meaning}
         passes = [evidence.inputs, *evidence.knobs]
         moved = [passes[i - 1].what for i in table.moved_by(k) if passes[i - 1] is not None]
         if moved:

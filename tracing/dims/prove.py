@@ -38,6 +38,7 @@ from tracing.dims.evidence import Evidence, Pass, Subject
 from tracing.dims.letters import (
     INPUT_LETTERS,
     LETTERS,
+    Sized,
     attribute_letters,
     house_sizes,
     letter_sizes,
@@ -197,7 +198,7 @@ def tied_knobs(
                 tied.update(letters_in(name))
     knobs: list[str] = []
     if isinstance(config, Mapping):  # a constructor's arguments: each is a size of the model
-        sizes = set(sizes1.values())
+        sizes = {sig[0] for _, sig in table.every if sig[0] > 1}  # letters, 3C, D/2...
         unspelled = {k: v for k, v in config.items() if k not in _SPELLINGS and v in sizes}
         for knob, size in unspelled.items():  # patch_size 4 beside num_heads 4: a tie no
             knobs.append(knob)  # letter shows, which a pass moving each of them settles
@@ -236,18 +237,28 @@ def _knob_passes(subject, steps, tensors, evidence: Evidence, shapes_pass, every
     if rebuild is None or subject.call is None or subject.distributed or not passes_mod.ENABLED:
         return
     order = tied_knobs(steps, tensors, evidence, subject.config)
-    if every:
+    # a constructor's arguments (tracing.Constructor) are each a size of their own, never
+    # an alias of another (embed_dim beside hidden_size): every one gets its pass
+    arguments = isinstance(subject.config, Mapping)
+    if every or arguments:
         order += [
             k for k in (_knob_of(v) for v in evidence.letters.values()) if k and k not in order
         ]
+    if arguments:
+        order += [k for k in subject.config if k not in order]
+    read_from = {letter: _knob_of(v) for letter, v in evidence.letters.items()}
     sizes1 = {k: v.size for k, v in evidence.letters.items()}
     kinds = [step_kind(s) for s in steps]
     ran, failed, done, still = [], {}, set(), set()
+    own: dict[str, tuple] = {}  # knob -> (its size, its pass's sizes, its pass's config)
     for first in order:
         letter = _SPELLINGS.get(first)  # None: a knob no letter spells (patch_size)
+        if arguments and read_from.get(letter) != first:
+            letter = None  # another argument of the letter's spelling: a knob of its own
         if (letter is not None and letter in done) or len(ran) >= MAX_KNOB_PASSES:
             continue
-        for knob in _spellings_of(first, letter, subject.config, sizes1.get(letter)):
+        spellings = [first] if arguments else None
+        for knob in spellings or _spellings_of(first, letter, subject.config, sizes1.get(letter)):
             if not passes_mod.settable(subject.config, knob):
                 continue  # not a size this config stores
             other, config, why = passes_mod.run_knob(
@@ -277,7 +288,10 @@ def _knob_passes(subject, steps, tensors, evidence: Evidence, shapes_pass, every
             ran.append(knob)
             if letter is not None:
                 done.add(letter)
+            elif arguments:  # no letter: the axes it alone moves are named after it
+                own[knob] = (passes_mod.read_knob(subject.config, knob), sizes, config)
             break
+    _name_after_knobs(evidence, own)
     # a letter none of whose spellings moves any axis loses a tie to one that is not so
     # (a config's max_position_embeddings where the rotary tables follow T, beside a chunk
     # of that size); it is kept otherwise: the model may read its size under another name
@@ -288,6 +302,19 @@ def _knob_passes(subject, steps, tensors, evidence: Evidence, shapes_pass, every
         evidence.info["knobs"] = ran
     if failed:
         evidence.info["knobs_failed"] = failed
+
+
+def _name_after_knobs(evidence: Evidence, own: Mapping[str, tuple]) -> None:
+    """A constructor argument no letter spells (``patch_size``, ``num_classes``) whose pass
+    moved some axis becomes a name of its own: its size in each pass (moved in its own),
+    so an axis that moves with it alone, and with nothing else, is named after it."""
+    for knob, (size, sizes, config) in own.items():
+        if size is None or size <= 1:
+            continue
+        evidence.letters[knob] = Sized(size, f"config.{knob}")
+        for p in (evidence.inputs, *evidence.knobs):
+            if p is not None:
+                p.sizes[knob] = passes_mod.read_knob(config, knob) if p.sizes is sizes else size
 
 
 _SPELLINGS = {name: letter for letter, spec in LETTERS.items() for name in spec.config}

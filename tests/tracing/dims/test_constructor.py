@@ -36,11 +36,13 @@ def test_the_constructor_is_the_config_and_the_rebuild():
 
 
 def test_a_patch_as_wide_as_the_heads_count_is_not_the_heads():
-    """patch 4 == 4 heads: moving ``patch_size`` moves the kernel and not the heads."""
+    """patch 4 == 4 heads: moving ``patch_size`` moves the kernel and not the heads, and
+    the kernel, which no letter names, is named after the argument that alone moves it."""
     trace = vit_trace(patch_size=4, num_heads=4, rebuild=True)
     assert "patch_size" in trace.meta["dims_evidence"]["knobs"]
     kernel = param(trace, "patch_embed.proj").dims
-    assert kernel[2:] == ("?", "?")
+    assert kernel[2:] == ("patch_size", "patch_size")
+    assert trace.meta["dim_letters"]["patch_size"]["moved_by"] == ["config.patch_size"]
     assert output(trace, "blocks.0.attn", "reshape").dims[3] == "H"
 
 
