@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from helpers.fuzz_traces import CASES_VARIABLE
 
-DEFAULT_CASES = 30  # more with SCRATCHFORMER_FUZZ_CASES (the seeded run in CI stays quick)
+DEFAULT_CASES = 15  # more with SCRATCHFORMER_FUZZ_CASES (the seeded run in CI stays quick)
 
 
 @pytest.mark.slow
