@@ -192,7 +192,7 @@ PROOFS = {
     "constant": "the only name of its size in every pass",
     "declared": "declared by {via}, the only name of its size",
     "same": "the same axis as tensor {via}'s, which an op joins it to, proven there",
-    "sum": "the sum of the named parts {via} cuts it into",
+    "sum": "the sum of the named parts a {via} cuts it into",
     "words": "the words of its module or line; no pass tells it from another name",
 }
 """What each proof code of ``TensorRecord.why`` (``tracing.dims``) says."""

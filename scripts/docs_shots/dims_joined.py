@@ -1,0 +1,52 @@
+"""Screenshot of names proven across the axes an op joins: nanoGPT's ``c_attn`` (written in
+the test helpers, no config: its sizes are module attributes), whose 3·n_embd output is
+``3C`` because the ``split`` after it cuts it into three ``C`` (proof ``sum split``).
+
+    QT_QPA_PLATFORM=offscreen .venv/bin/python scripts/docs_shots/dims_joined.py [OUT_DIR]
+
+Writes ``dims_joined.png`` (the window) and ``dims_joined_hover.png`` (the hover text of
+the dims cell) to ``docs/``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(Path(__file__).parent)]
+
+
+def main() -> int:
+    import torch
+    from dims_hover import save_dims_hover, spin
+    from helpers.models.nanogpt import GPT
+    from PySide6.QtCore import QSettings
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    import tracing
+    from app.theme import apply_theme
+    from app.windows.main_window import MainWindow
+
+    apply_theme(app)
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "docs"
+    torch.manual_seed(0)
+    model = GPT().eval()
+    trace = tracing.trace(model, torch.randint(0, 96, (2, 10)), capture="shapes")
+    w = MainWindow(settings=QSettings(str(out / ".shot.ini"), QSettings.Format.IniFormat))
+    w.resize(1600, 1000)
+    w.set_trace(trace)
+    step = next(s.index for s in trace.steps if s.op == "linear" and s.module.endswith("c_attn"))
+    w.go_to(step)
+    w.diagram.reveal(step)
+    w.show()
+    spin(app)
+    w.grab().save(str(out / "dims_joined.png"))
+    save_dims_hover(app, w, out / "dims_joined_hover.png")
+    (out / ".shot.ini").unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
