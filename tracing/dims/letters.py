@@ -336,7 +336,9 @@ class Sized:
 # --------------------------------------------------------------------------- expressions
 
 _NAMES = "|".join(sorted(LETTERS, key=len, reverse=True))
-_TOKEN = re.compile(rf"\s*(\d+|{_NAMES}|[()+\-·/*])")
+_TOKEN = re.compile(rf"\s*(\d+|[a-z][a-z0-9]*_[a-z0-9_]*|{_NAMES}|[()+\-·/*])")
+"""A number, a config knob's name (``hc_count``: an axis named after a knob no letter
+spells), a letter, or an operator."""
 
 
 def _tokens(name: str) -> tuple[str, ...] | None:

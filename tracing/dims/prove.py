@@ -43,6 +43,7 @@ from tracing.dims.letters import (
     house_sizes,
     letter_sizes,
     letters_in,
+    text_config,
 )
 from tracing.dims.naming import Table, name_axes
 from tracing.dims.source import sizes_from_comments, sizes_from_source
@@ -246,6 +247,7 @@ def _knob_passes(subject, steps, tensors, evidence: Evidence, shapes_pass, every
         ]
     if arguments:
         order += [k for k in subject.config if k not in order]
+    order += [k for k in unnamed_knobs(tensors, evidence, subject.config) if k not in order]
     read_from = {letter: _knob_of(v) for letter, v in evidence.letters.items()}
     sizes1 = {k: v.size for k, v in evidence.letters.items()}
     kinds = [step_kind(s) for s in steps]
@@ -288,7 +290,7 @@ def _knob_passes(subject, steps, tensors, evidence: Evidence, shapes_pass, every
             ran.append(knob)
             if letter is not None:
                 done.add(letter)
-            elif arguments:  # no letter: the axes it alone moves are named after it
+            else:  # no letter: the axes it alone moves are named after it
                 own[knob] = (passes_mod.read_knob(subject.config, knob), sizes, config)
             break
     _name_after_knobs(evidence, own)
@@ -302,6 +304,38 @@ def _knob_passes(subject, steps, tensors, evidence: Evidence, shapes_pass, every
         evidence.info["knobs"] = ran
     if failed:
         evidence.info["knobs_failed"] = failed
+
+
+def unnamed_knobs(tensors: Sequence[TensorRecord], evidence: Evidence, config: Any) -> list[str]:
+    """The config's sizes no letter spells (``hc_count``, ``hc_lowrank``) that an axis no
+    name fits has: a pass moving each tells whether that axis is it (then named after it)."""
+    if config is None:
+        return []
+    sizes1 = {k: v.size for k, v in evidence.letters.items()}
+    inputs = evidence.inputs
+    table = Table([sizes1, inputs.sizes if inputs else None])
+    open_sizes: set[int] = set()
+    seen: set[tuple] = set()
+    for r in tensors:
+        other = inputs.shapes[r.id] if inputs else None
+        for i, size in enumerate(r.shape):
+            moved = other[i] if other is not None and len(other) == len(r.shape) else size
+            pair = (size, size if r.role in ("param", "buffer") else moved)
+            if size > 1 and pair not in seen:
+                seen.add(pair)
+                if not any(c in LETTERS for c in table.candidates(pair)):
+                    open_sizes.add(size)  # no letter fits it (an expression may: 2KV)
+    text = text_config(config)
+    try:
+        fields = dict(text) if isinstance(text, Mapping) else dict(vars(text))
+    except TypeError:
+        return []
+    return [
+        k
+        for k, v in fields.items()
+        if isinstance(v, int) and not isinstance(v, bool) and v in open_sizes
+        and k not in _SPELLINGS and not k.startswith("_")
+    ]  # fmt: skip
 
 
 def _name_after_knobs(evidence: Evidence, own: Mapping[str, tuple]) -> None:
