@@ -659,9 +659,11 @@ class _Namer:
         names = self._get(src)
         out: list[str | None] = []
         written = written_slices(step, len(ins)) if step is not None else None
-        for axis, (name, (a1, a2), (b1, b2)) in enumerate(zip(names, ins, outs)):
+        for axis, (name, a, b) in enumerate(zip(names, ins, outs)):
+            (a1, a2), (b1, b2) = a[:2], b[:2]  # the trace and the inputs pass (knob passes
+            # after them, where they ran, are read by the names that must fit the part)
             if (a1, a2) != (b1, b2) and name and written and ":" in written[axis]:
-                sliced = self._slice_name(name, written[axis], (b1, b2))
+                sliced = self._slice_name(name, written[axis], b)
                 if sliced is not None:
                     out.append(sliced)
                     continue
@@ -669,7 +671,7 @@ class _Namer:
                 out.append(name if (a1, a2) == (b1, b2) else None)
                 continue
             if not b1 or a1 % b1 or a2 is None or not b2 or a2 * b1 != b2 * a1:
-                out.append(self._part(name, (b1, b2)))  # not one whole factor (both passes)
+                out.append(self._part(name, b))  # not one whole factor (both passes)
                 continue
             factor = a1 // b1
             coefficient = re.match(r"^(\d+)([A-Za-z].*)$", name)
@@ -678,7 +680,7 @@ class _Namer:
             elif factor == 2 and re.fullmatch(r"[A-Za-z][A-Za-z_]*", name):
                 out.append(f"{name}/2")  # rotary halves; other parts keep their own letter
             else:
-                out.append(self._part(name, (b1, b2)))
+                out.append(self._part(name, b))
         return out
 
     def _slice_name(self, name: str, entry: str, pair: Pair) -> str | None:
