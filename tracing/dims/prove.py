@@ -8,7 +8,9 @@ shapes-only run, so this stage never imports the tracer.
 Which passes run, by ``naming`` (:data:`tracing.capture.options.NAMING_LEVELS`):
 
 - ``"full"``: the inputs pass, then, for a model that can be rebuilt, one pass per config
-  knob that gives a letter its size, for real when the model is small, else on ``meta``;
+  knob that gives a letter its size, for real when the model is small, else on ``meta``,
+  and one per config size no letter spells that an unnamed axis has (``hc_count``: the
+  axes it alone moves are named after it);
 - ``"proven"`` (the default): the same, but only for the knobs behind names that still tie
   (two names that give an axis's sizes in every pass so far). A letter no pass moved is
   named only where its config, a module attribute or the source declares it and no other
@@ -247,7 +249,9 @@ def _knob_passes(subject, steps, tensors, evidence: Evidence, shapes_pass, every
         ]
     if arguments:
         order += [k for k in subject.config if k not in order]
-    order += [k for k in unnamed_knobs(tensors, evidence, subject.config) if k not in order]
+    if every:  # "full": also the sizes no letter spells that an unnamed axis has (a pass
+        # each: by default, names are proven without them, and traces stay cheaper)
+        order += [k for k in unnamed_knobs(tensors, evidence, subject.config) if k not in order]
     read_from = {letter: _knob_of(v) for letter, v in evidence.letters.items()}
     sizes1 = {k: v.size for k, v in evidence.letters.items()}
     kinds = [step_kind(s) for s in steps]
