@@ -610,6 +610,20 @@ class _Namer:
             return None
         return self._grown(primary, rid, step)
 
+    def _rule_kept(self, step: Step, k: int, rid: int, n: int):
+        primary = self._primary(step)
+        if primary is None:
+            return None
+        ins, outs = self.pairs[primary], self.pairs[rid]
+        kept_in = [i for i, p in enumerate(ins) if p[0] != 1]
+        kept_out = [j for j, p in enumerate(outs) if p[0] != 1]
+        if len(kept_in) != len(kept_out):
+            return None
+        names, out = self._get(primary), [None] * n
+        for i, j in zip(kept_in, kept_out):
+            out[j] = names[i]
+        return out
+
     def _rule_complex(self, step: Step, k: int, rid: int, n: int):
         primary = self._primary(step)
         if primary is None:

@@ -60,6 +60,8 @@ RULES: tuple[Rule, ...] = (
          "_rule_sliced"),
     Rule("new axis", frozenset({"getitem"}),
          "x[:, None] adds a 1 and keeps the rest", "_rule_grown"),
+    Rule("unsqueeze", frozenset({"unsqueeze", "squeeze"}),
+         "the axes bigger than 1 keep their order; only 1s come or go", "_rule_kept"),
     Rule("complex", frozenset({"view_as_real", "view_as_complex"}),
          "a complex axis is 2 real numbers, and back", "_rule_complex"),
     Rule("repeat", frozenset({"repeat"}),

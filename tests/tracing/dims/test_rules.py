@@ -197,3 +197,14 @@ def test_einsum_takes_each_output_subscript_from_the_input_axis_of_that_subscrip
     )
     names = w.names()
     assert names[scores] == ("B", "H", "T", "T") and names[out] == ("B", "H", "T", "D")
+
+
+def test_unsqueeze_and_squeeze_keep_the_order_of_the_axes_bigger_than_one():
+    """``row.unsqueeze(-1)`` of ``(B, T, T)`` where the inputs pass could not pair the
+    tensor: sizes alone would let the last T take either T's name; the order says which."""
+    w = Walk()
+    x = w.input((2, 5, 12), (3, 9, 12))
+    y = w.op("unsqueeze", [x], [(2, 1, 5, 12)], [(3, 1, 9, 12)], text="x.unsqueeze(1)")
+    z = w.op("squeeze", [y], [(2, 5, 12)], [None], text="y.squeeze(1)")
+    names = w.names()
+    assert names[y] == ("B", "1", "T", "C") and names[z] == ("B", "T", "C")
