@@ -32,3 +32,24 @@ def save_dims_hover(app, window, path: Path) -> bool:
     if tips:
         tips[0].grab().save(str(path))
     return bool(tips)
+
+
+def save_step_shots(app, trace, step: int, out: Path, stem: str) -> bool:
+    """The main window on ``trace`` at ``step`` (its box revealed), saved as ``stem.png``,
+    and the hover of its output dims as ``stem_hover.png``."""
+    from PySide6.QtCore import QSettings
+
+    from app.windows.main_window import MainWindow
+
+    settings = out / ".shot.ini"
+    w = MainWindow(settings=QSettings(str(settings), QSettings.Format.IniFormat))
+    w.resize(1600, 1000)
+    w.set_trace(trace)
+    w.go_to(step)
+    w.diagram.reveal(step)
+    w.show()
+    spin(app)
+    w.grab().save(str(out / f"{stem}.png"))
+    shown = save_dims_hover(app, w, out / f"{stem}_hover.png")
+    settings.unlink(missing_ok=True)
+    return shown

@@ -19,32 +19,21 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(Path(__file__).parent)]
 
 def main() -> int:
     import torch
-    from dims_hover import save_dims_hover, spin
+    from dims_hover import save_step_shots
     from helpers.models.nanogpt import GPT
-    from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     import tracing
     from app.theme import apply_theme
-    from app.windows.main_window import MainWindow
 
     apply_theme(app)
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "docs"
     torch.manual_seed(0)
     model = GPT().eval()
     trace = tracing.trace(model, torch.randint(0, 96, (2, 10)), capture="shapes")
-    w = MainWindow(settings=QSettings(str(out / ".shot.ini"), QSettings.Format.IniFormat))
-    w.resize(1600, 1000)
-    w.set_trace(trace)
     step = next(s.index for s in trace.steps if s.op == "linear" and s.module.endswith("c_attn"))
-    w.go_to(step)
-    w.diagram.reveal(step)
-    w.show()
-    spin(app)
-    w.grab().save(str(out / "dims_joined.png"))
-    save_dims_hover(app, w, out / "dims_joined_hover.png")
-    (out / ".shot.ini").unlink(missing_ok=True)
+    save_step_shots(app, trace, step, out, "dims_joined")
     return 0
 
 

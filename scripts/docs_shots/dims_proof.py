@@ -19,15 +19,13 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 def main() -> int:
     import torch
-    from dims_hover import save_dims_hover, spin
-    from PySide6.QtCore import QSettings
+    from dims_hover import save_step_shots
     from PySide6.QtWidgets import QApplication
     from transformers import LlamaConfig, LlamaForCausalLM
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     import tracing
     from app.theme import apply_theme
-    from app.windows.main_window import MainWindow
 
     apply_theme(app)
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "docs"
@@ -40,21 +38,12 @@ def main() -> int:
         model = LlamaForCausalLM(config).eval()
         ids = torch.randint(0, 128256, (1, 12))
     trace = tracing.trace(model, ids, capture="shapes")
-    w = MainWindow(settings=QSettings(str(out / ".shot.ini"), QSettings.Format.IniFormat))
-    w.resize(1600, 1000)
-    w.set_trace(trace)
     step = next(
         s.index
         for s in trace.steps
         if s.op == "getitem" and s.module == "model.layers.0.self_attn" and s.outputs
     )
-    w.go_to(step)
-    w.diagram.reveal(step)
-    w.show()
-    spin(app)
-    w.grab().save(str(out / "dims_proof.png"))
-    save_dims_hover(app, w, out / "dims_proof_hover.png")
-    (out / ".shot.ini").unlink(missing_ok=True)
+    save_step_shots(app, trace, step, out, "dims_proof")
     return 0
 
 

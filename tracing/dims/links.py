@@ -78,7 +78,7 @@ def _links_of(step: Step, tensors, pairs, out: list, names=None) -> None:
             if na is not None and nb is not None and na[i] != "?" and nb[j] != "?":
                 return
         pa, pb = pairs[a][i], pairs[b][j]
-        if (pa == pb and pa[0] != 1) or (pa[0] == pb[0] != 1 and _same(pa, pb)):
+        if (pa == pb and pa[0] != 1) or (pa[0] == pb[0] != 1 and same_axis(pa, pb)):
             out.append(((a, i), (b, j)))
 
     if op == "linear" and len(ins) >= 2 and rank[1] == 2:
@@ -141,7 +141,7 @@ def _dropped_links(src: int, res: int, pairs, link) -> None:
     fits = [
         kept
         for kept in itertools.combinations(range(len(a)), len(b))
-        if all(_same(a[i], p) for i, p in zip(kept, b))
+        if all(same_axis(a[i], p) for i, p in zip(kept, b))
     ]
     if len(fits) == 1:
         for j, i in enumerate(fits[0]):
@@ -209,13 +209,13 @@ def _moved_links(step: Step, tensors, pairs, link) -> None:
         link(res, j, src, p)
 
 
-def _reshape_links(src: int, res: int, pairs, link) -> None:
-    """A view keeps an axis where the sizes line up one to one (not where it splits or
-    merges): ``(B, T, C) -> (B, T, H, D)`` keeps ``B`` and ``T``."""
-    a_pairs, b_pairs = pairs[src], pairs[res]
+def view_groups(a_pairs, b_pairs) -> list[tuple[list[int], list[int]]] | None:
+    """A view's axes matched up, size-one axes left out: each group of input axes with the
+    group of output axes of the same product, in order (``(B, T, C) -> (B, T, H, D)`` is
+    ``[0]-[0], [1]-[1], [2]-[2, 3]``); ``None`` where the sizes do not line up."""
     keep_a = [i for i, p in enumerate(a_pairs) if p[0] != 1]
     keep_b = [j for j, p in enumerate(b_pairs) if p[0] != 1]
-    i = j = 0
+    out, i, j = [], 0, 0
     while i < len(keep_a) and j < len(keep_b):
         gi, gj = [keep_a[i]], [keep_b[j]]
         pi, pj = a_pairs[gi[0]][0], b_pairs[gj[0]][0]
@@ -227,10 +227,18 @@ def _reshape_links(src: int, res: int, pairs, link) -> None:
                 gj.append(keep_b[j + len(gj)])
                 pj *= b_pairs[gj[-1]][0]
             else:
-                return
+                return None
+        out.append((gi, gj))
+        i, j = i + len(gi), j + len(gj)
+    return out
+
+
+def _reshape_links(src: int, res: int, pairs, link) -> None:
+    """A view keeps an axis where the sizes line up one to one (not where it splits or
+    merges): ``(B, T, C) -> (B, T, H, D)`` keeps ``B`` and ``T``."""
+    for gi, gj in view_groups(pairs[src], pairs[res]) or ():
         if len(gi) == 1 and len(gj) == 1:
             link(res, gj[0], src, gi[0])
-        i, j = i + len(gi), j + len(gj)
 
 
 def _kept_links(src: int, res: int, tensors, pairs, link) -> None:
@@ -248,7 +256,8 @@ def _kept_links(src: int, res: int, tensors, pairs, link) -> None:
             link(res, len(t) - back, src, len(s) - back)
 
 
-def _same(a: Pair, b: Pair) -> bool:
+def same_axis(a: Pair, b: Pair) -> bool:
+    """One axis by its sizes: equal in the trace and wherever both passes paired it."""
     return a[0] == b[0] and all(x == y or x is None or y is None for x, y in zip(a[1:], b[1:]))
 
 

@@ -31,7 +31,8 @@ from collections.abc import Mapping, Sequence
 
 from tracing.dims.evidence import Evidence
 from tracing.dims.letters import INPUT_LETTERS, LETTERS, Sized, expressions, letters_in, size_of
-from tracing.dims.links import Axes, axis_links
+from tracing.dims.links import Axes, axis_links, view_groups
+from tracing.dims.links import same_axis as _same  # one axis by its sizes in every pass
 from tracing.dims.rules import (
     BY_OP,
     CATS,
@@ -869,22 +870,11 @@ class _Namer:
         (``KV·D`` -> ``KV, D``; ``C`` -> ``H, D``), a merge multiplies (``B, T`` -> ``B·T``)."""
         in_pairs, out_pairs = self.pairs[src], self.pairs[rid]
         names = self._get(src)
-        keep_in = [i for i, p in enumerate(in_pairs) if p[0] != 1]
-        keep_out = [j for j, p in enumerate(out_pairs) if p[0] != 1]
         out: list[str | None] = [None] * len(out_pairs)
-        i = j = 0
-        while i < len(keep_in) and j < len(keep_out):
-            gi, gj = [keep_in[i]], [keep_out[j]]
-            pi, pj = in_pairs[gi[0]][0], out_pairs[gj[0]][0]
-            while pi != pj:
-                if pi < pj and i + len(gi) < len(keep_in):
-                    gi.append(keep_in[i + len(gi)])
-                    pi *= in_pairs[gi[-1]][0]
-                elif pj < pi and j + len(gj) < len(keep_out):
-                    gj.append(keep_out[j + len(gj)])
-                    pj *= out_pairs[gj[-1]][0]
-                else:
-                    return None
+        groups = view_groups(in_pairs, out_pairs)
+        if groups is None:
+            return None
+        for gi, gj in groups:
             parts = [names[g] for g in gi]
             if len(gi) == 1 and len(gj) == 1:
                 out[gj[0]] = parts[0]
@@ -901,7 +891,6 @@ class _Namer:
             elif all(parts):
                 for g, name in zip(gj, self._regroup(parts, [out_pairs[g] for g in gj])):
                     out[g] = name
-            i, j = i + len(gi), j + len(gj)
         return out
 
     def _repeated(self, src: int, rid: int) -> list[str | None]:
@@ -1125,12 +1114,6 @@ def _summed(names: list[str]) -> str:
         else:
             terms.append(f"{n}({name})" if any(ch in name for ch in "+-/") else f"{n}{name}")
     return "+".join(terms)
-
-
-def _same(a: Pair, b: Pair) -> bool:
-    """One axis by its sizes: equal in the real trace and, where both were paired, in the
-    second pass (an axis the second pass did not pair, inside a loop, has ``None``)."""
-    return a[0] == b[0] and all(x == y or x is None or y is None for x, y in zip(a[1:], b[1:]))
 
 
 def _factors(name: str) -> list[str]:

@@ -187,18 +187,10 @@ def tied_knobs(
         elif "·" in name and all(settable(x) for x in letters_in(name)):
             by_sig.setdefault(sig, []).append(name)  # a product of knobs set apart (H·D, C)
     ties = {sig: names for sig, names in by_sig.items() if len(names) > 1 and sig[0] > 1}
-    seen: set[tuple] = set()
     tied: set[str] = set()
-    for r in tensors:
-        other = inputs.shapes[r.id] if inputs else None
-        for i, size in enumerate(r.shape):
-            moved = other[i] if other is not None and len(other) == len(r.shape) else size
-            sig = (size, size if r.role in ("param", "buffer") else moved)
-            if sig in seen:
-                continue
-            seen.add(sig)
-            for name in ties.get(sig, ()):
-                tied.update(letters_in(name))
+    for sig in _axis_pairs(tensors, inputs):
+        for name in ties.get(sig, ()):
+            tied.update(letters_in(name))
     knobs: list[str] = []
     if isinstance(config, Mapping):  # a constructor's arguments: each is a size of the model
         sizes = {sig[0] for _, sig in table.every if sig[0] > 1}  # letters, 3C, D/2...
@@ -215,6 +207,19 @@ def tied_knobs(
             if knob is not None and knob not in knobs:
                 knobs.append(knob)
     return knobs
+
+
+def _axis_pairs(tensors: Sequence[TensorRecord], inputs: Pass | None) -> set[tuple]:
+    """Every distinct ``(size in the trace, size in the inputs pass)`` of an axis (a
+    parameter's never moves; an unpaired tensor's counts as unmoved)."""
+    out: set[tuple] = set()
+    for r in tensors:
+        other = inputs.shapes[r.id] if inputs else None
+        paired = other is not None and len(other) == len(r.shape)
+        fixed = r.role in ("param", "buffer")
+        for i, size in enumerate(r.shape):
+            out.add((size, size if fixed or not paired else other[i]))
+    return out
 
 
 def _origin_letters(origin: str, evidence: Evidence) -> list[str]:
@@ -318,17 +323,11 @@ def unnamed_knobs(tensors: Sequence[TensorRecord], evidence: Evidence, config: A
     sizes1 = {k: v.size for k, v in evidence.letters.items()}
     inputs = evidence.inputs
     table = Table([sizes1, inputs.sizes if inputs else None])
-    open_sizes: set[int] = set()
-    seen: set[tuple] = set()
-    for r in tensors:
-        other = inputs.shapes[r.id] if inputs else None
-        for i, size in enumerate(r.shape):
-            moved = other[i] if other is not None and len(other) == len(r.shape) else size
-            pair = (size, size if r.role in ("param", "buffer") else moved)
-            if size > 1 and pair not in seen:
-                seen.add(pair)
-                if not any(c in LETTERS for c in table.candidates(pair)):
-                    open_sizes.add(size)  # no letter fits it (an expression may: 2KV)
+    open_sizes = {  # no letter fits it (an expression may: 2KV)
+        pair[0]
+        for pair in _axis_pairs(tensors, inputs)
+        if pair[0] > 1 and not any(c in LETTERS for c in table.candidates(pair))
+    }
     text = text_config(config)
     try:
         fields = dict(text) if isinstance(text, Mapping) else dict(vars(text))
