@@ -54,6 +54,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import signal
 import statistics
 import sys
@@ -64,6 +65,8 @@ from pathlib import Path
 import torch
 
 import tracing
+
+os.environ.setdefault("SCRATCHFORMER_DIMS_STRICT", "1")  # a fault in naming is counted
 
 B, T = 3, 11
 SIZES = dict(C=96, H=6, KV=2, D=16, F=200, V=101)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import os
 import sys
 import time
 from pathlib import Path
@@ -29,6 +30,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import bench_dims_architectures as survey
 
 import tracing
+
+os.environ.setdefault("SCRATCHFORMER_DIMS_STRICT", "1")  # a fault in naming is counted
 
 VARIANTS = {
     "T == D": {"T": 16},

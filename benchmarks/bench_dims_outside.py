@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import re
 import sys
 import time
@@ -66,6 +67,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import outside_models as zoo
 
 import tracing
+
+os.environ.setdefault("SCRATCHFORMER_DIMS_STRICT", "1")  # a fault in naming is counted
 from tracing.analysis.attention_maps import attention_map_records
 
 STANDARD = ("B", "T", "C", "H", "KV", "D", "F", "V", "N")

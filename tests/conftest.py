@@ -16,6 +16,7 @@ import sys
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("PYQTGRAPH_QT_LIB", "PySide6")
+os.environ.setdefault("SCRATCHFORMER_DIMS_STRICT", "1")  # a fault in naming fails the test
 
 import pytest
 import torch

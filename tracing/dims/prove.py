@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import time
+import warnings
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -81,8 +83,17 @@ def name_trace(
             meta[k] = dict(v) if isinstance(v, dict) else list(v)
         meta["dims_evidence"] = dict(meta["dims_evidence"], reused=True)
         return [_with_dims(r, n, w) for (n, w), r in zip(names, tensors)]
-    evidence = gather(subject, steps, tensors, shapes_pass, naming)
-    named, dim_letters = name_axes(steps, tensors, evidence)
+    try:
+        evidence = gather(subject, steps, tensors, shapes_pass, naming)
+        named, dim_letters = name_axes(steps, tensors, evidence)
+    except Exception as exc:  # a fault in naming never costs the user the trace itself
+        if os.environ.get("SCRATCHFORMER_DIMS_STRICT"):
+            raise
+        problem = f"axis names not computed: {type(exc).__name__}: {exc}"
+        warnings.warn(problem, RuntimeWarning, stacklevel=2)
+        meta.setdefault("notes", []).append(problem)
+        meta["dims_evidence"] = {"naming": naming, "error": problem}
+        return tensors
     meta["dims"] = {k: v.size for k, v in evidence.letters.items()}
     meta["dim_letters"] = dim_letters
     meta["dims_evidence"] = dict(evidence.info, seconds=round(time.perf_counter() - started, 6))
