@@ -9,7 +9,8 @@
   128). Each pass keeps the letter sizes it ran with and, per tensor of the real trace, its
   shape there (:mod:`tracing.dims.align`). An axis is what moves with it.
 - **Declarations**: per module path, the letter sizes its own attributes declare
-  (``self.num_heads = 4``), and each parameter's path.
+  (``self.num_heads = 4``); each parameter's path; and, for torch's own layers, which of
+  the layer's attributes sizes each axis of its parameters (:mod:`tracing.dims.contracts`).
 
 Gathering runs the model (the passes); naming (:func:`tracing.dims.naming.name_axes`) only
 reads what is gathered here.
@@ -21,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracing.dims.contracts import Contract
 from tracing.dims.letters import Sized
 
 
@@ -59,6 +61,7 @@ class Evidence:
     inputs: Pass | None = None  # the inputs pass, if it ran
     knobs: list[Pass] = field(default_factory=list)  # one pass per config knob moved
     attributes: dict[str, dict[str, int]] = field(default_factory=dict)
+    contracts: dict[str, tuple[Contract | None, ...]] = field(default_factory=dict)
     param_paths: Mapping[int, str] = field(default_factory=dict)
     unread: dict[str, Sized] = field(default_factory=dict)  # whose knob passes moved no axis
     notes: list[str] = field(default_factory=list)

@@ -220,6 +220,7 @@ class _Namer:
         self.written: dict[str, str] = {}  # letter -> where the source passes its size
         self.unread: set[str] = set()  # letters whose every knob pass moved no axis
         self.shaped: dict[str, tuple[str, str]] = {}  # letter -> (module, attribute) sizing it
+        self.contracts: Mapping[str, tuple] = {}  # parameter path -> what sizes each axis
         self._why, self._declared_by, self._data = "", "", False
         self._comments: dict[str, Dims | None] = {}
         # decide() is a pure function of its question (and of the tables above, fixed
@@ -238,6 +239,7 @@ class _Namer:
                 path = self.paths.get(rid, "")
                 self.name(rid, [None] * len(record.shape), path, "", leaf=True)
                 self._anchor(rid, path)
+                self._contract(rid, path)
         for step in self.steps:
             if step.kind == "backward":
                 continue
@@ -265,6 +267,30 @@ class _Namer:
                 continue
             if shape[axis] == self.table.sizes1.get(letter) and _constant(self.pairs[rid][axis]):
                 self._rename(rid, axis, letter, f"declared {where}.{attr}")
+
+    def _contract(self, rid: int, path: str) -> None:
+        """A torch layer's parameter, axis by axis as its documentation says
+        (:mod:`tracing.dims.contracts`): an axis its ``hidden_size`` sizes is the letter
+        that attribute spells (``C``; ``4C`` for four gates stacked), proven at any sizes;
+        one its ``input_size`` sizes is no letter's, whatever a size that matched said."""
+        contract = self.contracts.get(path)
+        if contract is None:
+            return
+        module = path.rpartition(".")[0]
+        names = self.names[rid] or ("?",) * len(contract)
+        proofs = self.why[rid] or ("",) * len(contract)
+        for axis, part in enumerate(contract):
+            if part is None:
+                continue
+            letter = _spelled_by(part.attr)
+            pair = self.pairs[rid][axis]
+            if letter is not None and self.table.sizes1.get(letter) == part.size:
+                name = letter if part.times == 1 else f"{part.times}{letter}"
+                proven = proofs[axis].startswith(("moved", "input"))
+                if _constant(pair) and not (proven and names[axis] == name):
+                    self._rename(rid, axis, name, f"declared {module}.{part.attr}")
+            elif names[axis] != "?" and not proofs[axis].startswith(("moved", "input")):
+                self._rename(rid, axis, "?", "")  # sized by an attribute no letter spells
 
     def join(self, links) -> list[Dims | None]:
         """Names given across the axes the ops say are one (:mod:`tracing.dims.links`):
@@ -580,6 +606,21 @@ class _Namer:
                 if where.get(sub) in (None, "?"):
                     where[sub] = name
         return [where.get(sub) for sub in found[1]]
+
+    def _rule_recurrent(self, step: Step, k: int, rid: int, n: int):
+        x, rest = step.inputs[0], step.inputs[1:]
+        hh = [i for i in rest if _param_name(self.paths.get(i, "")).startswith("weight_hh_l")]
+        states = [i for i in rest if i not in self.paths and self.tensors[i].shape]
+        if not hh or len(self.tensors[hh[-1]].shape) != 2:
+            return None
+        width, size = self._get(hh[-1])[1], self.tensors[hh[-1]].shape[1]
+        last = self.tensors[rid].shape[-1]
+        if k == 0:
+            both = f"2{width}" if width not in (None, "?") and last == 2 * size else None
+            return [*self._get(x)[: n - 1], width if last == size else both]
+        if k - 1 >= len(states) or self.tensors[states[k - 1]].shape != self.tensors[rid].shape:
+            return None
+        return [*self._get(states[k - 1])[:-1], width if last == size else None]
 
     def _rule_moved(self, step: Step, k: int, rid: int, n: int):
         primary = self._primary(step)
@@ -1067,6 +1108,17 @@ _SHAPE_AXES = {
 """Which axis of a layer's parameter a shape attribute sizes (``nn.Linear.weight`` is
 ``(out_features, in_features)``, ``nn.Embedding.weight`` ``(num_embeddings, embedding_dim)``)."""
 
+
+def _param_name(path: str) -> str:
+    """A parameter's own name, past its module's path (``rnn.weight_hh_l0`` -> ``weight_hh_l0``)."""
+    return path.rpartition(".")[2]
+
+
+def _spelled_by(attribute: str) -> str | None:
+    """The letter a module attribute spells (``hidden_size`` -> ``C``), or ``None``."""
+    return next((k for k, spec in LETTERS.items() if attribute in spec.attrs), None)
+
+
 _INDEX = re.compile(r"\.\d+(?=\.|$)")
 
 
@@ -1209,6 +1261,7 @@ def name_axes(
     first = next((r.id for r in tensors if r.role == "input"), None)
     namer = _Namer(steps, tensors, table, pairs, evidence.param_paths, evidence.attributes)
     namer.unread = set(evidence.unread)
+    namer.contracts = evidence.contracts
     namer.shaped = {  # F from layers.0.linear1.out_features: that module declares it
         k: tuple(v.origin.removeprefix("layer shape ").rsplit(".", 1))
         for k, v in letters.items()

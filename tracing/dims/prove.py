@@ -38,6 +38,7 @@ import torch
 
 from tracing.dims import passes as passes_mod
 from tracing.dims.align import aligned_shapes, step_kind
+from tracing.dims.contracts import layer_contracts
 from tracing.dims.evidence import Evidence, Pass, Subject
 from tracing.dims.letters import (
     INPUT_LETTERS,
@@ -122,6 +123,7 @@ def gather(
     evidence = Evidence(
         letters=letters,
         attributes=attribute_letters(subject.model),
+        contracts=layer_contracts(subject.model),
         param_paths=dict(subject.param_paths),
         info={"naming": naming},
     )

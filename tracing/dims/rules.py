@@ -20,6 +20,7 @@ SPLITS = frozenset({"split", "chunk", "tensor_split", "split_with_sizes"})
 MATMULS = frozenset({"matmul", "bmm", "baddbmm"})
 CONVS = frozenset({"conv1d", "conv2d", "conv3d"})
 CATS = frozenset({"cat", "concat", "concatenate"})
+RECURRENT = frozenset({"lstm", "gru", "rnn_tanh", "rnn_relu"})  # torch's recurrent layers
 MOVES_AXES = frozenset(  # ops whose output axes are their input's, moved or with 1s added
     {"unsqueeze", "squeeze", "expand", "expand_as", "permute", "movedim", "repeat", "unbind"}
 )
@@ -66,6 +67,9 @@ RULES: tuple[Rule, ...] = (
          "a complex axis is 2 real numbers, and back", "_rule_complex"),
     Rule("repeat", frozenset({"repeat"}),
          "an axis repeated k times is k times its name", "_rule_repeated"),
+    Rule("recurrent", RECURRENT,
+         "the output's steps are the input's, its width the hidden-to-hidden weight's columns "
+         "(twice, both ways); the final states keep the initial states' axes", "_rule_recurrent"),
 )  # fmt: skip
 """Every rule, in the order the walk tries them."""
 

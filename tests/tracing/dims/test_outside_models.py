@@ -275,6 +275,17 @@ def test_lstm_lm_hidden_and_logits_when_vocab_equals_hidden():
     assert weight == ("V", hidden)
 
 
+def test_lstm_input_weight_is_not_named_by_a_hidden_width_it_equals():
+    """``nn.LSTM`` declares ``input_size`` and ``hidden_size``: at 40 == 40 its documented
+    shapes still say which axis is which, so the input weight's columns are not ``C``."""
+    distinct = param(trace_lstm(), "rnn").dims  # weight_ih_l0: (4·hidden, input)
+    same = param(trace_lstm(embed=40), "rnn").dims
+    assert distinct is None or distinct[1] == "?"  # no letter declares the input width
+    assert same is None or same[1] == "?"
+    for embed in (24, 40):  # weight_hh_l0: (4 gates · hidden_size, hidden_size)
+        assert param(trace_lstm(embed=embed), "rnn", 1).dims == ("4C", "C")
+
+
 @issue("the embedding width reads ? at 24 and the hidden's name at 40 == hidden")
 def test_lstm_lm_embedding_width_keeps_its_name_when_it_equals_the_hidden():
     distinct = lstm_names(trace_lstm())[0]
@@ -343,7 +354,6 @@ def test_einsum_attention_names_are_the_same_when_tokens_equal_head_width():
     assert [r.dims for r in distinct.tensors] == [r.dims for r in same.tensors]
 
 
-@issue("the heads of an einsum attention read ? although it declares heads")
 def test_einsum_attention_map_reads_b_h_t_t():
     trace = trace_einsum()
     assert output(trace, "attn", "einsum").dims == ("B", "H", "T", "T")

@@ -10,6 +10,7 @@ alone would be ``?`` (or wrong), and the rule must carry it from the input's axi
 from __future__ import annotations
 
 from tracing.dim_legend import proof_text
+from tracing.dims.contracts import Contract
 from tracing.dims.evidence import Evidence, Pass
 from tracing.dims.letters import Sized
 from tracing.dims.naming import name_axes
@@ -29,6 +30,7 @@ class Walk:
         self.tensors: list[TensorRecord] = []
         self.other: list[tuple[int, ...] | None] = []
         self.paths: dict[int, str] = {}
+        self.contracts: dict = {}  # parameter path -> what sizes each axis (torch's layers)
 
     def tensor(self, shape, other=None, role=None, producer=None) -> int:
         rid = len(self.tensors)
@@ -62,7 +64,9 @@ class Walk:
         if "T" in self.sizes:
             letters["T"] = Sized(self.sizes["T"], "input: the first input's axis 1")
         inputs = Pass("inputs", "device", {**self.sizes, **self.moved}, self.other)
-        evidence = Evidence(letters=letters, inputs=inputs, param_paths=self.paths)
+        evidence = Evidence(
+            letters=letters, inputs=inputs, param_paths=self.paths, contracts=self.contracts
+        )
         named, _ = name_axes(self.steps, self.tensors, evidence)
         return [r.dims for r in named]
 
@@ -208,3 +212,27 @@ def test_unsqueeze_and_squeeze_keep_the_order_of_the_axes_bigger_than_one():
     z = w.op("squeeze", [y], [(2, 5, 12)], [None], text="y.squeeze(1)")
     names = w.names()
     assert names[y] == ("B", "1", "T", "C") and names[z] == ("B", "T", "C")
+
+
+def test_a_recurrent_layer_names_its_weights_by_its_contract_and_carries_its_width():
+    """An LSTM whose input is as wide as its hidden state (12 == C): the input weight's
+    columns are ``input_size`` (no letter), whatever the size says; the hidden weight's are
+    ``hidden_size`` (``C``) and its rows the 4 gates (``4C``); the output's width and the
+    final state's are the hidden weight's columns, its steps and batch the input's."""
+    w = Walk()
+    x = w.input((2, 5, 12), (3, 9, 12))
+    h0 = w.op("zeros", [], [(1, 2, 12)], [(1, 3, 12)], text="torch.zeros(1, b, hidden)")
+    ih, hh = w.param((48, 12), "rnn.weight_ih_l0"), w.param((48, 12), "rnn.weight_hh_l0")
+    gates, hidden = Contract("hidden_size", 12, 4), Contract("hidden_size", 12)
+    w.contracts = {
+        "rnn.weight_ih_l0": (gates, Contract("input_size", 12)),
+        "rnn.weight_hh_l0": (gates, hidden),
+    }
+    out, h_n = w.op("lstm", [x, h0, ih, hh], [(2, 5, 12), (1, 2, 12)], [(3, 9, 12), (1, 3, 12)])
+    names = w.names()
+    assert names[ih] == ("4C", "?")
+    assert names[hh] == ("4C", "C")
+    assert names[out] == ("B", "T", "C")
+    assert names[h_n][1:] == ("B", "C")
+    w.contracts = {}  # without the contract: the same weight by its size alone
+    assert w.names()[ih] != ("4C", "?")
