@@ -81,7 +81,7 @@ STANDARD = ("B", "T", "C", "H", "KV", "D", "F", "V", "N")
 def _vit_truth(s: dict) -> dict:
     p = (s["img"] // s["patch"]) ** 2
     d = s["C"] // s["H"]
-    return dict(B=s["B"], C=s["C"], H=s["H"], KV=s["H"], D=d, F=s["F"], T={p, p + 1},
+    return dict(B=s["B"], C=s["C"], H=s["H"], KV=s["H"], D=d, F=s["F"], T={p, p + 1}, Tk=p + 1,
                 N={p, p + 1}, image_size=s["img"], img_size=s["img"], patch_size=s["patch"],
                 in_chans=3, channels=3, num_classes=s["classes"], embed_dim=s["C"],
                 num_heads=s["H"], head_dim=d, mlp_dim=s["F"], num_patches=p,

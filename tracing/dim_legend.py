@@ -193,6 +193,8 @@ PROOFS = {
     "declared": "declared by {via}, the only name of its size",
     "same": "the same axis as tensor {via}'s, which an op joins it to, proven there",
     "sum": "the sum of the named parts a {via} cuts it into",
+    "rest": "the whole of a {via} less its other named parts",
+    "attended": "the keys of attention map {via}: a softmax over them weighs the values",
     "words": "the words of its module or line; no pass tells it from another name",
 }
 """What each proof code of ``TensorRecord.why`` (``tracing.dims``) says."""

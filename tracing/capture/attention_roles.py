@@ -17,7 +17,9 @@ settles it:
   :func:`tracing.analysis.attention_maps.attention_maps`'s.
 
 An axis is a position when its name moves with the input tokens (``T``, ``T+P``,
-``Pr+T``) or when nothing is known of it (``?``, or ``1``: a single query while generating).
+``Pr+T``), when it is the tokens an attention is proven to attend over (``Tk``: a vision
+transformer's patches), or when nothing is known of it (``?``, or ``1``: a single query
+while generating).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ FLAT_HEADS = "B·H"
 ONE_HEAD = "B"
 """The first axis of a rank-3 map with a single head: the batch alone, ``(B, T, S)``."""
 
-_POSITION_LETTERS = INPUT_LETTERS | {"Pr"}
+_POSITION_LETTERS = INPUT_LETTERS | {"Pr", "Tk"}  # Tk: the keys a map is proven to attend
 
 
 def moves_with_tokens(name: str) -> bool:

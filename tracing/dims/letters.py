@@ -341,6 +341,11 @@ LETTERS: dict[str, Letter] = {
         ("vocab_size",),
         "vocab",
     ),
+    "Tk": Letter(
+        "tokens an attention attends over (its keys), where no input's tokens give them: a"
+        " vision transformer's patches and class token",
+        family="position",
+    ),
     "N": Letter(
         "context length: rows of a position table",
         ("max_position_embeddings", "n_positions", "n_ctx", "block_size", "max_seq_len", "max_len"),

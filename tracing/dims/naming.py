@@ -300,10 +300,17 @@ class _Namer:
         classes = Axes(links).classes()
         self._fill(classes)
         for _ in range(3):  # a part proven gives a whole, which may prove another class
-            if not (self._sum_parts() | self._halves()):
+            if not (self._sum_parts() | self._halves() | self._cat_rest()):
                 break
             self._fill(classes)
         return self.final
+
+    def rename_if_unnamed(self, rid: int, axis: int, name: str, why: str) -> None:
+        """Name one axis that the walk left ``?`` (and only such an axis)."""
+        names = self.names[rid]
+        axis %= len(self.tensors[rid].shape)
+        if names is None or names[axis] == "?":
+            self._rename(rid, axis, name, why)
 
     def _halves(self) -> bool:
         """The two equal parts of a ``cat`` whose axis is named ``X``, left ``?``: ``X/2``
@@ -327,6 +334,38 @@ class _Namer:
             letter = re.fullmatch(r"[A-Za-z][A-Za-z_]*", whole or "") and whole in LETTERS
             if mine == "?" and letter and self.table.fits(half, self.pairs[a][cut[0]]):
                 self._rename(a, cut[0], half, f"sum {step.op}")
+                done = True
+        return done
+
+    def _cat_rest(self) -> bool:
+        """The one part of a ``cat`` left ``?`` beside named parts, whose whole is a letter
+        ``X``: ``X`` less the others (a vision transformer's patches beside its class token
+        are ``Tk-1``, where ``Tk`` is proven by its attention)."""
+        done = False
+        for step in self.steps:
+            if step.kind != "op" or step.op not in CATS or len(step.outputs) != 1:
+                continue
+            res, parts = step.outputs[0], list(dict.fromkeys(step.inputs))
+            if len(parts) != len(step.inputs) or self.names[res] is None:
+                continue
+            shape = self.tensors[res].shape
+            if any(len(self.tensors[p].shape) != len(shape) for p in parts):
+                continue
+            cut = [a for a in range(len(shape)) if any(
+                self.tensors[p].shape[a] != shape[a] for p in parts)]  # fmt: skip
+            if len(cut) != 1:
+                continue
+            a, whole = cut[0], self.names[res][cut[0]]
+            names = [(self.names[p] or ("?",) * len(shape))[a] for p in parts]
+            unknown = [p for p, n in zip(parts, names) if n == "?"]
+            known = [n for n in names if n != "?"]
+            if len(unknown) != 1 or whole not in LETTERS or not all(map(_named, known)):
+                continue
+            if any(_is_slice(n) for n in known):
+                continue
+            rest = f"{whole}-{_summed(known)}" if len(known) == 1 else None
+            if rest and self.table.fits(rest, self.pairs[unknown[0]][a]):
+                self._rename(unknown[0], a, rest, f"rest {step.op}")
                 done = True
         return done
 
@@ -1109,6 +1148,19 @@ _SHAPE_AXES = {
 ``(out_features, in_features)``, ``nn.Embedding.weight`` ``(num_embeddings, embedding_dim)``)."""
 
 
+def _attended(tensors: Sequence[TensorRecord], pairs, table: Table) -> list[int]:
+    """The attention maps (``role == "attention"``, ``(B, H, queries, keys)``) whose keys no
+    letter fits: their last axis is, by what the map does (a softmax over it, contracted
+    with the values), the tokens it attends over. ``[]`` where there is none, or where
+    the keys of two such maps differ in size in some pass (one letter has one size)."""
+    maps = [
+        r.id
+        for r in tensors
+        if r.role == "attention" and len(r.shape) == 4 and not table.candidates(pairs[r.id][-1])
+    ]
+    return maps if len({pairs[rid][-1] for rid in maps}) == 1 else []
+
+
 def _param_name(path: str) -> str:
     """A parameter's own name, past its module's path (``rnn.weight_hh_l0`` -> ``weight_hh_l0``)."""
     return path.rpartition(".")[2]
@@ -1255,9 +1307,16 @@ def name_axes(
     letters = evidence.letters
     sizes1 = {k: v.size for k, v in letters.items()}
     inputs, knobs = evidence.inputs, evidence.knobs
-    table = Table([sizes1, inputs.sizes if inputs else None, *(k.sizes for k in knobs)])
+    sizes = [sizes1, inputs.sizes if inputs else None, *(k.sizes for k in knobs)]
+    table = Table(sizes)
     passes = [inputs, *knobs]
     pairs = [_pairs(r, [p.shapes[r.id] if p else None for p in passes]) for r in tensors]
+    attended = _attended(tensors, pairs, table)
+    if attended:  # Tk: sized by the keys of the attention maps, in every pass
+        pair = pairs[attended[0]][-1]
+        sizes = [d if d is None or n is None else {**d, "Tk": n} for d, n in zip(sizes, pair)]
+        table = Table(sizes)
+        letters = {**letters, "Tk": Sized(pair[0], f"attended: the keys of #{attended[0]}")}
     first = next((r.id for r in tensors if r.role == "input"), None)
     namer = _Namer(steps, tensors, table, pairs, evidence.param_paths, evidence.attributes)
     namer.unread = set(evidence.unread)
@@ -1273,6 +1332,8 @@ def name_axes(
         if v.origin.startswith(("source:", "config.")) and not table.moved_by(k)
     }
     names = namer.run(first if "B" in sizes1 else None)
+    for rid in attended:
+        namer.rename_if_unnamed(rid, -1, "Tk", f"attended #{rid}")
     names = namer.join(axis_links(steps, tensors, pairs, namer.names))
     out = [_with_dims(r, n, w if n else None) for n, w, r in zip(names, namer.why, tensors)]
     return out, _used_letters(names, letters, table, evidence)

@@ -52,6 +52,6 @@ def test_the_width_is_proven_by_its_argument():
     bare = vit_trace(patch_size=4, num_heads=6, rebuild=False)
     built = vit_trace(patch_size=4, num_heads=6, rebuild=True)
     assert output(bare, "blocks.1", "add", 1).dims[2] == "?"
-    assert output(built, "blocks.1", "add", 1).dims == ("B", "?", "C")
+    assert output(built, "blocks.1", "add", 1).dims == ("B", "Tk", "C")  # Tk: attended
     assert param(built, "patch_embed.proj").dims[0] == "C"
     assert built.meta["dim_letters"]["C"]["origin"] == "config.embed_dim"
