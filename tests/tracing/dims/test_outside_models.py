@@ -287,9 +287,7 @@ def test_lstm_input_weight_is_not_named_by_a_hidden_width_it_equals():
         assert param(trace_lstm(embed=embed), "rnn", 1).dims == ("4C", "C")
 
 
-@issue(
-    "the embedding width reads ? at every size: no letter declares it (with a rebuild its knob names it)"
-)
+@issue("the embedding width reads ? at every size: no letter declares it (a rebuild names it)")
 def test_lstm_lm_embedding_width_keeps_its_name_when_it_equals_the_hidden():
     distinct = lstm_names(trace_lstm())[0]
     same = lstm_names(trace_lstm(embed=40))[0]
