@@ -7,7 +7,8 @@ The transformers survey (``bench_dims_architectures.py``) only sees Hugging Face
 one set of sizes. This one traces models people write elsewhere (``outside_models.py``): a
 vision transformer (timm-style fused q/k/v, and one on ``nn.MultiheadAttention``), an LSTM
 and a GRU language model, attention written with einsum, the tutorial's classes and nanoGPT
-(``tests/helpers/models``), ``nn.TransformerEncoderLayer`` and ``nn.TransformerDecoder``,
+(``tests/helpers/models``), ``nn.TransformerEncoderLayer`` (batch first, and in torch's
+default layout, tokens first: ``(T, B)`` ids) and ``nn.TransformerDecoder``,
 and, where installed for the benchmark only, x-transformers, litgpt and timm's ViT (install
 them with ``--no-deps``, see below; an absent one is skipped). Each is traced at sizes that
 all differ, then again with two sizes made equal (patches == head width, vocab == hidden,
@@ -176,6 +177,9 @@ CASES = [
           "V == F": dict(V=384)}),
     Case("torch-encoder", zoo.torch_layers, {k: v for k, v in LM.items() if k != "N"},
          lambda s: _lm_truth(s, **TORCH_KNOBS),
+         {k: v for k, v in LM_VARIANTS.items() if k != "V == C"}),
+    Case("torch-tokens-first", lambda s: zoo.torch_layers(s, "tokens first"),
+         {k: v for k, v in LM.items() if k != "N"}, lambda s: _lm_truth(s, **TORCH_KNOBS),
          {k: v for k, v in LM_VARIANTS.items() if k != "V == C"}),
     Case("torch-decoder", lambda s: zoo.torch_layers(s, "decoder"),
          {k: v for k, v in LM.items() if k != "N"}, lambda s: _lm_truth(s, **TORCH_KNOBS),

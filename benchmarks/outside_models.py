@@ -187,18 +187,21 @@ def einsum_lm(s: dict):
 
 
 class EncoderLM(nn.Module):
-    """``nn.TransformerEncoderLayer`` (batch first, causal mask) between embedding and head."""
+    """``nn.TransformerEncoderLayer`` (causal mask) between embedding and head; batch first,
+    or in torch's default layout, tokens first: ``ids`` is then ``(T, B)``."""
 
-    def __init__(self, vocab_size, d_model, nhead, dim_feedforward, num_layers=2):
+    def __init__(self, vocab_size, d_model, nhead, dim_feedforward, num_layers=2,
+                 batch_first=True):  # fmt: skip
         super().__init__()
         self.embed = nn.Embedding(vocab_size, d_model)
         layer = nn.TransformerEncoderLayer(d_model, nhead, dim_feedforward, dropout=0.0,
-                                           batch_first=True)  # fmt: skip
+                                           batch_first=batch_first)  # fmt: skip
         self.encoder = nn.TransformerEncoder(layer, num_layers, enable_nested_tensor=False)
         self.lm_head = nn.Linear(d_model, vocab_size)
+        self.tokens_axis = 1 if batch_first else 0
 
     def forward(self, ids):
-        mask = nn.Transformer.generate_square_subsequent_mask(ids.shape[1])
+        mask = nn.Transformer.generate_square_subsequent_mask(ids.shape[self.tokens_axis])
         return self.lm_head(self.encoder(self.embed(ids), mask=mask, is_causal=True))
 
 
@@ -220,6 +223,9 @@ class DecoderLM(nn.Module):
 
 
 def torch_layers(s: dict, kind="encoder"):
+    if kind == "tokens first":
+        model = EncoderLM(s["V"], s["C"], s["H"], s["F"], batch_first=False)
+        return model, (torch.randint(0, s["V"], (s["T"], s["B"])),)
     cls = EncoderLM if kind == "encoder" else DecoderLM
     return cls(s["V"], s["C"], s["H"], s["F"]), (torch.randint(0, s["V"], (s["B"], s["T"])),)
 

@@ -184,6 +184,7 @@ def dims_hover(
 
 PROOFS = {
     "input": "the first input's axes: B, then T",
+    "tokens": "the first input's axes, tokens first: attention map {via} attends over axis 0",
     "carried": "carried by {via} from its input's axis",
     "written": "written on its source line (a shape comment, a number it passes)",
     "one": "size 1",

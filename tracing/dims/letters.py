@@ -44,8 +44,10 @@ class Letter:
 
 
 LETTERS: dict[str, Letter] = {
-    "B": Letter("batch: the first input's axis 0", family="input"),
-    "T": Letter("time: tokens of the first input (its axis 1)", family="input"),
+    "B": Letter(
+        "batch: the first input's axis 0 (1 where it is laid out tokens first)", family="input"
+    ),
+    "T": Letter("time: tokens of the first input (its axis 1, or 0 tokens first)", family="input"),
     "P": Letter("past: cached tokens before this call's T", family="input"),
     "Pr": Letter(
         "prompt: learned tokens the model puts before T", ("prompt_length",), (), "prompt"

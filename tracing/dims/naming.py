@@ -1335,8 +1335,47 @@ def name_axes(
     for rid in attended:
         namer.rename_if_unnamed(rid, -1, "Tk", f"attended #{rid}")
     names = namer.join(axis_links(steps, tensors, pairs, namer.names))
-    out = [_with_dims(r, n, w if n else None) for n, w, r in zip(names, namer.why, tensors)]
+    whys = namer.why
+    keys = _tokens_first(tensors, names)
+    if keys is not None:  # the batch and the tokens of a sequence-first input, put right
+        names, whys, letters = _swap_batch_and_tokens(names, whys, letters, keys)
+    out = [_with_dims(r, n, w if n else None) for n, w, r in zip(names, whys, tensors)]
     return out, _used_letters(names, letters, table, evidence)
+
+
+def _tokens_first(tensors: Sequence[TensorRecord], names) -> int | None:
+    """The attention map that shows the first input is laid out tokens first, ``(T, B)``
+    (torch's own layers by default): ``B`` and ``T`` are named after the first input's
+    axes 0 and 1, and every map's keys — the tokens it attends over — read ``B``, its
+    batch axis ``T``. ``None`` where no map says so (or one says otherwise)."""
+    maps = [r.id for r in tensors if r.role == "attention" and len(r.shape) == 4 and names[r.id]]
+    if maps and all(names[m][0] == "T" and names[m][-1] == "B" for m in maps):
+        return maps[0]
+    return None
+
+
+_BATCH_OR_TOKENS = re.compile(r"(?<![A-Za-z_0-9])[BT](?![A-Za-z_0-9])")
+
+
+def _swap_batch_and_tokens(names, whys, letters: Mapping[str, Sized], keys: int):
+    """Every ``B`` read ``T`` and back (``B·T`` -> ``T·B``: the outer axis stays first);
+    the input's axes proven so by attention map ``keys``."""
+
+    def swap(name: str) -> str:
+        return _BATCH_OR_TOKENS.sub(lambda m: "T" if m.group() == "B" else "B", name)
+
+    names = [None if n is None else tuple(swap(x) for x in n) for n in names]
+    whys = [
+        None if w is None else tuple(f"tokens #{keys}" if x == "input" else x for x in w)
+        for w in whys
+    ]
+    letters = dict(letters)
+    b, t = letters.get("B"), letters.get("T")
+    said = f" (tokens first: the keys of attention map #{keys})"
+    if b is not None and t is not None:
+        letters["T"] = Sized(b.size, b.origin + said)
+        letters["B"] = Sized(t.size, t.origin + said)
+    return names, whys, letters
 
 
 def _with_dims(record: TensorRecord, dims: Dims | None, why=None) -> TensorRecord:

@@ -96,7 +96,7 @@ def name_trace(
         meta["dims_evidence"] = {"naming": naming, "error": problem}
         return tensors
     meta["dims"] = {k: v.size for k, v in evidence.letters.items()}
-    meta["dims"].update({k: v["size"] for k, v in dim_letters.items() if k not in meta["dims"]})
+    meta["dims"].update({k: v["size"] for k, v in dim_letters.items()})  # B, T put right
     meta["dim_letters"] = dim_letters  # with the letters naming found (Tk: attended keys)
     meta["dims_evidence"] = dict(evidence.info, seconds=round(time.perf_counter() - started, 6))
     filled = {k: meta[k] for k in ("dims", "dim_letters", "dims_evidence")}

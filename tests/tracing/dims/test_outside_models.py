@@ -20,6 +20,7 @@ import torch
 import torch.nn as nn
 
 import tracing
+from tracing.analysis.attention_maps import attention_map_records
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -388,3 +389,41 @@ def test_llama_3_70b_sizes_are_named_as_a_small_llama():
     )  # fmt: skip
     assert output(small, "model.rotary_emb", "cos").dims == ("1", "T", "D")
     assert [r.dims for r in released.tensors] == [r.dims for r in small.tensors]
+
+
+# --------------------------------------------------------------------------- tokens first
+
+
+class SequenceFirstLM(nn.Module):
+    """torch's own encoder layers in their default layout: ``(T, B, C)``, tokens first."""
+
+    def __init__(self, vocab=50, width=32, heads=4, ff=64, batch_first=False):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, width)
+        layer = nn.TransformerEncoderLayer(width, heads, ff, dropout=0.0, batch_first=batch_first)
+        self.enc = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = nn.Linear(width, vocab)
+        self.tokens_axis = 1 if batch_first else 0
+
+    def forward(self, ids):
+        mask = nn.Transformer.generate_square_subsequent_mask(ids.shape[self.tokens_axis])
+        return self.head(self.enc(self.emb(ids), mask=mask, is_causal=True))
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_a_tokens_first_input_reads_t_b_as_its_attention_shows(batch_first):
+    """B and T are not the first input's axes 0 and 1 by position: torch's default
+    ``(T, B)`` layout is read from what its attention attends over (the tokens)."""
+    torch.manual_seed(0)
+    ids = torch.randint(0, 50, (3, 11) if batch_first else (11, 3))  # 3 sequences of 11
+    trace = tracing.trace(SequenceFirstLM(batch_first=batch_first).eval(), ids, capture="shapes")
+    layout = ("B", "T") if batch_first else ("T", "B")
+    assert trace.tensor(0).dims == layout
+    assert output(trace, "emb", "embedding").dims == (*layout, "C")
+    maps = trace.attention_maps()
+    assert list(maps) == ["enc.layers.0.self_attn", "enc.layers.1.self_attn"]
+    for module, rid in attention_map_records(trace).items():
+        assert tuple(maps[module].shape) == (3, 4, 11, 11)
+        assert trace.tensor(rid).dims == ("B", "H", "T", "T")
+    assert (trace.meta["dims"]["B"], trace.meta["dims"]["T"]) == (3, 11)
+    assert output(trace, "head", "linear").dims[:2] == layout
