@@ -187,9 +187,9 @@ class Tracer:
         # does, it is paused while recording; reference counting still frees memory).
         # Paused before the wrappers are made: a full collection that the objects made
         # before the trace (the model's) have made due would otherwise fall on them, the
-        # first thing here that allocates. On exit the young generation is collected once,
-        # inside the trace call, so the caller's next allocation does not pay for it
-        # unseen (see __exit__).
+        # first thing here that allocates. On exit the trace's objects are made old at once,
+        # so that neither this call nor the caller's next allocation walks them (see
+        # __exit__).
         self._gc_paused = gc.isenabled()
         gc.disable()
         try:
@@ -233,8 +233,13 @@ class Tracer:
                 self._steps, self._tensors, self._ids = [], [], {}
             if self._gc_paused:
                 self._gc_paused = False
+                # the trace's new objects go straight to the oldest generation (freeze,
+                # then unfreeze: two list splices): a young collection would walk every
+                # one of them now, or on the caller's next allocation, for nothing — the
+                # trace keeps them. A full collection sees them as it sees any old object.
+                gc.freeze()
+                gc.unfreeze()
                 gc.enable()
-                gc.collect(0)  # the one pass over the trace's new objects, paid here
 
     def _exit(self, exc: BaseException | None, tb) -> bool:
         self._cleanup()
