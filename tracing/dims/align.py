@@ -66,3 +66,48 @@ def aligned_shapes(
                 if len(shape) == len(tensors[ra].shape):
                     out[ra] = shape
     return out
+
+
+def fill_repeats(
+    steps: Sequence[Step],
+    tensors: Sequence[TensorRecord],
+    shapes: list[tuple[int, ...] | None],
+    cut: tuple[str, int],
+) -> list[tuple[int, ...] | None]:
+    """``shapes`` where a pass stopped at layer ``cut`` of a stack (its later layers repeat
+    earlier ones: :func:`tracing.dims.passes.repeat_cut`): each later layer whose steps are
+    a run layer's again — the same ops on the same lines, with the same shapes in the real
+    trace (a sliding-window layer repeats the last sliding one) — takes that layer's shapes
+    in the pass, step by step. A layer like none that ran keeps ``None``: no evidence,
+    never a guess."""
+    stack, index = cut
+    prefix = f"{stack}." if stack else ""
+    layers: dict[int, list[Step]] = {}
+    for step in steps:
+        if step.kind == "backward" or not step.module.startswith(prefix):
+            continue
+        head, _, _ = step.module[len(prefix) :].partition(".")
+        if head.isdigit():
+            layers.setdefault(int(head), []).append(step)
+
+    def what(step: Step) -> tuple:
+        rest = step.module[len(prefix) :].partition(".")[2]
+        line = step.source.line if step.source is not None else None
+        outs = tuple(tensors[r].shape for r in step.outputs)
+        ins = tuple(tensors[r].shape for r in step.inputs)
+        return (step.kind, rest, step.op, line, outs, ins)
+
+    ran: dict[tuple, list[Step]] = {}  # each kind of layer the pass ran: its latest run
+    for k in sorted(layers):
+        if k < index:
+            ran[tuple(what(s) for s in layers[k])] = layers[k]
+    out = list(shapes)
+    for k, layer in layers.items():
+        source = ran.get(tuple(what(s) for s in layer)) if k >= index else None
+        if source is None:
+            continue
+        for mine, theirs in zip(layer, source):
+            for a, b in zip(mine.outputs, theirs.outputs):
+                if out[a] is None:
+                    out[a] = shapes[b]
+    return out

@@ -58,6 +58,7 @@ class Other:
     meta_failed: str | None = None  # why the meta device could not run it ("device" passes)
     partial: str | None = None  # the pass raised here, after its steps (a failing forward)
     twin: Any = None  # a knob pass's rebuilt model (its layer shapes give letter sizes)
+    cut: tuple[str, int] | None = None  # stopped at this layer of this stack: repeats after
 
 
 def in_pass() -> bool:
@@ -200,8 +201,10 @@ def run_other(
     few = None if t_few is None else (b2, t_few)
     if few is not None and _cheap_at(model, *few):
         # a short run for real: a handful of tokens costs less than meta's Python per op
-        # (and meta's first ops import torch._dynamo); the same steps where T is free
-        other, why = _on_device(model, args, kwargs, (b, t, *few), ops, shapes_pass)
+        # (and meta's first ops import torch._dynamo); the same steps where T is free. It
+        # stops where its layer stack only repeats layers it has run (repeat_cut)
+        cut = repeat_cut(model)
+        other, why = _on_device(model, args, kwargs, (b, t, *few), ops, shapes_pass, cut)
         if other is not None and not other.partial:
             other.seconds = round(time.perf_counter() - started, 6)
             per_model[key] = other
@@ -236,21 +239,96 @@ it): ``(model, run, train, ops) -> (steps, shapes per tensor id)``; a forward th
 part-way raises :class:`~tracing.errors.TraceError` with the trace so far."""
 
 
-def _traced(model, run, b2: int, t2: int, how: str, train: bool, ops: bool, shapes_pass) -> Other:
+def _traced(
+    model, run, b2: int, t2: int, how: str, train: bool, ops: bool, shapes_pass, cut=None
+) -> Other:
     token = _IN_PASS.set(True)
     partial = None
     try:
         try:
-            with _user_hooks_off(model), torch.no_grad():
+            with _user_hooks_off(model), _stop_at(model, cut), torch.no_grad():
                 steps, shapes = shapes_pass(model, run, train, ops)
+            cut = None  # the stack was not reached (another path): the whole forward ran
         except TraceError as e:  # a forward that raises: its steps up to there still count
             if not (e.trace and e.trace.steps):
                 raise
-            partial = f"{e.__cause__ or e}"[:200]
+            if not isinstance(e.__cause__ or e, RepeatsFollow):
+                partial, cut = f"{e.__cause__ or e}"[:200], None
             steps, shapes = list(e.trace.steps), [r.shape for r in e.trace.tensors]
     finally:
         _IN_PASS.reset(token)
-    return Other(b2, t2, how, steps, shapes, 0.0, partial=partial)
+    return Other(b2, t2, how, steps, shapes, 0.0, partial=partial, cut=cut)
+
+
+# --------------------------------------------------------------------------- repeats
+
+
+class RepeatsFollow(Exception):
+    """Raised by the inputs pass as it enters the layer of a stack from which every layer
+    repeats one it has run: their steps' shapes are those of the layer before
+    (:func:`tracing.dims.align.fill_repeats`), so running them again proves nothing new."""
+
+
+def repeat_cut(model: torch.nn.Module) -> tuple[str, int] | None:
+    """``(stack's path, index)``: the layer of the model's longest stack (a ``ModuleList``
+    or ``Sequential`` of three or more) where the inputs pass may stop. Every kind of layer
+    in the stack has run once before it, and the last kind twice (the layer before the cut
+    is the model for every layer after it). A layer's kind is its classes, parameter shapes
+    and plain attributes (a sliding-window layer is not a full one), less an attribute that
+    numbers the layers (``layer_idx``: another value in every layer). ``None``: no stack
+    saves a layer. Only for a forward that ends with its stack's output (the head's steps
+    after it are named from the ops)."""
+    best = None
+    for path, stack in model.named_modules():
+        if not isinstance(stack, torch.nn.ModuleList | torch.nn.Sequential) or len(stack) < 3:
+            continue
+        kinds = _layer_kinds(list(stack))
+        if kinds is None:
+            continue
+        last_new = max(kinds.index(k) for k in kinds)
+        cut = last_new + 2
+        if cut < len(stack) and (best is None or len(stack) - cut > best[2]):
+            best = (path, cut, len(stack) - cut)
+    return None if best is None else best[:2]
+
+
+def _layer_kinds(layers: list) -> list | None:
+    described = []
+    for layer in layers:
+        if not isinstance(layer, torch.nn.Module) or next(layer.parameters(), None) is None:
+            return None  # a stack of functions or of parameter-free modules: no layers
+        attrs = {}
+        for name, module in layer.named_modules():
+            for key, value in vars(module).items():
+                if not key.startswith("_") and isinstance(value, int | float | str | bool):
+                    attrs[(name, key)] = value
+        params = tuple((n, tuple(p.shape), p.dtype) for n, p in layer.named_parameters())
+        classes = tuple(type(m).__qualname__ for m in layer.modules())
+        described.append((attrs, classes, params))
+    counters = {  # an attribute with another value in every layer numbers them
+        key for key in described[0][0] if len({d[0].get(key) for d in described}) == len(described)
+    }
+    return [
+        (tuple(sorted((k, v) for k, v in a.items() if k not in counters)), c, p)
+        for a, c, p in described
+    ]
+
+
+@contextlib.contextmanager
+def _stop_at(model, cut: tuple[str, int] | None):
+    """The inputs pass stopped as it enters layer ``cut``."""
+    if cut is None:
+        yield
+        return
+
+    def stop(module, args):
+        raise RepeatsFollow(f"{cut[0]}.{cut[1]}")
+
+    handle = model.get_submodule(cut[0])[cut[1]].register_forward_pre_hook(stop)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 def _on_meta(
@@ -321,7 +399,9 @@ def _small_enough_to_run(model) -> bool:
     return True
 
 
-def _on_device(model, args, kwargs, sizes, ops, shapes_pass) -> tuple[Other | None, str | None]:
+def _on_device(
+    model, args, kwargs, sizes, ops, shapes_pass, cut=None
+) -> tuple[Other | None, str | None]:
     b, t, b2, t2 = sizes
     saved = _snapshot(model)
     rng = torch.random.get_rng_state()  # a forward that draws must not move the user's RNG
@@ -329,7 +409,7 @@ def _on_device(model, args, kwargs, sizes, ops, shapes_pass) -> tuple[Other | No
         rargs = _resize(args, b, t, b2, t2, meta=False)
         rkwargs = _resize(kwargs, b, t, b2, t2, meta=False)
         run = lambda: model(*rargs, **rkwargs)  # noqa: E731
-        return _traced(model, run, b2, t2, "device", False, ops, shapes_pass), None
+        return _traced(model, run, b2, t2, "device", False, ops, shapes_pass, cut), None
     except Exception as e:
         return None, _reason(e)
     finally:

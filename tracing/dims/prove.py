@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from tracing.dims import passes as passes_mod
-from tracing.dims.align import aligned_shapes, step_kind
+from tracing.dims.align import aligned_shapes, fill_repeats, step_kind
 from tracing.dims.contracts import layer_contracts
 from tracing.dims.evidence import Evidence, Pass, Subject
 from tracing.dims.letters import (
@@ -141,6 +141,9 @@ def gather(
         )
     else:
         shapes = aligned_shapes(steps, tensors, other.steps, other.shapes)
+        if other.cut is not None:  # it stopped where its stack only repeats: filled in
+            shapes = fill_repeats(steps, tensors, shapes, other.cut)
+            evidence.info["stopped_at"] = ".".join(map(str, other.cut))
         sizes2 = dict(sizes1, B=other.b)
         if "T" in sizes1:
             sizes2["T"] = other.t
