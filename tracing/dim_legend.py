@@ -194,6 +194,8 @@ PROOFS = {
     "declared": "declared by {via}, the only name of its size",
     "same": "the same axis as tensor {via}'s, which an op joins it to, proven there",
     "sum": "the sum of the named parts a {via} cuts it into",
+    "contracted": "the width over which the scores of attention map {via} pair each query "
+    "with each key: the head width",
     "rest": "the whole of a {via} less its other named parts",
     "attended": "the keys of attention map {via}: a softmax over them weighs the values",
     "words": "the words of its module or line; no pass tells it from another name",

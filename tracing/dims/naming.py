@@ -36,7 +36,9 @@ from tracing.dims.links import same_axis as _same  # one axis by its sizes in ev
 from tracing.dims.rules import (
     BY_OP,
     CATS,
+    MATMULS,
     MOVES_AXES,
+    RESHAPES,
     SPLITS,
     einsum_subscripts,
 )
@@ -300,7 +302,7 @@ class _Namer:
         classes = Axes(links).classes()
         self._fill(classes)
         for _ in range(3):  # a part proven gives a whole, which may prove another class
-            if not (self._sum_parts() | self._halves() | self._cat_rest()):
+            if not (self._sum_parts() | self._halves() | self._cat_rest() | self._products()):
                 break
             self._fill(classes)
         return self.final
@@ -335,6 +337,30 @@ class _Namer:
             if mine == "?" and letter and self.table.fits(half, self.pairs[a][cut[0]]):
                 self._rename(a, cut[0], half, f"sum {step.op}")
                 done = True
+        return done
+
+    def _products(self) -> bool:
+        """An axis left ``?`` that a ``view``/``reshape`` splits into named axes, or merges
+        from them: their product (``(B, T, 160) -> (B, T, H, D)``: the 160 are ``H·D``)."""
+        done = False
+        for step in self.steps:
+            if step.kind != "op" or step.op not in RESHAPES or len(step.outputs) != 1:
+                continue
+            src, res = self._primary(step), step.outputs[0]
+            if src is None or self.names[src] is None or self.names[res] is None:
+                continue
+            for gi, gj in view_groups(self.pairs[src], self.pairs[res]) or ():
+                for whole, parts, w, p in ((src, res, gi, gj), (res, src, gj, gi)):
+                    if len(w) != 1 or len(p) < 2 or self.names[whole][w[0]] != "?":
+                        continue
+                    names = [self.names[parts][j] for j in p]
+                    if not all(_named(n) and n != "1" and not _is_slice(n) for n in names):
+                        continue
+                    product = "·".join(f"({n})" if any(c in n for c in "+-/") else n
+                                       for n in names)  # fmt: skip
+                    if self.table.fits(product, self.pairs[whole][w[0]]):
+                        self._rename(whole, w[0], product, f"carried {step.op}")
+                        done = True
         return done
 
     def _cat_rest(self) -> bool:
@@ -1161,6 +1187,59 @@ def _attended(tensors: Sequence[TensorRecord], pairs, table: Table) -> list[int]
     return maps if len({pairs[rid][-1] for rid in maps}) == 1 else []
 
 
+_ELEMENTWISE = frozenset(
+    {"mul", "div", "add", "sub", "masked_fill", "where", "to", "float", "tanh", "clamp",
+     "softcap", "truediv", "__mul__", "__truediv__", "__add__", "type_as", "contiguous"}
+)  # fmt: skip
+"""Ops a map's scores may pass through between their product and the softmax (a scale, a
+mask, a bias, a cast, a soft cap): same shape in, same shape out, axis by axis."""
+
+
+def _contracted(steps, tensors, pairs, table: Table) -> list[tuple[int, int, int]]:
+    """``(tensor, axis, scores)`` for the queries and keys whose product made the scores of
+    each attention map: the axis the product contracts (``q @ k.transpose(-2, -1)``,
+    ``einsum("bhid,bhjd->bhij")``), which is, by what the map does, the head width. Only
+    where no letter fits it, and every map's is one size in every pass (one letter)."""
+    out = []
+    for record in tensors:
+        if record.role != "attention" or len(record.shape) != 4:
+            continue
+        step = _producer(steps, tensors, record.id)
+        for _ in range(8):  # back through the softmax, the scale, the mask...
+            if step is None or step.op in MATMULS or step.op == "einsum":
+                break
+            if step.op != "softmax" and step.op not in _ELEMENTWISE:
+                step = None
+                break
+            same = [i for i in step.inputs if tensors[i].shape == record.shape]
+            step = _producer(steps, tensors, same[0]) if same else None
+        if step is None or len(step.inputs) != 2:
+            continue
+        q, k = step.inputs
+        if step.op == "einsum":
+            found = einsum_subscripts(text_of(step), 2)
+            if found is not None:
+                (qs, ks), res = found
+                shared = [x for x in qs if x in ks and x not in res]
+                axes = [(q, qs.index(shared[0])), (k, ks.index(shared[0]))] if shared else []
+            else:  # an equation the line builds: the one axis of each the scores lack
+                kept = set(pairs[step.outputs[0]])
+                axes = [(i, a) for i in (q, k) for a, p in enumerate(pairs[i]) if p not in kept]
+            if len(axes) != 2 or axes[0][0] == axes[1][0]:
+                continue
+        else:
+            axes = [(q, len(tensors[q].shape) - 1), (k, len(tensors[k].shape) - 2)]
+        if any(table.candidates(pairs[i][a]) for i, a in axes):
+            continue
+        out.extend((i, a, record.id) for i, a in axes)
+    return out if len({pairs[i][a] for i, a, _ in out}) == 1 else []
+
+
+def _producer(steps, tensors, rid: int):
+    producer = tensors[rid].producer
+    return None if producer is None else steps[producer]
+
+
 def _param_name(path: str) -> str:
     """A parameter's own name, past its module's path (``rnn.weight_hh_l0`` -> ``weight_hh_l0``)."""
     return path.rpartition(".")[2]
@@ -1317,6 +1396,18 @@ def name_axes(
         sizes = [d if d is None or n is None else {**d, "Tk": n} for d, n in zip(sizes, pair)]
         table = Table(sizes)
         letters = {**letters, "Tk": Sized(pair[0], f"attended: the keys of #{attended[0]}")}
+    contracted = []
+    derived = "D" in letters and "/" in letters["D"].origin  # C / H: no proof of a width
+    if derived or "D" not in sizes1:
+        bare = [d if d is None else {k: v for k, v in d.items() if k != "D"} for d in sizes]
+        contracted = _contracted(steps, tensors, pairs, Table(bare) if derived else table)
+    if contracted:  # D: the width each query and key are contracted over, in every pass
+        sizes = bare
+        (rid, axis, _), *_ = contracted
+        pair = pairs[rid][axis]
+        sizes = [d if d is None or n is None else {**d, "D": n} for d, n in zip(sizes, pair)]
+        table = Table(sizes)
+        letters = {**letters, "D": Sized(pair[0], f"contracted: the queries of #{rid}")}
     first = next((r.id for r in tensors if r.role == "input"), None)
     namer = _Namer(steps, tensors, table, pairs, evidence.param_paths, evidence.attributes)
     namer.unread = set(evidence.unread)
@@ -1334,6 +1425,8 @@ def name_axes(
     names = namer.run(first if "B" in sizes1 else None)
     for rid in attended:
         namer.rename_if_unnamed(rid, -1, "Tk", f"attended #{rid}")
+    for rid, axis, scores in contracted:
+        namer.rename_if_unnamed(rid, axis, "D", f"contracted #{scores}")
     names = namer.join(axis_links(steps, tensors, pairs, namer.names))
     whys = namer.why
     keys = _tokens_first(tensors, names)

@@ -86,10 +86,11 @@ def einsum_subscripts(text: str, inputs: int) -> tuple[list[list[str]], list[str
     """The subscripts of the one einsum equation a line writes, per input and for the
     output, one entry per axis: ``"bhid,bhjd->bhij"`` and einops' spaced
     ``"b h i d, b h j d -> b h i j"`` both give ``([[b,h,i,d], [b,h,j,d]], [b,h,i,j])``.
-    ``None`` when the line writes none, several, an ellipsis, or not ``inputs`` operands."""
+    ``None`` when the line writes none, several, an ellipsis, an f-string's ``{part}``, or
+    not ``inputs`` operands."""
     found = _EQUATION.findall(text)
-    if len(found) != 1 or "..." in found[0]:
-        return None
+    if len(found) != 1 or "..." in found[0] or "{" in found[0]:
+        return None  # several, an ellipsis, or an f-string's placeholder: not written out
     left, right = found[0].split("->")
     operands = left.split(",")
     if len(operands) != inputs:

@@ -338,6 +338,21 @@ def trace_einsum(tokens=11, **sizes):
     return tracing.trace(EinsumLM(**sizes).eval(), ids, capture="shapes")
 
 
+def test_einsum_attention_head_width_is_what_its_scores_contract():
+    """It keeps ``heads`` and a scale, not ``dim_head``: ``C / H`` (96 / 6 = 16) would be a
+    size that proves nothing. The width the scores' einsum contracts q and k over is the
+    head width (20), at any sizes, also where it equals C / H (16 == 96 / 6)."""
+    for dim_head in (20, 16):
+        trace = trace_einsum(dim_head=dim_head)
+        scores = next(s for s in trace.steps if s.op == "einsum")
+        q, k = (trace.tensor(i) for i in scores.inputs)
+        assert q.dims == k.dims == ("B", "H", "T", "D")
+        assert q.why[3].startswith("contracted #")
+        assert trace.meta["dims"]["D"] == dim_head
+        mixed = output(trace, "attn", "einsum", 1)  # the values' width: not proven D
+        assert mixed.dims[:3] == ("B", "H", "T")
+
+
 def test_einsum_attention_map_is_found_with_its_batch_and_tokens():
     trace = trace_einsum()
     scores = output(trace, "attn", "einsum").dims
