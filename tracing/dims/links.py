@@ -130,8 +130,44 @@ def _links_of(step: Step, tensors, pairs, out: list, names=None) -> None:
                 _dropped_links(ins[0], o, pairs, link)
     elif op in ("unsqueeze", "squeeze", "expand", "expand_as") and ins:
         _kept_links(ins[0], res, tensors, pairs, link)
+    elif op == "multi_head_attention_forward" and len(ins) >= 2 and rank[0] == 3:
+        _torch_attention_links(step, tensors, link)
+    elif op == "scaled_dot_product_attention" and len(ins) >= 3 and min(rank[:3]) >= 2:
+        q, k, v = ins[:3]
+        link(q, rank[0] - 1, k, rank[1] - 1)  # contracted
+        link(k, rank[1] - 2, v, rank[2] - 2)  # the keys are the values' rows
+        for a in range(min(n, rank[0]) - 1):
+            link(res, a, q, a)  # the queries' batch, heads and tokens
+        link(res, n - 1, v, rank[2] - 1)
     elif op not in _NOT_ELEMENTWISE and "attention" not in op.lower():
         _elementwise_links(step, tensors, link)
+
+
+def _torch_attention_links(step: Step, tensors, link) -> None:
+    """``F.multi_head_attention_forward`` (inside ``nn.MultiheadAttention``): the query
+    ``(L, N, E)``, the key ``(S, N, E)``; its output ``(L, N, E)``, its weights
+    ``(N, H, L, S)``, or ``(N, L, S)`` averaged over the heads."""
+    q, k = step.inputs[0], step.inputs[1]
+    out, *weights = step.outputs
+    if len(tensors[out].shape) == 3:
+        link(out, 0, q, 0)
+        link(out, 1, q, 1)
+        link(out, 2, q, 2)
+    matrices = [
+        i for i in step.inputs[3:] if tensors[i].role == "param" and len(tensors[i].shape) == 2
+    ]
+    if len(matrices) >= 2:  # in_proj_weight (or q_proj_weight) first, out_proj.weight last
+        link(q, 2, matrices[0], 1)
+        link(out, 2, matrices[-1], 0)
+    for w in weights:  # the map, and the heads' outputs (N, H, L, D) the tracer records
+        rank = len(tensors[w].shape)
+        if tensors[w].role == "attention" and rank in (3, 4) and len(tensors[k].shape) == 3:
+            link(w, 0, q, 1)
+            link(w, rank - 2, q, 0)
+            link(w, rank - 1, k, 0)
+        elif rank == 4:
+            link(w, 0, q, 1)
+            link(w, 2, q, 0)
 
 
 def _dropped_links(src: int, res: int, pairs, link) -> None:

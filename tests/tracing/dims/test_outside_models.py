@@ -442,3 +442,29 @@ def test_a_tokens_first_input_reads_t_b_as_its_attention_shows(batch_first):
         assert trace.tensor(rid).dims == ("B", "H", "T", "T")
     assert (trace.meta["dims"]["B"], trace.meta["dims"]["T"]) == (3, 11)
     assert output(trace, "head", "linear").dims[:2] == layout
+
+
+class PatchesOnTorchAttention(nn.Module):
+    """Patches and a class token through one ``nn.MultiheadAttention``: its fused op joins
+    its output to its query, and its map's rows and columns to the query's and key's tokens."""
+
+    def __init__(self, patch=4, width=60, heads=6):
+        super().__init__()
+        self.proj = nn.Conv2d(3, width, patch, stride=patch)
+        self.cls = nn.Parameter(torch.zeros(1, 1, width))
+        self.attn = nn.MultiheadAttention(width, heads, batch_first=True)
+
+    def forward(self, img):
+        x = self.proj(img).flatten(2).transpose(1, 2)
+        x = torch.cat((self.cls.expand(x.shape[0], -1, -1), x), dim=1)
+        return x + self.attn(x, x, x, need_weights=False)[0]
+
+
+def test_torch_attention_carries_the_tokens_it_attends_over_to_its_output():
+    torch.manual_seed(0)
+    trace = tracing.trace(PatchesOnTorchAttention().eval(), torch.randn(2, 3, 28, 28))
+    (rid,) = attention_map_records(trace).values()
+    assert trace.tensor(rid).dims == ("B", "H", "Tk", "Tk")
+    assert output(trace, "", "cat").dims == ("B", "Tk", "C")  # C: the module's embed_dim
+    assert output(trace, "", "add").dims == ("B", "Tk", "C")
+    assert output(trace, "", "transpose").dims[1] == "Tk-1"  # the 49 patches
