@@ -1401,8 +1401,9 @@ def name_axes(
     if derived or "D" not in sizes1:
         bare = [d if d is None else {k: v for k, v in d.items() if k != "D"} for d in sizes]
         contracted = _contracted(steps, tensors, pairs, Table(bare) if derived else table)
-    if contracted:  # D: the width each query and key are contracted over, in every pass
-        sizes = bare
+    agrees = derived and contracted and pairs[contracted[0][0]][contracted[0][1]][0] == sizes1["D"]
+    if contracted and not agrees:  # D: the width each query and key are contracted over
+        sizes = bare  # (where C / H gives that width, D's sizes stay C / H's, in every pass)
         (rid, axis, _), *_ = contracted
         pair = pairs[rid][axis]
         sizes = [d if d is None or n is None else {**d, "D": n} for d, n in zip(sizes, pair)]
