@@ -237,8 +237,12 @@ class Tracer:
                 # then unfreeze: two list splices): a young collection would walk every
                 # one of them now, or on the caller's next allocation, for nothing — the
                 # trace keeps them. A full collection sees them as it sees any old object.
+                # Where a heap is kept frozen already (the app's long_lived), they join it:
+                # unfreezing would thaw what its owner froze.
+                frozen = gc.get_freeze_count() > 0
                 gc.freeze()
-                gc.unfreeze()
+                if not frozen:
+                    gc.unfreeze()
                 gc.enable()
 
     def _exit(self, exc: BaseException | None, tb) -> bool:

@@ -636,3 +636,23 @@ def test_a_trace_is_freed_without_the_cyclic_collector(model, tokens):
             assert ref() is None, level
     finally:
         gc.enable()
+
+
+def test_a_trace_leaves_the_collector_on_and_thaws_no_heap_it_did_not_freeze():
+    """The trace's objects are made old at its end (frozen then thawed at once); a heap
+    someone keeps frozen (the app's ``long_lived``) stays frozen, with the trace's in it."""
+    import gc
+
+    model, x = torch.nn.Linear(4, 3), torch.randn(2, 4)
+    gc.unfreeze()
+    tracing.trace(model, x, capture="shapes")
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    kept = [[i] for i in range(1000)]
+    gc.freeze()
+    try:
+        before = gc.get_freeze_count()
+        tracing.trace(model, x, capture="shapes")
+        assert gc.isenabled() and gc.get_freeze_count() > before
+    finally:
+        gc.unfreeze()
+        del kept
