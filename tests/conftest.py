@@ -17,12 +17,20 @@ import sys
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("PYQTGRAPH_QT_LIB", "PySide6")
 os.environ.setdefault("SCRATCHFORMER_DIMS_STRICT", "1")  # a fault in naming fails the test
+# One torch thread in every worker, and in every Python a test starts (they inherit it):
+# xdist already runs one worker per core, and torch's two OpenMP threads in each of them
+# oversubscribe the cores: a thread that waits for one descheduled spins, which cost the
+# suite a third of its CPU (a head sweep: 41 s of CPU against 10 s, busy machine). A test
+# about threads sets them itself (``test_container_reads.threads``).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest
 import torch
 from helpers.tiny_models import trace_demo
 
 import scratchformer
+
+torch.set_num_threads(1)  # also where torch was imported before this file (OMP_NUM_THREADS)
 
 QT_FIXTURES = {"qtbot", "qapp", "qtmodeltester"}
 
@@ -56,7 +64,9 @@ def _seed() -> None:
 @pytest.fixture(scope="module")
 def one_thread():
     """Tiny models run fastest on one thread (and a shared CI box is not thrashed).
-    A test module asks for it with ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    A test module asks for it with ``pytestmark = pytest.mark.usefixtures("one_thread")``;
+    the suite now starts on one thread (above), so this only restores a module's test that
+    changed it."""
     old = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
