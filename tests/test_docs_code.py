@@ -10,11 +10,13 @@
 
 Each block's process is forked from a Python that has imported torch and nothing else
 (``helpers/warm_runner.py``): no other block, test or fixture ran in it, and the suite does
-not pay for ``import torch`` fifteen times. They run two at a time.
+not pay for ``import torch`` fifteen times. They run two at a time, once per suite run: the
+xdist workers share the results (``runs``).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import queue
@@ -99,8 +101,29 @@ class _WarmRunner:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
-    """Every block and example, run once (two at a time), by name."""
+def runs(tmp_path_factory, worker_id) -> dict[str, subprocess.CompletedProcess]:
+    """Every block and example, run once per suite run (two at a time), by name.
+
+    The tests reading them may land on different xdist workers (``--dist worksteal``);
+    the first to ask runs the blocks, under a lock, and leaves the results in the run's
+    shared temporary folder, where the others read them (pytest-xdist's recipe for a
+    session fixture run once); each result is still the block's own fresh process."""
+    shared = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        shared = shared.parent  # pytest-N/, the folder of this run's workers
+    results = shared / "docs_code_runs.json"
+    with open(shared / "docs_code_runs.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not results.exists():
+            done = _run_every_block(tmp_path_factory)
+            fields = ("args", "returncode", "stdout", "stderr")
+            saved = {n: {f: getattr(r, f) for f in fields} for n, r in done.items()}
+            results.write_text(json.dumps(saved), encoding="utf-8")
+    saved = json.loads(results.read_text(encoding="utf-8"))
+    return {name: subprocess.CompletedProcess(**r) for name, r in saved.items()}
+
+
+def _run_every_block(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
     jobs = {name: {"code": code} for name, code in python_blocks()}
     for script, args in EXAMPLES.items():
         jobs[f"examples/{script}"] = {"script": str(ROOT / "examples" / script), "argv": args}
