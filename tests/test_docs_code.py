@@ -16,7 +16,6 @@ xdist workers share the results (``runs``).
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import queue
@@ -27,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from helpers.once import shared_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -101,24 +101,18 @@ class _WarmRunner:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, worker_id) -> dict[str, subprocess.CompletedProcess]:
-    """Every block and example, run once per suite run (two at a time), by name.
+def runs(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
+    """Every block and example, run once per suite run (two at a time), by name: the
+    tests reading them may land on different xdist workers, which share the results
+    (``helpers/once.py``); each result is still the block's own fresh process."""
 
-    The tests reading them may land on different xdist workers (``--dist worksteal``);
-    the first to ask runs the blocks, under a lock, and leaves the results in the run's
-    shared temporary folder, where the others read them (pytest-xdist's recipe for a
-    session fixture run once); each result is still the block's own fresh process."""
-    shared = tmp_path_factory.getbasetemp()
-    if worker_id != "master":
-        shared = shared.parent  # pytest-N/, the folder of this run's workers
-    results = shared / "docs_code_runs.json"
-    with open(shared / "docs_code_runs.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not results.exists():
-            done = _run_every_block(tmp_path_factory)
-            fields = ("args", "returncode", "stdout", "stderr")
-            saved = {n: {f: getattr(r, f) for f in fields} for n, r in done.items()}
-            results.write_text(json.dumps(saved), encoding="utf-8")
+    def fill(folder: Path) -> None:
+        done = _run_every_block(tmp_path_factory)
+        fields = ("args", "returncode", "stdout", "stderr")
+        saved = {n: {f: getattr(r, f) for f in fields} for n, r in done.items()}
+        (folder / "runs.json").write_text(json.dumps(saved), encoding="utf-8")
+
+    results = shared_folder(tmp_path_factory, "docs_code_runs", fill) / "runs.json"
     saved = json.loads(results.read_text(encoding="utf-8"))
     return {name: subprocess.CompletedProcess(**r) for name, r in saved.items()}
 
