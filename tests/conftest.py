@@ -11,6 +11,7 @@ QApplication was started anyway. Traced demos are shared per session (``demo_val
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -59,6 +60,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def _seed() -> None:
     """Every test starts from the same random state."""
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _nothing_frozen():
+    """Every test starts, as a fresh app does, with no objects frozen: a window that opened
+    a trace froze the whole heap (``app.core.long_lived``), and the next test's first open
+    would take that for a trace it replaces and collect the worker's heap in full
+    (torch, transformers, Qt: 0.4 s a window)."""
+    yield
+    if gc.get_freeze_count():
+        gc.unfreeze()
 
 
 @pytest.fixture(scope="module")
