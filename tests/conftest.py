@@ -26,12 +26,11 @@ os.environ.setdefault("SCRATCHFORMER_DIMS_STRICT", "1")  # a fault in naming fai
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest
-import torch
-from helpers.tiny_models import trace_demo
 
-import scratchformer
-
-torch.set_num_threads(1)  # also where torch was imported before this file (OMP_NUM_THREADS)
+# torch, the model and the helpers are imported where a fixture needs them, not here: the
+# xdist controller loads this file too and runs no test (it would import torch for nothing)
+if "torch" in sys.modules:  # imported before this file: OMP_NUM_THREADS came too late
+    sys.modules["torch"].set_num_threads(1)
 
 QT_FIXTURES = {"qtbot", "qapp", "qtmodeltester"}
 
@@ -59,6 +58,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     """Every test starts from the same random state."""
+    import torch
+
     torch.manual_seed(0)
 
 
@@ -79,6 +80,8 @@ def one_thread():
     A test module asks for it with ``pytestmark = pytest.mark.usefixtures("one_thread")``;
     the suite now starts on one thread (above), so this only restores a module's test that
     changed it."""
+    import torch
+
     old = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -89,26 +92,34 @@ def one_thread():
 
 
 @pytest.fixture(scope="session")
-def demo_model() -> torch.nn.Module:
+def demo_model():
     """The trained demo model, built once (read-only: a test that edits weights builds its own)."""
+    import scratchformer
+
     return scratchformer.demo_model()
 
 
 @pytest.fixture(scope="session")
 def demo_shapes(demo_model):
     """The demo traced on its prompt at ``capture="shapes"``, once per run."""
+    from helpers.tiny_models import trace_demo
+
     return trace_demo(demo_model, capture="shapes")
 
 
 @pytest.fixture(scope="session")
 def demo_stats(demo_model):
     """The demo traced on its prompt at ``capture="stats"``, once per run."""
+    from helpers.tiny_models import trace_demo
+
     return trace_demo(demo_model, capture="stats")
 
 
 @pytest.fixture(scope="session")
 def demo_values(demo_model):
     """The demo traced on its prompt at ``capture="values"``, once per run."""
+    from helpers.tiny_models import trace_demo
+
     return trace_demo(demo_model, capture="values")
 
 
