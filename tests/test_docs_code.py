@@ -10,7 +10,8 @@
 
 Each block's process is forked from a Python that has imported torch and nothing else
 (``helpers/warm_runner.py``): no other block, test or fixture ran in it, and the suite does
-not pay for ``import torch`` fifteen times. They run two at a time.
+not pay for ``import torch`` fifteen times. They run two at a time, once per suite run: the
+xdist workers share the results (``runs``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from helpers.once import shared_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -100,7 +102,22 @@ class _WarmRunner:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
-    """Every block and example, run once (two at a time), by name."""
+    """Every block and example, run once per suite run (two at a time), by name: the
+    tests reading them may land on different xdist workers, which share the results
+    (``helpers/once.py``); each result is still the block's own fresh process."""
+
+    def fill(folder: Path) -> None:
+        done = _run_every_block(tmp_path_factory)
+        fields = ("args", "returncode", "stdout", "stderr")
+        saved = {n: {f: getattr(r, f) for f in fields} for n, r in done.items()}
+        (folder / "runs.json").write_text(json.dumps(saved), encoding="utf-8")
+
+    results = shared_folder(tmp_path_factory, "docs_code_runs", fill) / "runs.json"
+    saved = json.loads(results.read_text(encoding="utf-8"))
+    return {name: subprocess.CompletedProcess(**r) for name, r in saved.items()}
+
+
+def _run_every_block(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
     jobs = {name: {"code": code} for name, code in python_blocks()}
     for script, args in EXAMPLES.items():
         jobs[f"examples/{script}"] = {"script": str(ROOT / "examples" / script), "argv": args}

@@ -14,6 +14,7 @@ import json
 import pytest
 import torch
 from helpers import dist_workers as workers
+from helpers.once import shared_folder
 
 import tracing
 from tracing.analysis.ranks import collectives_of, load_ranks, pooled_stats, stitch
@@ -27,10 +28,12 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    """Rank files of every scenario (``workers.every_scenario``), from one spawn."""
-    path = tmp_path_factory.mktemp("ranks")
-    workers.run_ranks(workers.every_scenario, path)
-    return path
+    """Rank files of every scenario (``workers.every_scenario``), from one spawn per suite
+    run: the xdist workers that run this module's tests share them (``helpers/once.py``);
+    the tests only read them."""
+    return shared_folder(
+        tmp_path_factory, "ranks", lambda path: workers.run_ranks(workers.every_scenario, path)
+    )
 
 
 # --------------------------------------------------------------------------- files
