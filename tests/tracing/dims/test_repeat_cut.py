@@ -88,3 +88,28 @@ def test_the_cut_follows_every_kind_of_layer_and_a_repeat_of_the_last():
     assert passes.repeat_cut(nn.ModuleDict({"layers": widths})) is None
     short = nn.ModuleList(Layer(8, i, False) for i in range(2))
     assert passes.repeat_cut(nn.ModuleDict({"layers": short})) is None
+
+
+def test_fill_repeats_gives_a_later_layer_the_shapes_of_the_run_layer_it_repeats():
+    """Hand-built: layers 0 and 1 ran in the pass (T 11 -> 7); layer 2 repeats layer 1 step
+    for step and takes its pass shapes; layer 3, one step wider, repeats none: ``None``."""
+    from tracing.dims.align import fill_repeats
+    from tracing.record import SourceLocation, Step, TensorRecord
+
+    tensors, steps, shapes = [], [], []
+
+    def tensor(shape, other):
+        tensors.append(TensorRecord(len(tensors), shape, "float32"))
+        shapes.append(other)
+        return len(tensors) - 1
+
+    x = tensor((2, 11, 8), (3, 7, 8))
+    for layer, width, ran in ((0, 8, True), (1, 8, True), (2, 8, False), (3, 9, False)):
+        out = tensor((2, 11, width), (3, 7, width) if ran else None)
+        where = SourceLocation("model.py", 10, "h = self.fc(h)")
+        steps.append(Step(len(steps), "op", f"layers.{layer}.fc", "linear", where, (x,), (out,)))
+        x = out
+    filled = fill_repeats(steps, tensors, list(shapes), ("layers", 2))
+    assert filled[3] == (3, 7, 8)  # layer 2: layer 1's shape in the pass
+    assert filled[4] is None  # layer 3: its width differs, so no run layer is its model
+    assert filled[:3] == shapes[:3]
