@@ -710,10 +710,9 @@ def letter_sizes(
     for letter, same in SAME_AXIS.items() if merge_same else ():  # one axis, one letter
         if letter in found and same in found and found[letter].size == found[same].size:
             del found[letter]
-    if "n_shared_experts" in found and found["n_shared_experts"].size <= 1:
-        del found[
-            "n_shared_experts"
-        ]  # one shared expert: no axis of them (its weights are a plain MLP's)
+    shared = found.get("n_shared_experts")
+    if shared is not None and shared.size <= 1:  # one shared expert: no axis of them (its
+        del found["n_shared_experts"]  # weights are a plain MLP's)
     return found
 
 

@@ -139,8 +139,14 @@ def _links_of(step: Step, tensors, pairs, out: list, names=None) -> None:
         for a in range(min(n, rank[0]) - 1):
             link(res, a, q, a)  # the queries' batch, heads and tokens
         link(res, n - 1, v, rank[2] - 1)
-    elif op not in _NOT_ELEMENTWISE and "attention" not in op.lower():
+    elif keeps_axes(op):
         _elementwise_links(step, tensors, link)
+
+
+def keeps_axes(op: str) -> bool:
+    """Whether ``op`` keeps its inputs' axes in place (broadcasting): an elementwise op, a
+    softmax, a mask; not a reshape, a product, a gather, an attention."""
+    return op not in _NOT_ELEMENTWISE and "attention" not in op.lower()
 
 
 def _torch_attention_links(step: Step, tensors, link) -> None:

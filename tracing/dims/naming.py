@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 
 from tracing.dims.evidence import Evidence
 from tracing.dims.letters import INPUT_LETTERS, LETTERS, Sized, expressions, letters_in, size_of
-from tracing.dims.links import Axes, axis_links, view_groups
+from tracing.dims.links import Axes, axis_links, keeps_axes, view_groups
 from tracing.dims.links import same_axis as _same  # one axis by its sizes in every pass
 from tracing.dims.rules import (
     BY_OP,
@@ -364,9 +364,9 @@ class _Namer:
         return done
 
     def _cat_rest(self) -> bool:
-        """The one part of a ``cat`` left ``?`` beside named parts, whose whole is a letter
-        ``X``: ``X`` less the others (a vision transformer's patches beside its class token
-        are ``Tk-1``, where ``Tk`` is proven by its attention)."""
+        """The one part of a two-part ``cat`` left ``?`` beside a named part, whose whole is
+        a letter ``X``: ``X`` less the other (a vision transformer's patches beside its
+        class token are ``Tk-1``, where ``Tk`` is proven by its attention)."""
         done = False
         for step in self.steps:
             if step.kind != "op" or step.op not in CATS or len(step.outputs) != 1:
@@ -383,15 +383,14 @@ class _Namer:
                 continue
             a, whole = cut[0], self.names[res][cut[0]]
             names = [(self.names[p] or ("?",) * len(shape))[a] for p in parts]
-            unknown = [p for p, n in zip(parts, names) if n == "?"]
-            known = [n for n in names if n != "?"]
-            if len(unknown) != 1 or whole not in LETTERS or not all(map(_named, known)):
+            if len(parts) != 2 or names.count("?") != 1 or whole not in LETTERS:
                 continue
-            if any(_is_slice(n) for n in known):
+            part, known = (parts[1], names[0]) if names[1] == "?" else (parts[0], names[1])
+            if not _named(known) or _is_slice(known):
                 continue
-            rest = f"{whole}-{_summed(known)}" if len(known) == 1 else None
-            if rest and self.table.fits(rest, self.pairs[unknown[0]][a]):
-                self._rename(unknown[0], a, rest, f"rest {step.op}")
+            rest = f"{whole}-{known}"
+            if self.table.fits(rest, self.pairs[part][a]):
+                self._rename(part, a, rest, f"rest {step.op}")
                 done = True
         return done
 
@@ -1187,14 +1186,6 @@ def _attended(tensors: Sequence[TensorRecord], pairs, table: Table) -> list[int]
     return maps if len({pairs[rid][-1] for rid in maps}) == 1 else []
 
 
-_ELEMENTWISE = frozenset(
-    {"mul", "div", "add", "sub", "masked_fill", "where", "to", "float", "tanh", "clamp",
-     "softcap", "truediv", "__mul__", "__truediv__", "__add__", "type_as", "contiguous"}
-)  # fmt: skip
-"""Ops a map's scores may pass through between their product and the softmax (a scale, a
-mask, a bias, a cast, a soft cap): same shape in, same shape out, axis by axis."""
-
-
 def _contracted(steps, tensors, pairs, table: Table) -> list[tuple[int, int, int]]:
     """``(tensor, axis, scores)`` for the queries and keys whose product made the scores of
     each attention map: the axis the product contracts (``q @ k.transpose(-2, -1)``,
@@ -1208,7 +1199,7 @@ def _contracted(steps, tensors, pairs, table: Table) -> list[tuple[int, int, int
         for _ in range(8):  # back through the softmax, the scale, the mask...
             if step is None or step.op in MATMULS or step.op == "einsum":
                 break
-            if step.op != "softmax" and step.op not in _ELEMENTWISE:
+            if not keeps_axes(step.op):
                 step = None
                 break
             same = [i for i in step.inputs if tensors[i].shape == record.shape]
@@ -1392,23 +1383,20 @@ def name_axes(
     pairs = [_pairs(r, [p.shapes[r.id] if p else None for p in passes]) for r in tensors]
     attended = _attended(tensors, pairs, table)
     if attended:  # Tk: sized by the keys of the attention maps, in every pass
-        pair = pairs[attended[0]][-1]
-        sizes = [d if d is None or n is None else {**d, "Tk": n} for d, n in zip(sizes, pair)]
+        sizes = _with_letter(sizes, "Tk", pairs[attended[0]][-1])
         table = Table(sizes)
-        letters = {**letters, "Tk": Sized(pair[0], f"attended: the keys of #{attended[0]}")}
+        letters = {**letters, "Tk": Sized(sizes[0]["Tk"], f"attended: the keys of #{attended[0]}")}
     contracted = []
     derived = "D" in letters and "/" in letters["D"].origin  # C / H: no proof of a width
     if derived or "D" not in sizes1:
         bare = [d if d is None else {k: v for k, v in d.items() if k != "D"} for d in sizes]
         contracted = _contracted(steps, tensors, pairs, Table(bare) if derived else table)
-    agrees = derived and contracted and pairs[contracted[0][0]][contracted[0][1]][0] == sizes1["D"]
-    if contracted and not agrees:  # D: the width each query and key are contracted over
-        sizes = bare  # (where C / H gives that width, D's sizes stay C / H's, in every pass)
-        (rid, axis, _), *_ = contracted
-        pair = pairs[rid][axis]
-        sizes = [d if d is None or n is None else {**d, "D": n} for d, n in zip(sizes, pair)]
-        table = Table(sizes)
-        letters = {**letters, "D": Sized(pair[0], f"contracted: the queries of #{rid}")}
+    if contracted:  # D: the width each query and key are contracted over, in every pass
+        rid, axis, _ = contracted[0]
+        if not (derived and pairs[rid][axis][0] == sizes1["D"]):  # (where C / H gives that
+            sizes = _with_letter(bare, "D", pairs[rid][axis])  # width, D keeps its sizes)
+            table = Table(sizes)
+            letters = {**letters, "D": Sized(sizes[0]["D"], f"contracted: the queries of #{rid}")}
     first = next((r.id for r in tensors if r.role == "input"), None)
     namer = _Namer(steps, tensors, table, pairs, evidence.param_paths, evidence.attributes)
     namer.unread = set(evidence.unread)
@@ -1435,6 +1423,11 @@ def name_axes(
         names, whys, letters = _swap_batch_and_tokens(names, whys, letters, keys)
     out = [_with_dims(r, n, w if n else None) for n, w, r in zip(names, whys, tensors)]
     return out, _used_letters(names, letters, table, evidence)
+
+
+def _with_letter(sizes: list, letter: str, pair: Pair) -> list:
+    """Each pass's letter sizes with ``letter`` at its size in that pass (where it has one)."""
+    return [d if d is None or n is None else {**d, letter: n} for d, n in zip(sizes, pair)]
 
 
 def _tokens_first(tensors: Sequence[TensorRecord], names) -> int | None:
