@@ -54,11 +54,20 @@ def axis_links(steps: Sequence[Step], tensors: Sequence[TensorRecord], pairs, na
             return out
     else:
         open_ = None
+    broadcasts: dict[tuple, tuple] = {}  # an elementwise step's sizes -> the axes it joins
+    keeps: dict[str, bool] = {}
     for step in steps:
         if step.kind != "op" or not step.outputs:
             continue
         if open_ is not None and open_.isdisjoint(step.outputs) and open_.isdisjoint(step.inputs):
             continue  # every axis it touches is named already
+        op = step.op
+        keep = keeps.get(op)
+        if keep is None:
+            keep = keeps[op] = keeps_axes(op)
+        if keep:  # by its sizes alone, which a loop's steps share: worked out once
+            _elementwise_links(step, pairs, out, names, broadcasts)
+            continue
         try:
             _links_of(step, tensors, pairs, out, names)
         except (IndexError, ValueError):
@@ -140,7 +149,7 @@ def _links_of(step: Step, tensors, pairs, out: list, names=None) -> None:
             link(res, a, q, a)  # the queries' batch, heads and tokens
         link(res, n - 1, v, rank[2] - 1)
     elif keeps_axes(op):
-        _elementwise_links(step, tensors, link)
+        _elementwise_links(step, pairs, out, names, {})
 
 
 def keeps_axes(op: str) -> bool:
@@ -190,23 +199,44 @@ def _dropped_links(src: int, res: int, pairs, link) -> None:
             link(res, j, src, i)
 
 
-def _elementwise_links(step: Step, tensors, link) -> None:
+def _elementwise_links(step: Step, pairs, out: list, names, known: dict) -> None:
     """An op whose one output has the broadcast shape of its inputs: axes aligned from the
-    right are one axis (``x + bias``, ``norm(x)`` and its weight, ``softmax``, a cast)."""
+    right are one axis (``x + bias``, ``norm(x)`` and its weight, ``softmax``, a cast).
+    Which axes those are depends on the sizes alone (``known`` keeps each answer); the
+    links that join two axes named already are left out, as :func:`_links_of` does."""
     if len(step.outputs) != 1:
         return
-    res = step.outputs[0]
-    shape = tensors[res].shape
+    res, ins = step.outputs[0], step.inputs
+    key = (tuple(pairs[res]), *[tuple(pairs[t]) for t in ins])
+    joined = known.get(key)
+    if joined is None:
+        joined = known[key] = _broadcast_axes(key[0], key[1:])
+    for k, a, b in joined:
+        t = ins[k]
+        if names is not None:
+            na, nb = names[res], names[t]
+            if na is not None and nb is not None and na[a] != "?" and nb[b] != "?":
+                continue
+        out.append(((res, a), (t, b)))
+
+
+def _broadcast_axes(result: Sequence[Pair], inputs: Sequence[Sequence[Pair]]) -> tuple:
+    """``(input k, output axis, its axis)`` for each axis of a broadcast that is one axis by
+    its sizes in every pass; nothing where an input is no broadcast of the output (a
+    reduction, a gather, an index)."""
+    shape = [p[0] for p in result]
     n = len(shape)
-    shapes = [(t, tensors[t].shape) for t in step.inputs]
-    for _, s in shapes:
-        if len(s) > n or any(a != 1 and a != b for a, b in zip(s[::-1], shape[::-1])):
-            return  # not a broadcast of its inputs: a reduction, a gather, an index
-    for t, s in shapes:
+    for s in inputs:
+        if len(s) > n or any(a[0] != 1 and a[0] != b for a, b in zip(s[::-1], shape[::-1])):
+            return ()
+    joined = []
+    for k, s in enumerate(inputs):
         m = len(s)
         for back in range(1, m + 1):
-            if s[-back] != 1:
-                link(res, n - back, t, m - back)
+            pa, pb = result[n - back], s[m - back]
+            if pb[0] != 1 and (pa == pb or same_axis(pa, pb)):
+                joined.append((k, n - back, m - back))
+    return tuple(joined)
 
 
 def _einsum_links(step: Step, tensors, link) -> None:

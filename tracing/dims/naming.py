@@ -43,6 +43,7 @@ from tracing.dims.rules import (
     einsum_subscripts,
 )
 from tracing.dims.source import (
+    _SIZED_BY_LITERALS,
     literal_sizes,
     permutation,
     shape_comment,
@@ -242,20 +243,44 @@ class _Namer:
                 self.name(rid, [None] * len(record.shape), path, "", leaf=True)
                 self._anchor(rid, path)
                 self._contract(rid, path)
+        same: dict[tuple, tuple] = {}  # a broadcast step asked again: its answer
         for step in self.steps:
             if step.kind == "backward":
                 continue
             text = text_of(step)
             for k, rid in enumerate(step.outputs):
                 producer = self.tensors[rid].producer
-                if self.names[rid] is None and producer in (step.index, None):
-                    carried = self.carried(step, k, rid)
-                    written = self._comment(text, rid) or literal_sizes(step, k, self.tensors)
-                    self.name(rid, carried, step.module, text, written, via=step.op)
+                if self.names[rid] is not None or producer not in (step.index, None):
+                    continue
+                key = self._question(step, k, rid, text)
+                answer = same.get(key) if key is not None else None
+                if answer is not None:  # a loop's step again: the same question, answered
+                    self.names[rid], self.final[rid], self.why[rid] = answer
+                    continue
+                carried = self.carried(step, k, rid)
+                written = self._comment(text, rid) or literal_sizes(step, k, self.tensors)
+                self.name(rid, carried, step.module, text, written, via=step.op)
+                if key is not None:
+                    same[key] = (self.names[rid], self.final[rid], self.why[rid])
         for rid, record in enumerate(self.tensors):
             if self.names[rid] is None:
                 self.name(rid, [None] * len(record.shape), "", "")
         return self.final
+
+    def _question(self, step: Step, k: int, rid: int, text: str) -> tuple | None:
+        """What naming output ``k`` of a step that no rule names (it broadcasts: ``x * 0.5``,
+        ``gelu(x)``) depends on, as a key: the op, its module and line, and each input's
+        names, sizes and role; the output's sizes, role and whether its line's comment may
+        speak of it. Two such steps with one key get one answer, so a loop of 50,000 of
+        them is named by a dictionary lookup each. ``None`` for a step a rule names (rules
+        read more: parameter paths, the line's arguments)."""
+        op = step.op
+        if op in BY_OP or op in CATS or op in _SIZED_BY_LITERALS:
+            return None
+        names, pairs, tensors = self.names, self.pairs, self.tensors
+        ins = tuple((names[i], pairs[i], tensors[i].role) for i in step.inputs)
+        commented = "#" in text and rid not in self.within_line
+        return (op, step.module, text, k, ins, pairs[rid], tensors[rid].role, commented)
 
     def _anchor(self, rid: int, path: str) -> None:
         """A letter read off a layer's shape names that axis of the layer's weight (and
@@ -1487,20 +1512,19 @@ def _proof(kind: str, via: str, name: str, pair: Pair, table: Table) -> str:
     return kind
 
 
-def _pairs(record: TensorRecord, others: Sequence[tuple[int, ...] | None]) -> list[Pair]:
+def _pairs(record: TensorRecord, others: Sequence[tuple[int, ...] | None]) -> tuple[Pair, ...]:
     """Each axis's sizes in every pass (``None`` where a pass did not pair the tensor).
     The inputs pass never moves a parameter; a knob pass rebuilds them, so it may."""
+    shape = record.shape
+    n = len(shape)
     param = record.role in ("param", "buffer")
-    out = []
-    for i, s in enumerate(record.shape):
-        sig = [s]
-        for k, other in enumerate(others):
-            if other is not None and len(other) == len(record.shape):
-                sig.append(other[i])
-            else:
-                sig.append(s if (param and k == 0) else None)
-        out.append(tuple(sig))
-    return out
+    columns = [shape]
+    for k, other in enumerate(others):
+        if other is not None and len(other) == n:
+            columns.append(other)
+        else:
+            columns.append(shape if (param and k == 0) else (None,) * n)
+    return tuple(zip(*columns))
 
 
 def _used_letters(
