@@ -115,10 +115,15 @@ def _op_recorder(tracer: Tracer):
     edit_names = tracer._edits.op_names if tracer._edits is not None else frozenset()
     call_names = tracer._edits.call_names if tracer._edits is not None else frozenset()
 
+    noted = NOTED_OPS if tracer._breaker is None else None  # else every op is looked at
+
     def record(func, name, args, kwargs):
         tensors = _tensor_args(args, kwargs)
         known = len(records)
-        in_ids = [tensor_id(t, None) for t in tensors]
+        if len(tensors) == 1:  # most ops: no list comprehension (a call of its own)
+            in_ids = [tensor_id(tensors[0], None)]
+        else:
+            in_ids = [tensor_id(t, None) for t in tensors]
         version = tensors[0]._version if tensors else 0
         try:
             if name in call_names:  # an edit replaces the whole call (tracing.edits)
@@ -138,8 +143,12 @@ def _op_recorder(tracer: Tracer):
         index, step = open_op(func, name, in_ids, out_names)
         # an op that returns its input (contiguous on a contiguous tensor) keeps its id
         pair = None if shapes_only or not tensors else (tensors[0], in_ids[0])
-        step.outputs = [tensor_id(t, index, None, pair) for t in outs]
-        op_done(index, name, func, args, kwargs, outs)
+        if len(outs) == 1:
+            step.outputs = [tensor_id(outs[0], index, None, pair)]
+        else:
+            step.outputs = [tensor_id(t, index, None, pair) for t in outs]
+        if noted is None or name in noted:
+            op_done(index, name, func, args, kwargs, outs)
         return result
 
     return record
