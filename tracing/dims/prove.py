@@ -362,13 +362,23 @@ def _name_after_knobs(evidence: Evidence, own: Mapping[str, tuple]) -> None:
     """A constructor argument no letter spells (``patch_size``, ``num_classes``) whose pass
     moved some axis becomes a name of its own: its size in each pass (moved in its own),
     so an axis that moves with it alone, and with nothing else, is named after it."""
+    passes = [p for p in (evidence.inputs, *evidence.knobs) if p is not None]
     for knob, (size, sizes, config) in own.items():
         if size is None or size <= 1:
             continue
+        column = [passes_mod.read_knob(config, knob) if p.sizes is sizes else size for p in passes]
+        same = [
+            letter
+            for letter, sized in evidence.letters.items()
+            if letter not in INPUT_LETTERS
+            and sized.size == size
+            and [p.sizes.get(letter) for p in passes] == column
+        ]
+        if same:  # a letter read off the model that this knob moves, and nothing else
+            continue  # does (num_tokens: the embedding's rows, V): that letter, proven
         evidence.letters[knob] = Sized(size, f"config.{knob}")
-        for p in (evidence.inputs, *evidence.knobs):
-            if p is not None:
-                p.sizes[knob] = passes_mod.read_knob(config, knob) if p.sizes is sizes else size
+        for p, value in zip(passes, column):
+            p.sizes[knob] = value
 
 
 _SPELLINGS = {name: letter for letter, spec in LETTERS.items() for name in spec.config}

@@ -55,3 +55,35 @@ def test_the_width_is_proven_by_its_argument():
     assert output(built, "blocks.1", "add", 1).dims == ("B", "Tk", "C")  # Tk: attended
     assert param(built, "patch_embed.proj").dims[0] == "C"
     assert built.meta["dim_letters"]["C"]["origin"] == "config.embed_dim"
+
+
+class TokensLM(torch.nn.Module):
+    """x-transformers' spelling: ``num_tokens`` (no letter's) sizes the table and the head,
+    ``width`` (no letter's either) the embedding's width."""
+
+    def __init__(self, num_tokens: int = 50, width: int = 24):
+        super().__init__()
+        self.emb = torch.nn.Embedding(num_tokens, width)
+        self.head = torch.nn.Linear(width, num_tokens)
+
+    def forward(self, ids):
+        return self.head(torch.tanh(self.emb(ids)))
+
+
+def test_an_argument_that_moves_a_letter_read_off_a_layer_proves_that_letter():
+    """The table's rows are ``V`` (read off the embedding); ``num_tokens`` moves them and
+    nothing else, so it is ``V``'s proof, not a second name of the same size beside it
+    (two names of one size in every pass: the logits read ``?`` before)."""
+    torch.manual_seed(0)
+    model = TokensLM(num_tokens=50, width=24).eval()
+    ids = torch.randint(0, 50, (2, 7))
+    how = Constructor(TokensLM, num_tokens=50, width=24)
+    trace = tracing.trace(model, ids, capture="shapes", rebuild=how)
+    assert "num_tokens" in trace.meta["dims_evidence"]["knobs"]
+    logits = output(trace, "head", "linear")
+    assert logits.shape == (2, 7, 50) and logits.dims == ("B", "T", "V")
+    assert param(trace, "head").why[0] == "moved"  # the rows: carried to the logits
+    assert trace.meta["dim_letters"]["V"]["moved_by"] == ["config.num_tokens"]
+    assert "num_tokens" not in trace.meta["dims"]
+    assert param(trace, "emb").dims == ("V", "C") and param(trace, "head").dims == ("V", "C")
+    assert trace.meta["dim_letters"]["C"]["moved_by"] == ["config.width"]
