@@ -116,6 +116,7 @@ class Case:
     truth: object  # sizes -> {letter or knob: size, or a set of allowed sizes}
     variants: dict = field(default_factory=dict)
     attention_layers: int = 2
+    hook: tuple | None = None  # (function of sizes, sizes -> its arguments): --rebuild's
 
 
 VIT = dict(B=2, img=28, patch=4, C=60, H=6, F=120, classes=11)  # 49 patches, D=10
@@ -186,8 +187,9 @@ CASES = [
          {k: v for k, v in LM_VARIANTS.items() if k != "V == C"}, 4),  # self and cross
     Case("x-transformers", zoo.x_transformers, {**OWN_GQA, "F": 384},
          lambda s: _lm_truth(s, dim="C", heads="H", kv_heads="KV", dim_head="D",
-                             attn_dim_head="D", num_tokens="V", max_seq_len="N"),
-         {**OWN_GQA_VARIANTS, "F == V": dict(V=384), "V == C": dict(V=96)}),
+                             attn_dim_head="D", num_tokens="V", max_seq_len="N", ff_dim="F"),
+         {**OWN_GQA_VARIANTS, "F == V": dict(V=384), "V == C": dict(V=96)},
+         hook=(zoo.x_transformers_model, zoo.x_transformers_sizes)),
     Case("litgpt", zoo.litgpt, OWN_GQA,
          lambda s: _lm_truth(s, n_embd="C", n_head="H", n_query_groups="KV", head_size="D",
                              intermediate_size="F", vocab_size="V", padded_vocab_size="V",
@@ -327,7 +329,10 @@ class Run:
 
 REBUILD = False
 """``--rebuild``: each model is traced with ``rebuild=tracing.Constructor(its class, the
-arguments it was built with)``, as a user who says how it was built (the knob passes run)."""
+arguments it was built with)``, as a user who says how it was built (the knob passes run).
+A class that takes its layers built (x-transformers' ``TransformerWrapper(attn_layers=
+Decoder(...))``) is rebuilt by the function of sizes that builds both (``Case.hook``), as
+its user would write it: the class's own arguments are not its sizes."""
 
 
 def _built_with(build, sizes: dict):
@@ -358,7 +363,11 @@ def _built_with(build, sizes: dict):
 def run(case: Case, sizes: dict) -> Run:
     torch.manual_seed(0)
     started = time.perf_counter()
-    if REBUILD:
+    if REBUILD and case.hook is not None:  # the class takes its layers built: the
+        (model, inputs), rebuild = case.build(sizes), None  # user's function of sizes is
+        function, arguments = case.hook  # the rebuild (tracing.Constructor takes either)
+        rebuild = tracing.Constructor(function, **arguments(sizes))
+    elif REBUILD:
         model, inputs, rebuild = _built_with(case.build, sizes)
     else:
         (model, inputs), rebuild = case.build(sizes), None

@@ -15,6 +15,7 @@ import importlib
 import importlib.util
 import sys
 import types
+from fractions import Fraction
 from pathlib import Path
 
 import torch
@@ -254,12 +255,27 @@ def nanogpt(s: dict):
 # --------------------------------------------------------------------------- other libraries
 
 
-def x_transformers(s: dict):
+def x_transformers_model(num_tokens: int, max_seq_len: int, dim: int, depth: int,
+                         heads: int, kv_heads: int, dim_head: int, ff_dim: int):  # fmt: skip
+    """An x-transformers decoder LM by its sizes: the hook a user gives ``--rebuild`` where
+    the model class takes its layers built (``TransformerWrapper(attn_layers=Decoder(...))``,
+    whose own arguments are only ``num_tokens`` and ``max_seq_len``). The feed-forward
+    width is a ``ff_mult`` there (``int(dim * mult)``): an exact fraction keeps it whole."""
     from x_transformers import Decoder, TransformerWrapper
 
-    layers = Decoder(dim=s["C"], depth=2, heads=s["H"], attn_kv_heads=s["KV"],
-                     attn_dim_head=s["D"], ff_mult=s["F"] / s["C"])  # fmt: skip
-    model = TransformerWrapper(num_tokens=s["V"], max_seq_len=s["N"], attn_layers=layers)
+    layers = Decoder(dim=dim, depth=depth, heads=heads, attn_kv_heads=kv_heads,
+                     attn_dim_head=dim_head, ff_mult=Fraction(ff_dim, dim))  # fmt: skip
+    return TransformerWrapper(num_tokens=num_tokens, max_seq_len=max_seq_len, attn_layers=layers)
+
+
+def x_transformers_sizes(s: dict) -> dict:
+    """:func:`x_transformers_model`'s arguments at the survey's sizes."""
+    return dict(num_tokens=s["V"], max_seq_len=s["N"], dim=s["C"], depth=2, heads=s["H"],
+                kv_heads=s["KV"], dim_head=s["D"], ff_dim=s["F"])  # fmt: skip
+
+
+def x_transformers(s: dict):
+    model = x_transformers_model(**x_transformers_sizes(s))
     return model, (torch.randint(0, s["V"], (s["B"], s["T"])),)
 
 
