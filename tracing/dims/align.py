@@ -12,6 +12,7 @@ never paired with a step of another kind.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 from tracing.record import Step, TensorRecord
@@ -73,7 +74,11 @@ def aligned_shapes(
     n = len(other_shapes)
     for a, b in pair_steps(steps, other_steps):
         sa, sb = steps[a], other_steps[b]
-        for ra, rb in zip((*sa.outputs, *sa.inputs), (*sb.outputs, *sb.inputs)):
+        if len(sa.outputs) == len(sb.outputs):  # outputs with outputs, inputs with inputs
+            pairs = itertools.chain(zip(sa.outputs, sb.outputs), zip(sa.inputs, sb.inputs))
+        else:  # as many tensors in order as both have
+            pairs = zip((*sa.outputs, *sa.inputs), (*sb.outputs, *sb.inputs))
+        for ra, rb in pairs:
             if out[ra] is None and rb < n:
                 shape = other_shapes[rb]
                 if len(shape) == len(tensors[ra].shape):

@@ -1174,9 +1174,13 @@ _SLICE_TEXT = re.compile(r"[A-Za-z_0-9+\-*/ ]*:[A-Za-z_0-9+\-*/ ]*")
 def _within_line(steps: Sequence[Step], tensors: Sequence[TensorRecord]) -> set[int]:
     """Tensors a later op of their own source line consumes: ``self.norm(x)`` inside
     ``return self.head(self.norm(x))  # (B, T, V)``, which the comment does not describe."""
-    line = {s.index: (s.source.file, s.source.line) for s in steps if s.source is not None}
+    line = {  # only a commented line matters: only a comment is read for what it gives
+        s.index: (s.source.file, s.source.line)
+        for s in steps
+        if s.source is not None and "#" in s.source.text
+    }
     out: set[int] = set()
-    for step in steps:
+    for step in steps if line else ():
         here = line.get(step.index) if step.kind == "op" else None
         if here is None:
             continue
