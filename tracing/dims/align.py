@@ -68,17 +68,15 @@ def aligned_shapes(
     other_shapes: Sequence[tuple[int, ...]],
 ) -> list[tuple[int, ...] | None]:
     """Per tensor of the real trace, its shape in the other pass (``None``: not paired).
-    Paired steps pair their outputs, then their inputs, by position; a tensor keeps the
-    first shape it is given, and only one with as many axes as its own."""
+    Paired steps pair their outputs by position, and their inputs by position; a tensor
+    keeps the first shape it is given, and only one with as many axes as its own."""
     out: list[tuple[int, ...] | None] = [None] * len(tensors)
     n = len(other_shapes)
     for a, b in pair_steps(steps, other_steps):
         sa, sb = steps[a], other_steps[b]
-        if len(sa.outputs) == len(sb.outputs):  # outputs with outputs, inputs with inputs
-            pairs = itertools.chain(zip(sa.outputs, sb.outputs), zip(sa.inputs, sb.inputs))
-        else:  # as many tensors in order as both have
-            pairs = zip((*sa.outputs, *sa.inputs), (*sb.outputs, *sb.inputs))
-        for ra, rb in pairs:
+        # outputs with outputs, inputs with inputs: a split into T parts has as many
+        # outputs as T in each run, and its input is never one of the other run's parts
+        for ra, rb in itertools.chain(zip(sa.outputs, sb.outputs), zip(sa.inputs, sb.inputs)):
             if out[ra] is None and rb < n:
                 shape = other_shapes[rb]
                 if len(shape) == len(tensors[ra].shape):
