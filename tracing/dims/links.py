@@ -20,7 +20,16 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
-from tracing.dims.rules import CATS, CONVS, MATMULS, MOVES_AXES, RESHAPES, SLICES, TRANSPOSES
+from tracing.dims.rules import (
+    CATS,
+    CONVS,
+    MATMULS,
+    MOVES_AXES,
+    RESHAPES,
+    SLICES,
+    SPLITS,
+    TRANSPOSES,
+)
 from tracing.dims.source import permutation, text_of, transpose_axes
 from tracing.record import Step, TensorRecord
 
@@ -137,6 +146,8 @@ def _links_of(step: Step, tensors, pairs, out: list, names=None) -> None:
                     link(o, a, ins[0], a)  # the axes a slice leaves whole
             elif len(tensors[o].shape) < rank[0] <= 8:
                 _dropped_links(ins[0], o, pairs, link)
+        if op in SPLITS and len(step.outputs) >= 2:
+            _equal_parts_links(step, tensors, link)
     elif op in ("unsqueeze", "squeeze", "expand", "expand_as") and ins:
         _kept_links(ins[0], res, tensors, pairs, link)
     elif op == "multi_head_attention_forward" and len(ins) >= 2 and rank[0] == 3:
@@ -197,6 +208,24 @@ def _dropped_links(src: int, res: int, pairs, link) -> None:
     if len(fits) == 1:
         for j, i in enumerate(fits[0]):
             link(res, j, src, i)
+
+
+def _equal_parts_links(step: Step, tensors, link) -> None:
+    """The parts a ``chunk`` or ``split`` cuts to one size are one size, by the op (not by
+    a size that happens to match: ``link`` still asks for equal sizes in every pass). A
+    fused projection cut in three, ``qkv.chunk(3, dim=-1)``: where the queries' width is
+    proven, the keys' and the values' is that width too. A smaller last part (the
+    remainder) is no such part."""
+    src = tensors[step.inputs[0]].shape
+    outs = step.outputs
+    shapes = [tensors[o].shape for o in outs]
+    if any(len(s) != len(src) for s in shapes):
+        return
+    cut = [a for a in range(len(src)) if any(s[a] != src[a] for s in shapes)]
+    if len(cut) != 1:
+        return
+    for o in outs[1:]:
+        link(o, cut[0], outs[0], cut[0])
 
 
 def _elementwise_links(step: Step, pairs, out: list, names, known: dict) -> None:

@@ -376,6 +376,9 @@ class _Namer:
                 continue
             for gi, gj in view_groups(self.pairs[src], self.pairs[res]) or ():
                 for whole, parts, w, p in ((src, res, gi, gj), (res, src, gj, gi)):
+                    if len(w) == 1 and len(p) >= 2 and self._factor(step, whole, parts, w, p):
+                        done = True
+                        continue
                     if len(w) != 1 or len(p) < 2 or self.names[whole][w[0]] != "?":
                         continue
                     names = [self.names[parts][j] for j in p]
@@ -387,6 +390,24 @@ class _Namer:
                         self._rename(whole, w[0], product, f"carried {step.op}")
                         done = True
         return done
+
+    def _factor(self, step: Step, whole: int, parts: int, w, p) -> bool:
+        """The one part left ``?`` of a named product that a ``view`` splits, the others
+        named: the product less them (``(B, T, H·D) -> (B, T, H, ?)``: the ``?`` is ``D``,
+        the values' head width once their width is proven ``H·D``)."""
+        product = self.names[whole][w[0]]
+        names = [self.names[parts][j] for j in p]
+        if not _named(product) or _is_slice(product) or names.count("?") != 1:
+            return False
+        k = names.index("?")
+        known = [n for i, n in enumerate(names) if i != k and n != "1"]
+        if not all(_named(n) and not _is_slice(n) for n in known):
+            return False
+        rest = _quotient(product, known)
+        if rest is None or not self.table.fits(rest, self.pairs[parts][p[k]]):
+            return False
+        self._rename(parts, p[k], rest, f"carried {step.op}")
+        return True
 
     def _cat_rest(self) -> bool:
         """The one part of a two-part ``cat`` left ``?`` beside a named part, whose whole is
@@ -1317,6 +1338,21 @@ def _summed(names: list[str]) -> str:
         else:
             terms.append(f"{n}({name})" if any(ch in name for ch in "+-/") else f"{n}{name}")
     return "+".join(terms)
+
+
+def _quotient(product: str, known: Sequence[str]) -> str | None:
+    """``product`` less the factors ``known`` (each of them a factor of it, or a product of
+    its factors): ``H·D`` less ``H`` is ``D``; ``None`` where one is not a factor or
+    nothing is left."""
+    left = _factors(product)
+    for name in known:
+        for factor in _factors(name):
+            if factor not in left:
+                return None
+            left.remove(factor)
+    if not left:
+        return None
+    return "·".join(f"({f})" if any(c in f for c in "+-/") else f for f in left)
 
 
 def _factors(name: str) -> list[str]:

@@ -13,7 +13,7 @@ from tracing.dim_legend import proof_text
 from tracing.dims.evidence import Evidence, Pass
 from tracing.dims.letters import Sized
 from tracing.dims.links import Axes, axis_links
-from tracing.dims.naming import name_axes
+from tracing.dims.naming import _quotient, name_axes
 
 SIZES = {"B": 2, "T": 5, "C": 12}
 
@@ -74,6 +74,35 @@ def test_the_parts_of_a_split_add_up_to_their_whole():
     assert [names[p] for p in parts] == [("B", "T", "C")] * 3
     assert names[qkv] == ("B", "T", "3C") and why[qkv][2] == "sum split"
     assert names[weight][0] == "3C"
+
+
+def test_the_equal_parts_of_a_chunk_are_one_size_and_a_remainder_is_not():
+    """``qkv.chunk(3, dim=-1)``: the three parts are one size by the op, so their cut axes
+    are joined (the values' width is the queries'). ``x.split(5, dim=-1)`` of 12 leaves a
+    part of 2: that one is joined to none; its whole axes (B, T) to the input's as ever."""
+    w = Walk(sizes=SIZES)
+    x = w.input((2, 5, 36), (3, 9, 36))
+    parts = w.op("chunk", [x], [(2, 5, 12)] * 3, [(3, 9, 12)] * 3)
+    y = w.input((2, 5, 12), (3, 9, 12))
+    cut = w.op("split", [y], [(2, 5, 5), (2, 5, 5), (2, 5, 2)], [(3, 9, 5)] * 2 + [(3, 9, 2)])
+    links = axis_links(w.steps, w.tensors, [_pairs(w, r) for r in range(len(w.tensors))])
+    classes = Axes(links)
+    assert classes.find((parts[1], 2)) == classes.find((parts[0], 2))
+    assert classes.find((parts[2], 2)) == classes.find((parts[0], 2))
+    assert classes.find((parts[0], 2)) != classes.find((x, 2))  # a third of it, not it
+    assert classes.find((cut[1], 2)) == classes.find((cut[0], 2))
+    assert classes.find((cut[2], 2)) != classes.find((cut[0], 2))
+    assert classes.find((cut[2], 1)) == classes.find((y, 1))
+
+
+def test_a_product_less_its_named_factors_is_the_rest():
+    """What a ``view`` of a named product leaves for its one unnamed part."""
+    assert _quotient("H·D", ["H"]) == "D"
+    assert _quotient("B·T·K", ["B·T"]) == "K"
+    assert _quotient("H·(Dn+R)", ["H"]) == "(Dn+R)"
+    assert _quotient("H·D", ["KV"]) is None  # not a factor of it
+    assert _quotient("C", ["H"]) is None  # C is no written product: no quotient by words
+    assert _quotient("H·D", ["H", "D"]) is None  # nothing left
 
 
 def test_a_transpose_of_equal_sizes_is_read_from_the_other_pass():

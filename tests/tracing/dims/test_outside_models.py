@@ -349,8 +349,25 @@ def test_einsum_attention_head_width_is_what_its_scores_contract():
         assert q.dims == k.dims == ("B", "H", "T", "D")
         assert q.why[3].startswith("contracted #")
         assert trace.meta["dims"]["D"] == dim_head
-        mixed = output(trace, "attn", "einsum", 1)  # the values' width: not proven D
+        mixed = output(trace, "attn", "einsum", 1)  # the values': their own proof, below
         assert mixed.dims[:3] == ("B", "H", "T")
+
+
+def test_a_fused_projection_cut_in_three_gives_the_values_the_queries_width():
+    """``to_qkv(x).chunk(3, dim=-1)``: the three parts are one size by the op, so where the
+    queries' width is proven ``H·D`` (their view into heads of the contracted width), the
+    keys' and the values' is ``H·D`` too, the fused rows ``3H·D``, and the values' head
+    width ``D`` — also where ``H·D`` equals the model width (``C``: a size, not a proof)."""
+    for dim_head in (20, 16):  # 6 x 16 == 96 == C
+        trace = trace_einsum(dim_head=dim_head)
+        fused = output(trace, "attn.to_qkv", "linear")
+        parts = [trace.tensor(i) for i in next(s for s in trace.steps if s.op == "chunk").outputs]
+        assert fused.dims == ("B", "T", "3H·D") and fused.why[2] == "sum chunk"
+        assert [p.dims for p in parts] == [("B", "T", "H·D")] * 3
+        mixed = output(trace, "attn", "einsum", 1)
+        assert mixed.dims == ("B", "H", "T", "D")
+        assert param(trace, "attn.to_qkv").dims == ("3H·D", "C")
+        assert param(trace, "attn.to_out").dims == ("C", "H·D")
 
 
 def test_einsum_attention_map_is_found_with_its_batch_and_tokens():
