@@ -164,12 +164,11 @@ def _main(argv: list[str] | None, as_program: bool) -> int:
             ValueError,
             MemoryError,
         )
-        try:
-            from scratchformer.checkpoint import CheckpointError
-
-            known += (CheckpointError,)
-        except ImportError:  # pragma: no cover
-            pass
+        # a CheckpointError was raised by a loaded scratchformer.checkpoint: where none is
+        # loaded there is none to catch, and no torch to import just to say an error
+        checkpoint = sys.modules.get("scratchformer.checkpoint")
+        if checkpoint is not None:
+            known += (checkpoint.CheckpointError,)
         if isinstance(e, known):
             prefix = "out of memory: " if isinstance(e, MemoryError) else ""
             print(f"error: {prefix}{_one_line(e)}", file=sys.stderr)

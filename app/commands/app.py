@@ -49,10 +49,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+def is_rank_set(paths: list[Path]) -> bool:
+    """True when ``paths`` should open as ranks: several files, or one name whose
+    ``.rank<N>`` files lie beside it. Qt-free and torch-free, so the command gets to its
+    platform check (and a bad path to its error line) without loading either."""
+    from tracing.file.rank_paths import rank_siblings
+
+    if len(paths) > 1:
+        return True
+    return len(paths) == 1 and not paths[0].exists() and bool(rank_siblings(paths[0]))
+
+
 def run(args: argparse.Namespace) -> int:
     from app.cli import UserError
     from app.commands.checks import input_file
-    from app.windows.rank_window import is_rank_set
 
     paths = list(args.trace or [])
     ranks = is_rank_set(paths)

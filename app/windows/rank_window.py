@@ -47,6 +47,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import theme
+from app.commands.app import is_rank_set  # the command line's test, re-exported here
 from app.diagram.divergence import divergence_colour
 from app.widgets.common import column
 from app.widgets.heatmap import HeatmapView
@@ -343,14 +344,6 @@ def open_ranks(paths, parent=None) -> RankWindow:
     window = RankWindow.from_files(paths, parent=parent)
     dialogs.show_child_window(window, parent)
     return window
-
-
-def is_rank_set(paths: list[Path]) -> bool:
-    """True when ``paths`` should open as ranks: several files, or one name whose
-    ``.rank<N>`` files lie beside it."""
-    if len(paths) > 1:
-        return True
-    return len(paths) == 1 and not paths[0].exists() and bool(rank_siblings(paths[0]))
 
 
 # --------------------------------------------------------------------------- main window
