@@ -27,10 +27,9 @@ from tracing.dims.rules import (
     MOVES_AXES,
     RESHAPES,
     SLICES,
-    SPLITS,
     TRANSPOSES,
 )
-from tracing.dims.source import permutation, text_of, transpose_axes
+from tracing.dims.source import call_args, permutation, text_of, transpose_axes
 from tracing.record import Step, TensorRecord
 
 Axis = tuple[int, int]  # (tensor id, axis)
@@ -146,7 +145,7 @@ def _links_of(step: Step, tensors, pairs, out: list, names=None) -> None:
                     link(o, a, ins[0], a)  # the axes a slice leaves whole
             elif len(tensors[o].shape) < rank[0] <= 8:
                 _dropped_links(ins[0], o, pairs, link)
-        if op in SPLITS and len(step.outputs) >= 2:
+        if len(step.outputs) >= 2 and _cut_to_one_size(step):
             _equal_parts_links(step, tensors, link)
     elif op in ("unsqueeze", "squeeze", "expand", "expand_as") and ins:
         _kept_links(ins[0], res, tensors, pairs, link)
@@ -210,11 +209,30 @@ def _dropped_links(src: int, res: int, pairs, link) -> None:
             link(res, j, src, i)
 
 
+def _cut_to_one_size(step: Step) -> bool:
+    """Whether the op itself makes its parts one size: ``chunk`` always (all but a
+    smaller last part), ``split`` where its line writes the size as a number
+    (``split(64, dim=-1)``). Not a ``split`` by a list, nor by a name that may hold one:
+    ``split([q, kv, kv])`` makes equal parts only where ``H == KV`` happen to."""
+    if step.op == "chunk":
+        return True
+    if step.op != "split":
+        return False
+    text = text_of(step)
+    calls = call_args(text, "split")
+    if len(calls) != 1 or not calls[0]:
+        return False
+    args = calls[0]
+    if "torch.split(" in text:  # torch.split(x, 64): the size is the second argument
+        return len(args) >= 2 and args[1].isdigit()
+    return args[0].isdigit()
+
+
 def _equal_parts_links(step: Step, tensors, link) -> None:
-    """The parts a ``chunk`` or ``split`` cuts to one size are one size, by the op (not by
-    a size that happens to match: ``link`` still asks for equal sizes in every pass). A
-    fused projection cut in three, ``qkv.chunk(3, dim=-1)``: where the queries' width is
-    proven, the keys' and the values' is that width too. A smaller last part (the
+    """The parts an op cuts to one size (:func:`_cut_to_one_size`) are one size, by the op
+    (not by a size that happens to match: ``link`` still asks for equal sizes in every
+    pass). A fused projection cut in three, ``qkv.chunk(3, dim=-1)``: where the queries'
+    width is proven, the keys' and the values' is that width too. A smaller last part (the
     remainder) is no such part."""
     src = tensors[step.inputs[0]].shape
     outs = step.outputs

@@ -78,13 +78,19 @@ def test_the_parts_of_a_split_add_up_to_their_whole():
 
 def test_the_equal_parts_of_a_chunk_are_one_size_and_a_remainder_is_not():
     """``qkv.chunk(3, dim=-1)``: the three parts are one size by the op, so their cut axes
-    are joined (the values' width is the queries'). ``x.split(5, dim=-1)`` of 12 leaves a
-    part of 2: that one is joined to none; its whole axes (B, T) to the input's as ever."""
+    are joined (the values' width is the queries'). ``y.split(5, dim=-1)`` of 12 leaves a
+    part of 2: that one is joined to none; its whole axes (B, T) to the input's as ever.
+    ``z.split([q, kv, kv], dim=-1)`` makes three parts of 4 only because ``H == KV`` here:
+    the list makes them, not the op, so none is joined."""
     w = Walk(sizes=SIZES)
     x = w.input((2, 5, 36), (3, 9, 36))
     parts = w.op("chunk", [x], [(2, 5, 12)] * 3, [(3, 9, 12)] * 3)
     y = w.input((2, 5, 12), (3, 9, 12))
-    cut = w.op("split", [y], [(2, 5, 5), (2, 5, 5), (2, 5, 2)], [(3, 9, 5)] * 2 + [(3, 9, 2)])
+    cut = w.op("split", [y], [(2, 5, 5), (2, 5, 5), (2, 5, 2)], [(3, 9, 5)] * 2 + [(3, 9, 2)],
+               text="a, b, c = y.split(5, dim=-1)")  # fmt: skip
+    z = w.input((2, 5, 12), (3, 9, 12))
+    listed = w.op("split", [z], [(2, 5, 4)] * 3, [(3, 9, 4)] * 3,
+                  text="q, k, v = z.split([q, kv, kv], dim=-1)")  # fmt: skip
     links = axis_links(w.steps, w.tensors, [_pairs(w, r) for r in range(len(w.tensors))])
     classes = Axes(links)
     assert classes.find((parts[1], 2)) == classes.find((parts[0], 2))
@@ -93,6 +99,8 @@ def test_the_equal_parts_of_a_chunk_are_one_size_and_a_remainder_is_not():
     assert classes.find((cut[1], 2)) == classes.find((cut[0], 2))
     assert classes.find((cut[2], 2)) != classes.find((cut[0], 2))
     assert classes.find((cut[2], 1)) == classes.find((y, 1))
+    assert classes.find((listed[1], 2)) != classes.find((listed[0], 2))
+    assert classes.find((listed[1], 1)) == classes.find((z, 1))
 
 
 def test_a_product_less_its_named_factors_is_the_rest():
