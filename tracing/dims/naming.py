@@ -43,7 +43,7 @@ from tracing.dims.rules import (
     einsum_subscripts,
 )
 from tracing.dims.source import (
-    _SIZED_BY_LITERALS,
+    SIZED_BY_LITERALS,
     literal_sizes,
     permutation,
     shape_comment,
@@ -275,7 +275,7 @@ class _Namer:
         them is named by a dictionary lookup each. ``None`` for a step a rule names (rules
         read more: parameter paths, the line's arguments)."""
         op = step.op
-        if op in BY_OP or op in CATS or op in _SIZED_BY_LITERALS:
+        if op in BY_OP or op in CATS or op in SIZED_BY_LITERALS:
             return None
         names, pairs, tensors = self.names, self.pairs, self.tensors
         ins = tuple((names[i], pairs[i], tensors[i].role) for i in step.inputs)

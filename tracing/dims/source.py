@@ -199,7 +199,8 @@ def sizes_from_source(
     }
 
 
-_SIZED_BY_LITERALS = _SHAPED_BY_ARGS | {"expand", "new_zeros", "new_ones", "new_empty", "topk"}
+SIZED_BY_LITERALS = _SHAPED_BY_ARGS | {"expand", "new_zeros", "new_ones", "new_empty", "topk"}
+"""Ops whose line may write an output size as a number (:func:`literal_sizes` reads it)."""
 
 
 def literal_sizes(step: Step, k: int, tensors: Sequence[TensorRecord]) -> list[str | None] | None:
@@ -208,7 +209,7 @@ def literal_sizes(step: Step, k: int, tensors: Sequence[TensorRecord]) -> list[s
     top-k 3 that is the same size), ``x.reshape(*x.shape[:-1], -1, 2)`` ends in ``2`` (the
     pairs of a complex rotation). A starred argument stands for the axes between: those
     before it count from the left, those after from the right."""
-    if (k and step.op != "topk") or step.op not in _SIZED_BY_LITERALS or step.source is None:
+    if (k and step.op != "topk") or step.op not in SIZED_BY_LITERALS or step.source is None:
         return None
     shape = tensors[step.outputs[k]].shape
     if step.op == "topk":  # x.topk(2, dim=-1): the k it keeps, on the last axis
