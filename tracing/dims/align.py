@@ -32,9 +32,9 @@ def _same_kind(a: Step, b: Step) -> bool:
     """``step_kind(a) == step_kind(b)``, read without building either."""
     if a.op != b.op or a.module != b.module or a.kind != b.kind:
         return False
+    if a.parent is None or b.parent is None:  # the root call: its line does not count
+        return step_kind(a) == step_kind(b)
     sa, sb = a.source, b.source
-    if a.parent is None or b.parent is None:
-        return (a.parent is None) == (b.parent is None) or step_kind(a) == step_kind(b)
     if sa is None or sb is None:
         return sa is sb
     return sa.line == sb.line and sa.file == sb.file

@@ -20,15 +20,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
-from tracing.dims.rules import (
-    CATS,
-    CONVS,
-    MATMULS,
-    MOVES_AXES,
-    RESHAPES,
-    SLICES,
-    TRANSPOSES,
-)
+from tracing.dims.rules import CATS, CONVS, MATMULS, MOVES_AXES, RESHAPES, SLICES, TRANSPOSES
 from tracing.dims.source import call_args, permutation, text_of, transpose_axes
 from tracing.record import Step, TensorRecord
 
@@ -158,8 +150,7 @@ def _links_of(step: Step, tensors, pairs, out: list, names=None) -> None:
         for a in range(min(n, rank[0]) - 1):
             link(res, a, q, a)  # the queries' batch, heads and tokens
         link(res, n - 1, v, rank[2] - 1)
-    elif keeps_axes(op):
-        _elementwise_links(step, pairs, out, names, {})
+    # an op that keeps its axes (keeps_axes) never comes here: axis_links joins its axes
 
 
 def keeps_axes(op: str) -> bool:
@@ -281,7 +272,7 @@ def _broadcast_axes(result: Sequence[Pair], inputs: Sequence[Sequence[Pair]]) ->
         m = len(s)
         for back in range(1, m + 1):
             pa, pb = result[n - back], s[m - back]
-            if pb[0] != 1 and (pa == pb or same_axis(pa, pb)):
+            if pb[0] != 1 and same_axis(pa, pb):
                 joined.append((k, n - back, m - back))
     return tuple(joined)
 

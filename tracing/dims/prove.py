@@ -367,14 +367,12 @@ def _name_after_knobs(evidence: Evidence, own: Mapping[str, tuple]) -> None:
         if size is None or size <= 1:
             continue
         column = [passes_mod.read_knob(config, knob) if p.sizes is sizes else size for p in passes]
-        same = [
-            letter
-            for letter, sized in evidence.letters.items()
-            if letter not in INPUT_LETTERS
+        if any(  # a letter read off the model that this knob moves, and nothing else
+            letter not in INPUT_LETTERS
             and sized.size == size
             and [p.sizes.get(letter) for p in passes] == column
-        ]
-        if same:  # a letter read off the model that this knob moves, and nothing else
+            for letter, sized in evidence.letters.items()
+        ):
             continue  # does (num_tokens: the embedding's rows, V): that letter, proven
         evidence.letters[knob] = Sized(size, f"config.{knob}")
         for p, value in zip(passes, column):
