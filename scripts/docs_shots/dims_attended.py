@@ -18,19 +18,12 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "tracing" / "dims"), str(Path(__
 
 
 def main() -> int:
-    from dims_hover import save_step_shots
-    from PySide6.QtWidgets import QApplication
+    from dims_hover import shoot
     from test_outside_models import trace_vit
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
-    from app.theme import apply_theme
-
-    apply_theme(app)
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "docs"
     trace = trace_vit(2, 28, 4, 60)  # 49 patches of 4×4, a class token: 50 tokens
     step = next(s.index for s in trace.steps if s.op == "softmax")
-    save_step_shots(app, trace, step, out, "dims_attended")
-    return 0
+    return shoot(trace, step, "dims_attended")
 
 
 if __name__ == "__main__":

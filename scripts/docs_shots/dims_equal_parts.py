@@ -19,19 +19,12 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "tracing" / "dims"), str(Path(__
 
 
 def main() -> int:
-    from dims_hover import save_step_shots
-    from PySide6.QtWidgets import QApplication
+    from dims_hover import shoot
     from test_outside_models import trace_einsum
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
-    from app.theme import apply_theme
-
-    apply_theme(app)
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "docs"
     trace = trace_einsum()  # heads 6 of width 20: C / H would say 16
     views = [s.index for s in trace.steps if s.op == "view" and s.module == "attn"]
-    save_step_shots(app, trace, views[2], out, "dims_equal_parts")  # the values'
-    return 0
+    return shoot(trace, views[2], "dims_equal_parts")  # the values'
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ inspector's output dims cell saved as an image (``gqa_dims.py``, ``slice_dims.py
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -53,3 +54,18 @@ def save_step_shots(app, trace, step: int, out: Path, stem: str) -> bool:
     shown = save_dims_hover(app, w, out / f"{stem}_hover.png")
     settings.unlink(missing_ok=True)
     return shown
+
+
+def shoot(trace, step: int, stem: str) -> int:
+    """The ``main`` of a dims screenshot script: ``save_step_shots`` of ``trace`` at
+    ``step`` as ``stem``, in the themed app, into the folder the command line names (else
+    ``docs/``)."""
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    from app.theme import apply_theme
+
+    apply_theme(app)
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[2] / "docs"
+    save_step_shots(app, trace, step, out, stem)
+    return 0

@@ -19,22 +19,16 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(Path(__file__).parent)]
 
 def main() -> int:
     import torch
-    from dims_hover import save_step_shots
+    from dims_hover import shoot
     from helpers.models.nanogpt import GPT
-    from PySide6.QtWidgets import QApplication
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
     import tracing
-    from app.theme import apply_theme
 
-    apply_theme(app)
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "docs"
     torch.manual_seed(0)
     model = GPT().eval()
     trace = tracing.trace(model, torch.randint(0, 96, (2, 10)), capture="shapes")
     step = next(s.index for s in trace.steps if s.op == "linear" and s.module.endswith("c_attn"))
-    save_step_shots(app, trace, step, out, "dims_joined")
-    return 0
+    return shoot(trace, step, "dims_joined")
 
 
 if __name__ == "__main__":

@@ -19,16 +19,11 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 def main() -> int:
     import torch
-    from dims_hover import save_step_shots
-    from PySide6.QtWidgets import QApplication
+    from dims_hover import shoot
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
     import tracing
-    from app.theme import apply_theme
 
-    apply_theme(app)
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "docs"
     config = LlamaConfig(  # meta-llama/Meta-Llama-3-70B's config.json, 2 of its 80 layers
         hidden_size=8192, intermediate_size=28672, num_attention_heads=64,
         num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192,
@@ -43,8 +38,7 @@ def main() -> int:
         for s in trace.steps
         if s.op == "getitem" and s.module == "model.layers.0.self_attn" and s.outputs
     )
-    save_step_shots(app, trace, step, out, "dims_proof")
-    return 0
+    return shoot(trace, step, "dims_proof")
 
 
 if __name__ == "__main__":
